@@ -1,0 +1,1 @@
+"""ds.integrations.hf: Hugging Face Transformers integration for ds."""

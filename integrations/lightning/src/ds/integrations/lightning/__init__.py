@@ -1,0 +1,1 @@
+"""ds.integrations.lightning: PyTorch Lightning strategies backed by ds."""

@@ -1,0 +1,135 @@
+"""The Communicator contract: the collectives of torch.distributed behind one interface.
+
+The signatures mirror ``torch.distributed`` so that ``from ds import comm as dist`` is a drop-in
+replacement. ``group`` arguments accept whatever the backend's ``new_group`` returned.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ReduceOp(enum.Enum):
+    SUM = "sum"
+    AVG = "avg"
+    PRODUCT = "product"
+    MIN = "min"
+    MAX = "max"
+    BAND = "band"
+    BOR = "bor"
+    BXOR = "bxor"
+
+
+@runtime_checkable
+class WorkHandle(Protocol):
+    """Returned by ``async_op=True`` collectives."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+    def is_completed(self) -> bool: ...
+
+
+@runtime_checkable
+class ProcessGroup(Protocol):
+    def rank(self) -> int: ...
+    def size(self) -> int: ...
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    """A communication backend. ``ds.comm`` routes every public call through one of these."""
+
+    def init_process_group(
+        self,
+        backend: str,
+        init_method: str | None,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+    ) -> None: ...
+    def is_initialized(self) -> bool: ...
+    def destroy_process_group(self, group: Any = None) -> None: ...
+    def get_rank(self, group: Any = None) -> int: ...
+    def get_world_size(self, group: Any = None) -> int: ...
+    def new_group(self, ranks: Sequence[int] | None = None) -> Any: ...
+
+    def barrier(self, group: Any = None, async_op: bool = False) -> WorkHandle | None: ...
+    def broadcast(
+        self, tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False
+    ) -> WorkHandle | None: ...
+    def all_reduce(
+        self,
+        tensor: torch.Tensor,
+        op: ReduceOp = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def reduce(
+        self,
+        tensor: torch.Tensor,
+        dst: int,
+        op: ReduceOp = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def all_gather(
+        self,
+        tensor_list: list[torch.Tensor],
+        tensor: torch.Tensor,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def all_gather_into_tensor(
+        self, output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False
+    ) -> WorkHandle | None: ...
+    def reduce_scatter(
+        self,
+        output: torch.Tensor,
+        input_list: list[torch.Tensor],
+        op: ReduceOp = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def reduce_scatter_tensor(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        op: ReduceOp = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int] | None = None,
+        input_split_sizes: list[int] | None = None,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def gather(
+        self,
+        tensor: torch.Tensor,
+        gather_list: list[torch.Tensor] | None,
+        dst: int,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def scatter(
+        self,
+        tensor: torch.Tensor,
+        scatter_list: list[torch.Tensor] | None,
+        src: int,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> WorkHandle | None: ...
+    def send(self, tensor: torch.Tensor, dst: int, group: Any = None) -> None: ...
+    def recv(self, tensor: torch.Tensor, src: int, group: Any = None) -> Any: ...
+    def isend(self, tensor: torch.Tensor, dst: int, group: Any = None) -> WorkHandle: ...
+    def irecv(self, tensor: torch.Tensor, src: int, group: Any = None) -> WorkHandle: ...
+    def broadcast_object_list(self, objects: list[Any], src: int, group: Any = None) -> None: ...
+    def all_gather_object(self, output: list[Any], obj: Any, group: Any = None) -> None: ...

@@ -1,0 +1,48 @@
+"""ds.interfaces is the floor: cheap to import and free of siblings and heavy libraries."""
+
+import subprocess
+import sys
+
+MODULES = [
+    "ds.interfaces",
+    "ds.interfaces.accelerator",
+    "ds.interfaces.checkpoint",
+    "ds.interfaces.comm",
+    "ds.interfaces.errors",
+    "ds.interfaces.inference",
+    "ds.interfaces.kernels",
+    "ds.interfaces.ledger",
+    "ds.interfaces.logging",
+    "ds.interfaces.registry",
+    "ds.interfaces.runner",
+    "ds.interfaces.telemetry",
+    "ds.interfaces.training",
+]
+
+PROBE = f"""
+import sys, time
+t0 = time.perf_counter()
+import {", ".join(MODULES)}
+dt = time.perf_counter() - t0
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy", "pydantic"))
+siblings = sorted(m for m in sys.modules if m.startswith("ds.") and not m.startswith("ds.interfaces"))
+print(dt, len(heavy), len(siblings), heavy[:3], siblings[:3])
+"""
+
+
+def _probe() -> tuple[float, int, int]:
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    dt, heavy, siblings, *_ = out.stdout.split(" ", 3)
+    return float(dt), int(heavy), int(siblings)
+
+
+def test_import_imports_no_sibling_and_nothing_heavy():
+    _, heavy, siblings = _probe()
+    assert heavy == 0
+    assert siblings == 0
+
+
+def test_import_costs_under_50ms():
+    # Median of 5 cold interpreter imports; the machine is shared, so take the median.
+    times = sorted(_probe()[0] for _ in range(5))
+    assert times[2] < 0.050, f"import ds.interfaces took {times[2] * 1e3:.1f} ms (median of 5)"

@@ -1,0 +1,1 @@
+"""ds.accel: Accelerator implementations for ds: cpu, cuda, mps, plug-in others."""

@@ -1,0 +1,1 @@
+"""ds.comm: torch.distributed-compatible collectives with logging, coalescing and a hang watchdog."""

@@ -1,0 +1,1 @@
+"""ds.full: the composition root that wires every ds distribution together."""

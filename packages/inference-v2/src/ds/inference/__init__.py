@@ -1,0 +1,1 @@
+"""ds.inference: Ragged-batching LLM inference engine with a blocked KV cache."""

@@ -1,0 +1,1 @@
+"""ds.ops: prebuilt native kernels (CPU optimizers, quantizers, async I/O) and Triton kernels."""
