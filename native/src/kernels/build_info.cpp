@@ -1,3 +1,5 @@
+#include "ds/build_info.h"
+
 #include <string>
 
 namespace ds {

@@ -1,0 +1,6 @@
+#pragma once
+#include <string>
+
+namespace ds {
+std::string build_info();
+}  // namespace ds
