@@ -3,6 +3,12 @@
 Implementations advertise themselves in ``[project.entry-points."<group>"]`` tables; consumers
 look them up by group and name. Discovery is lazy (nothing is loaded until asked for) and cached.
 A missing provider raises :class:`ProviderNotFoundError` naming the distribution that provides it.
+
+Command-line verbs (group ``ds.cli``): the launcher owns the ``ds`` console script and discovers
+verbs other distributions register. An entry point's name is the verb path joined by dots
+(``bench.comm`` serves ``ds bench comm``; ``checkpoint`` serves ``ds checkpoint ...``); its value is
+a callable ``main(argv: list[str]) -> int`` that receives the arguments after the verb path and
+returns the process exit code. The longest registered verb path wins.
 """
 
 from __future__ import annotations
