@@ -2,6 +2,13 @@
 
 #include <string>
 
+#ifndef DS_BUILD_FLAGS
+#define DS_BUILD_FLAGS "unknown"
+#endif
+#ifndef DS_BUILD_ARCH
+#define DS_BUILD_ARCH "unknown"
+#endif
+
 namespace ds {
 std::string build_info() {
 #if defined(__clang__)
@@ -12,4 +19,7 @@ std::string build_info() {
   return "unknown compiler";
 #endif
 }
+
+std::string build_flags() { return DS_BUILD_FLAGS; }
+std::string build_arch() { return DS_BUILD_ARCH; }
 }  // namespace ds
