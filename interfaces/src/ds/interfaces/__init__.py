@@ -19,8 +19,11 @@ from ds.interfaces.errors import (
     LedgerError,
     ProviderNotFoundError,
 )
+from ds.interfaces.excepthook import install as _install_excepthook
 
 __version__ = "0.1.0"
+
+_install_excepthook()
 
 __all__ = [
     "AcceleratorError",

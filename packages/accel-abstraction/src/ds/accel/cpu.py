@@ -1,0 +1,200 @@
+"""The CPU accelerator: always available, synchronous, gloo for communication."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+from ds.accel._streams import HostEvent, NullStream
+from ds.interfaces.accelerator import AcceleratorCapabilities
+
+
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes (Linux); empty elsewhere."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts:
+                    out[key] = int(parts[0]) * (1024 if len(parts) > 1 else 1)
+    except OSError:
+        pass
+    return out
+
+
+def _rss() -> tuple[int, int]:
+    """(current RSS, peak RSS) of this process in bytes."""
+    cur = peak = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    cur = int(line.split()[1]) * 1024
+                elif line.startswith("VmHWM:"):
+                    peak = int(line.split()[1]) * 1024
+    except OSError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        cur = peak
+    return cur, peak
+
+
+class CpuAccelerator:
+    """Host CPU. Memory figures are the process RSS (allocated) and system RAM (total)."""
+
+    _NAME = "cpu"
+
+    def __init__(self) -> None:
+        self._peak_base = 0
+
+    # identity -------------------------------------------------------------------
+    def name(self) -> str:
+        return self._NAME
+
+    def device_name(self, index: int | None = None) -> str:
+        return "cpu"
+
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device("cpu")
+
+    def is_available(self) -> bool:
+        return True
+
+    def capabilities(self) -> AcceleratorCapabilities:
+        return AcceleratorCapabilities(
+            has_streams=False,
+            has_events=False,
+            has_pinned_memory=False,
+            supports_bf16=True,
+            supports_fp16=True,
+            supports_triton=False,
+            supports_graphs=False,
+            is_synchronized_device=True,
+        )
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envs(self) -> list[str]:
+        return []
+
+    def set_visible_devices_envs(self, env: dict[str, str], local_ranks: list[int]) -> None:
+        return None  # every rank sees the whole host
+
+    # device management ---------------------------------------------------------------
+    def device_count(self) -> int:
+        # One logical device per rank; LOCAL_WORLD_SIZE tells how many ranks share the host.
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+    def current_device(self) -> int:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    def current_device_name(self) -> str:
+        return "cpu"
+
+    def set_device(self, index: int) -> None:
+        return None
+
+    def synchronize(self, index: int | None = None) -> None:
+        return None
+
+    # streams and events ------------------------------------------------------------------
+    def stream(self, stream: Any) -> AbstractContextManager[Any]:
+        return nullcontext(stream)
+
+    def current_stream(self, index: int | None = None) -> NullStream:
+        return NullStream()
+
+    def default_stream(self, index: int | None = None) -> NullStream:
+        return NullStream()
+
+    def new_stream(self) -> NullStream:
+        return NullStream()
+
+    def new_event(self, enable_timing: bool = False) -> HostEvent:
+        return HostEvent(enable_timing)
+
+    # memory ---------------------------------------------------------------------------
+    def memory_allocated(self, index: int | None = None) -> int:
+        return _rss()[0]
+
+    def max_memory_allocated(self, index: int | None = None) -> int:
+        return max(_rss()[1], self._peak_base)
+
+    def reset_peak_memory_stats(self, index: int | None = None) -> None:
+        # The kernel's peak (VmHWM) can be reset through /proc/self/clear_refs on Linux.
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            self._peak_base = 0
+        except OSError:
+            self._peak_base = _rss()[0]
+
+    def memory_reserved(self, index: int | None = None) -> int:
+        return _rss()[0]
+
+    def total_memory(self, index: int | None = None) -> int:
+        info = _meminfo()
+        if "MemTotal" in info:
+            return info["MemTotal"]
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+    def available_memory(self, index: int | None = None) -> int:
+        info = _meminfo()
+        return info.get("MemAvailable", self.total_memory())
+
+    def memory_stats(self, index: int | None = None) -> Mapping[str, int]:
+        cur, peak = _rss()
+        return {
+            "allocated_bytes.all.current": cur,
+            "allocated_bytes.all.peak": peak,
+            "total_bytes": self.total_memory(),
+            "available_bytes": self.available_memory(),
+        }
+
+    def empty_cache(self) -> None:
+        return None
+
+    # RNG ------------------------------------------------------------------------------
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def initial_seed(self) -> int:
+        return int(torch.initial_seed())
+
+    def get_rng_state(self, index: int | None = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor, index: int | None = None) -> None:
+        torch.set_rng_state(state)
+
+    # dtypes ---------------------------------------------------------------------------
+    def is_bf16_supported(self) -> bool:
+        return True
+
+    def is_fp16_supported(self) -> bool:
+        return True
+
+    def supported_dtypes(self) -> list[torch.dtype]:
+        return [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+
+    # host memory ------------------------------------------------------------------------
+    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Pinning only matters for transfers to a device; the CPU has none, so return as is.
+        return tensor
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return False
+
+    def on_accelerator(self, tensor: torch.Tensor) -> bool:
+        return tensor.device.type == "cpu"
