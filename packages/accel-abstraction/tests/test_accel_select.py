@@ -46,7 +46,7 @@ def test_unavailable_name_says_what_is_usable(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible, so 'cuda' is available here")
     monkeypatch.setenv("DS_ACCELERATOR", "cuda")
-    with pytest.raises(AcceleratorError, match="not available on this machine.*usable here: cpu"):
+    with pytest.raises(AcceleratorError, match=r"not available on this machine.*usable here: cpu"):
         accel.get_accelerator()
 
 

@@ -1,0 +1,103 @@
+"""Prove that every ds distribution installs and imports alone beside ds-interfaces.
+
+Builds each distribution's wheel, creates one fresh virtual environment (with the pinned torch
+preinstalled, since most distributions need it), then for each distribution: installs ds-interfaces
+and that one wheel (plus the third-party dependencies it declares), imports its module, checks that
+no other ds distribution got installed, and uninstalls it again before the next one.
+
+    python tools/isolation.py [--only ds-comm ...] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSTRAINTS = ROOT / "tools" / "constraints-dev.txt"
+
+# distribution -> (source directory, module to import, extra check code)
+DISTS: dict[str, tuple[str, str]] = {
+    "ds-interfaces": ("interfaces", "ds.interfaces.registry"),
+    "ds-accel-abstraction": ("packages/accel-abstraction", "ds.accel"),
+    "ds-comm": ("packages/comm", "ds.comm"),
+    "ds-ops-kernels": ("packages/ops-kernels", "ds.ops"),
+    "ds-zero-runtime": ("packages/zero-runtime", "ds.zero"),
+    "ds-inference-v2": ("packages/inference-v2", "ds.inference"),
+    "ds-checkpoint-ledger": ("packages/checkpoint-ledger", "ds.checkpoint"),
+    "ds-launcher": ("packages/launcher", "ds.launcher"),
+    "ds-hf": ("integrations/hf", "ds.integrations.hf"),
+    "ds-lightning": ("integrations/lightning", "ds.integrations.lightning"),
+}
+
+
+def sh(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, check=True, text=True, **kw)  # type: ignore[call-overload, no-any-return]
+
+
+def build_wheels(out: Path, names: list[str]) -> dict[str, Path]:
+    wheels: dict[str, Path] = {}
+    for name in names:
+        src = ROOT / DISTS[name][0]
+        before = set(out.glob("*.whl"))
+        sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+            "-w", str(out), str(src)])
+        new = set(out.glob("*.whl")) - before
+        stem = name.replace("-", "_")
+        wheels[name] = next(iter(new)) if new else next(out.glob(f"{stem}-*.whl"))
+    return wheels
+
+
+def ds_installed(py: Path) -> set[str]:
+    out = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True,
+                         text=True, check=True).stdout
+    return {line.split("==")[0].lower() for line in out.splitlines() if line.lower().startswith("ds-")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", default=None, help="distributions to check")
+    ap.add_argument("--keep", type=Path, default=None, help="work directory to keep")
+    args = ap.parse_args()
+    names = args.only or [n for n in DISTS if n != "ds-interfaces"]
+    work = args.keep or Path(tempfile.mkdtemp(prefix="ds-isolation-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    wheels = build_wheels(work / "wheels", ["ds-interfaces", *names])
+    venv = work / "venv"
+    sh([sys.executable, "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "-q", "--disable-pip-version-check"]
+    sh([*pip, "install", "-c", str(CONSTRAINTS), "torch"])
+    failures: list[str] = []
+    for name in names:
+        module = DISTS[name][1]
+        try:
+            sh([*pip, "install", "-c", str(CONSTRAINTS), str(wheels["ds-interfaces"]), str(wheels[name])])
+            present = ds_installed(py)
+            extra = present - {"ds-interfaces", name}
+            if extra:
+                raise RuntimeError(f"{name} pulled in other ds distributions: {sorted(extra)}")
+            sh([str(py), "-c", f"import {module}; print('{name}: import {module} ok')"], cwd=work)
+        except (subprocess.CalledProcessError, RuntimeError) as exc:
+            failures.append(f"{name}: {exc}")
+            print(f"FAILED {name}: {exc}", flush=True)
+        finally:
+            subprocess.run([*pip, "uninstall", "-y", name], check=False)
+    dt = time.perf_counter() - t0
+    if failures:
+        print(f"isolation: {len(failures)} of {len(names)} distributions failed ({dt:.0f} s)")
+        for f in failures:
+            print("  " + f)
+        return 1
+    print(f"isolation: all {len(names)} distributions install and import alone ({dt:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
