@@ -1,0 +1,82 @@
+"""On-disk layout of a sharded checkpoint and its manifest.
+
+A checkpoint ``<directory>/<tag>/`` holds one raw shard file per rank (the bytes of that rank's
+local tensor pieces, each starting at a 64-byte aligned offset), one pickle of the rank-independent
+objects, one pickle per rank of per-rank objects, and ``manifest.json``. The manifest records, for
+every logical tensor, which flat element range each shard file holds and at which byte offset, so a
+reader seeks straight to the bytes it needs whatever world size wrote them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+FORMAT_NAME = "ds-sharded-checkpoint"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+LATEST = "latest"
+OBJECTS = "objects.pt"
+ALIGN = 64
+
+
+def shard_file(rank: int, world_size: int) -> str:
+    return f"shard-{rank:05d}-of-{world_size:05d}.bin"
+
+
+def rank_objects_file(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
+def align_up(n: int, align: int = ALIGN) -> int:
+    return (n + align - 1) // align * align
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One contiguous piece of a logical tensor inside one shard file."""
+
+    file: str
+    offset: int  # first flat element of the logical tensor held here
+    numel: int
+    byte_offset: int  # where those elements start in ``file``
+
+    @property
+    def stop(self) -> int:
+        return self.offset + self.numel
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "offset": self.offset,
+            "numel": self.numel,
+            "byte_offset": self.byte_offset,
+        }
+
+
+def encode_manifest(manifest: dict[str, Any]) -> bytes:
+    """Deterministic encoding: equal manifests give equal bytes (async and sync saves compare)."""
+    return (json.dumps(manifest, sort_keys=True, indent=1) + "\n").encode()
+
+
+def decode_manifest(data: bytes, where: str) -> dict[str, Any]:
+    from ds.interfaces.errors import CheckpointError
+
+    try:
+        manifest = json.loads(data)
+    except ValueError as exc:
+        raise CheckpointError(
+            f"manifest {where} is not valid JSON ({exc}); the checkpoint is damaged, "
+            "load an earlier tag"
+        ) from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise CheckpointError(
+            f"{where} is not a ds sharded checkpoint manifest (format={manifest.get('format')!r})"
+        )
+    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{where} uses format version {manifest['format_version']}, newer than this "
+            f"ds-checkpoint-ledger reads ({FORMAT_VERSION}); upgrade ds-checkpoint-ledger"
+        )
+    return manifest

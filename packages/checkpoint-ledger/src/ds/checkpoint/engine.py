@@ -1,0 +1,545 @@
+"""ShardedCheckpointEngine: atomic, optionally asynchronous, resharding-on-read checkpoints.
+
+Save protocol (every rank calls ``save`` with its own shards):
+
+1. prepare (collective): rank 0 removes a stale temporary directory ``<directory>/.tmp-<tag>``
+   left by a crashed save, creates it, checks overwrite approval, and tells every rank to go on.
+2. write (background thread when ``async_save``): each rank writes its shard file and per-rank
+   objects into the temporary directory and fsyncs them; tensors were staged to host memory first,
+   so training may modify its own tensors meanwhile.
+3. commit (collective, on the calling thread): ranks exchange file names, byte layouts and SHA-256
+   digests; rank 0 writes ``manifest.json`` (embedding the ledger's tree head), fsyncs files and the
+   directory, renames the temporary directory to ``<directory>/<tag>``, fsyncs ``<directory>``,
+   then atomically replaces ``latest``. A crash before the rename leaves only a temporary
+   directory, which no reader looks at; a crash after it leaves a complete checkpoint.
+
+With a communicator the commit step of an asynchronous save runs in :meth:`wait` (called by the
+next ``save`` and at exit): collectives stay on the training thread, so a background thread never
+interleaves its collectives with the training step's. Without one, the background thread commits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import io
+import os
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from ds.checkpoint import _format as fmt
+from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
+from ds.checkpoint._reader import FileCache, dtype_name, read_range, tensor_metas
+from ds.checkpoint._writers import PythonWriter, ShardWriter
+from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
+from ds.interfaces.errors import CheckpointError
+from ds.interfaces.logging import get_logger
+
+log = get_logger(__name__)
+
+
+def _ds_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ds-checkpoint-ledger")
+    except Exception:  # metadata missing in a source checkout: the manifest still records it
+        return "unknown"
+
+
+def _pickle_bytes(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(16 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class _Handle:
+    """SaveHandle for one save; ``wait`` re-raises a background error on the caller's thread."""
+
+    def __init__(self, engine: ShardedCheckpointEngine, job: _SaveJob | None) -> None:
+        self._engine = engine
+        self._job = job
+
+    def done(self) -> bool:
+        return self._job is None or self._job.committed
+
+    def wait(self) -> None:
+        if self._job is not None:
+            self._engine._finish(self._job)
+
+
+class _SaveJob:
+    def __init__(self, directory: str, tag: str, tmp: str) -> None:
+        self.directory = directory
+        self.tag = tag
+        self.tmp = tmp
+        self.thread: threading.Thread | None = None
+        self.result: dict[str, Any] | None = None  # this rank's written files, or its error
+        self.committed = False
+        self.error: BaseException | None = None
+        self.started = time.perf_counter()
+        self.step = 0
+
+
+class ShardedCheckpointEngine:
+    """The default :class:`ds.interfaces.checkpoint.CheckpointEngine`.
+
+    ``comm`` is a Communicator (None for a single process). ``ledger`` (optional) receives a
+    ``checkpoint_save`` record per save and its tree head is embedded in every manifest. ``events``
+    (optional EventBus) receives a CheckpointEvent per save/load. ``boundary`` (optional
+    MutationBoundary) makes overwriting an existing tag require a recorded approval.
+    """
+
+    def __init__(
+        self,
+        comm: Any | None = None,
+        *,
+        writer: ShardWriter | None = None,
+        checksum: bool = True,
+        ledger: Any | None = None,
+        events: Any | None = None,
+        boundary: Any | None = None,
+        async_save: bool = False,
+    ) -> None:
+        self._comm = comm
+        self._writer = writer or PythonWriter()
+        self._checksum = checksum
+        self._ledger = ledger
+        self._events = events
+        self._boundary = boundary
+        self._default_async = async_save
+        self._pending: _SaveJob | None = None
+        self._lock = threading.Lock()
+        atexit.register(self._at_exit)
+
+    # ------------------------------------------------------------------ ranks
+    @property
+    def rank(self) -> int:
+        return 0 if self._comm is None else int(self._comm.get_rank())
+
+    @property
+    def world_size(self) -> int:
+        return 1 if self._comm is None else int(self._comm.get_world_size())
+
+    def _gather(self, obj: Any) -> list[Any]:
+        if self._comm is None:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        self._comm.all_gather_object(out, obj)
+        return out
+
+    def _bcast(self, obj: Any) -> Any:
+        if self._comm is None:
+            return obj
+        box = [obj]
+        self._comm.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # ------------------------------------------------------------------ save
+    def save(
+        self,
+        directory: str,
+        tag: str,
+        state: ShardedStateDict,
+        *,
+        async_save: bool | None = None,
+    ) -> _Handle:
+        self.wait()  # the previous asynchronous save commits (or raises) first
+        use_async = self._default_async if async_save is None else async_save
+        _check_tag(tag)
+        _validate(state)
+        directory = os.path.abspath(directory)
+        tmp = os.path.join(directory, f".tmp-{tag}")
+        self._prepare(directory, tag, tmp)
+        job = _SaveJob(directory, tag, tmp)
+        step = state.objects.get("step", 0)
+        job.step = int(step) if isinstance(step, int) else 0
+        pieces, layout = _layout(state, copy=use_async)
+        objects = _pickle_bytes(state.objects) if self.rank == 0 else None
+        rank_objects = _pickle_bytes(state.rank_objects)
+        if not use_async:
+            job.result = self._write(job, pieces, layout, objects, rank_objects)
+            self._finish(job)
+            return _Handle(self, None)
+
+        def work() -> None:
+            job.result = self._write(job, pieces, layout, objects, rank_objects)
+            if self._comm is None:
+                self._commit_guarded(job)
+
+        job.thread = threading.Thread(target=work, name=f"ds-ckpt-save-{tag}", daemon=True)
+        with self._lock:
+            self._pending = job
+        job.thread.start()
+        return _Handle(self, job)
+
+    def _prepare(self, directory: str, tag: str, tmp: str) -> None:
+        err: str | None = None
+        if self.rank == 0:
+            try:
+                os.makedirs(directory, exist_ok=True)
+                if self._boundary is not None and os.path.isdir(os.path.join(directory, tag)):
+                    self._boundary.require("overwrite_checkpoint", os.path.join(directory, tag))
+                if os.path.exists(tmp):
+                    shutil.rmtree(tmp)  # left by a save that crashed before its commit
+                os.makedirs(tmp)
+            except Exception as exc:
+                err = f"{type(exc).__name__}: {exc}"
+                if self._comm is None:
+                    raise
+        err = self._bcast(err)
+        if err is not None:
+            raise CheckpointError(f"rank 0 could not prepare checkpoint {tag!r}: {err}")
+
+    def _write(
+        self,
+        job: _SaveJob,
+        pieces: list[tuple[int, torch.Tensor]],
+        layout: dict[str, dict[str, Any]],
+        objects: bytes | None,
+        rank_objects: bytes,
+    ) -> dict[str, Any]:
+        """Write this rank's files into the temporary directory; never raises (errors travel)."""
+        rank, world = self.rank, self.world_size
+        try:
+            files: dict[str, dict[str, Any]] = {}
+            shard = fmt.shard_file(rank, world)
+            sha = self._writer.write(os.path.join(job.tmp, shard), pieces, self._checksum)
+            size = pieces[-1][0] + int(pieces[-1][1].numel()) if pieces else 0
+            files[shard] = {"bytes": size, "sha256": sha}
+            blobs = [(fmt.rank_objects_file(rank), rank_objects)]
+            if objects is not None:
+                blobs.append((fmt.OBJECTS, objects))
+            for name, data in blobs:
+                path = os.path.join(job.tmp, name)
+                with open(path, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                digest = hashlib.sha256(data).hexdigest() if self._checksum else None
+                files[name] = {"bytes": len(data), "sha256": digest}
+            for entry in layout.values():
+                entry["file"] = shard
+            return {"ok": True, "files": files, "layout": layout}
+        except BaseException as exc:  # reported to every rank by the commit step
+            return {"ok": False, "error": f"rank {rank}: {type(exc).__name__}: {exc}"}
+
+    def _finish(self, job: _SaveJob) -> None:
+        if job.thread is not None:
+            job.thread.join()
+        with self._lock:
+            if self._pending is job:
+                self._pending = None
+        if not job.committed and job.error is None:
+            self._commit_guarded(job)
+        if job.error is not None:
+            err, job.error = job.error, None  # raised once, on the first wait
+            job.committed = True
+            raise err
+
+    def _commit_guarded(self, job: _SaveJob) -> None:
+        try:
+            self._commit(job)
+        except BaseException as exc:
+            job.error = exc
+        job.committed = job.error is None
+
+    def _commit(self, job: _SaveJob) -> None:
+        assert job.result is not None
+        results = self._gather(job.result)
+        errors = [r["error"] for r in results if not r["ok"]]
+        status: str | None = None
+        if self.rank == 0:
+            if errors:
+                shutil.rmtree(job.tmp, ignore_errors=True)
+                status = "; ".join(errors)
+            else:
+                try:
+                    self._publish(job, results)
+                except Exception as exc:
+                    status = f"rank 0 commit: {type(exc).__name__}: {exc}"
+        status = self._bcast(status)
+        if status is not None:
+            raise CheckpointError(
+                f"checkpoint {job.tag!r} in {job.directory} was not saved ({status}); "
+                "the previous checkpoint is untouched"
+            )
+
+    def _publish(self, job: _SaveJob, results: list[dict[str, Any]]) -> None:
+        """Rank 0: write the manifest, make everything durable, rename, update ``latest``."""
+        tensors: dict[str, dict[str, Any]] = {}
+        files: dict[str, Any] = {}
+        for r in results:
+            files.update(r["files"])
+            for name, entry in r["layout"].items():
+                t = tensors.setdefault(
+                    name, {"shape": entry["shape"], "dtype": entry["dtype"], "shards": []}
+                )
+                if t["shape"] != entry["shape"] or t["dtype"] != entry["dtype"]:
+                    raise CheckpointError(
+                        f"ranks disagree on tensor {name!r}: shape/dtype {t['shape']}/{t['dtype']} "
+                        f"vs {entry['shape']}/{entry['dtype']}"
+                    )
+                t["shards"].append(
+                    fmt.ShardEntry(
+                        entry["file"], entry["offset"], entry["numel"], entry["byte_offset"]
+                    ).to_json()
+                )
+        for t in tensors.values():
+            t["shards"].sort(key=lambda s: (s["offset"], s["file"]))
+        head = None
+        if self._ledger is not None:
+            head = asdict(self._ledger.tree_head())
+        manifest = {
+            "format": fmt.FORMAT_NAME,
+            "format_version": fmt.FORMAT_VERSION,
+            "tag": job.tag,
+            "world_size": self.world_size,
+            "ds_version": _ds_version(),
+            "tensors": tensors,
+            "files": files,
+            "ledger_head": head,
+        }
+        data = fmt.encode_manifest(manifest)
+        with open(os.path.join(job.tmp, fmt.MANIFEST), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_path(job.tmp)
+        final = os.path.join(job.directory, job.tag)
+        old = os.path.join(job.directory, f".old-{job.tag}")
+        if os.path.exists(final):
+            if os.path.exists(old):
+                shutil.rmtree(old)
+            os.rename(final, old)  # readers fall back to .old-<tag> if a crash lands here
+        os.rename(job.tmp, final)
+        fsync_path(job.directory)
+        atomic_write_bytes(os.path.join(job.directory, fmt.LATEST), job.tag.encode())
+        if os.path.exists(old):
+            shutil.rmtree(old)
+        manifest_sha = hashlib.sha256(data).hexdigest()
+        shard_sha = {name: str(f["sha256"]) for name, f in files.items() if f["sha256"]}
+        duration = time.perf_counter() - job.started
+        written = sum(int(f["bytes"]) for f in files.values()) + len(data)
+        if self._ledger is not None:
+            self._ledger.record_training_event(
+                "checkpoint_save",
+                {
+                    "directory": job.directory,
+                    "tag": job.tag,
+                    "step": _step_of(job),
+                    "manifest_sha256": manifest_sha,
+                    "shard_sha256": shard_sha,
+                    "bytes": written,
+                },
+            )
+        if self._events is not None:
+            from ds.interfaces.telemetry import CheckpointEvent
+
+            self._events.publish(
+                CheckpointEvent(
+                    "save",
+                    job.directory,
+                    job.tag,
+                    _step_of(job),
+                    shard_sha,
+                    manifest_sha,
+                    written,
+                    duration,
+                )
+            )
+        log.info("checkpoint saved", tag=job.tag, directory=job.directory, bytes=written)
+
+    def wait(self) -> None:
+        with self._lock:
+            job = self._pending
+        if job is not None:
+            self._finish(job)
+
+    def _at_exit(self) -> None:
+        try:
+            self.wait()
+        except Exception as exc:  # at interpreter exit there is no caller left to raise to
+            log.error("asynchronous checkpoint save failed at exit", error=str(exc))
+
+    # ------------------------------------------------------------------ load
+    def latest_tag(self, directory: str) -> str | None:
+        path = os.path.join(directory, fmt.LATEST)
+        try:
+            with open(path, encoding="utf-8") as f:
+                tag = f.read().strip()
+        except FileNotFoundError:
+            return None
+        return tag or None
+
+    def checkpoint_dir(self, directory: str, tag: str | None) -> str:
+        if tag is None:
+            tag = self.latest_tag(directory)
+            if tag is None:
+                raise CheckpointError(
+                    f"no checkpoint in {directory} (no 'latest' file); pass a tag or save first"
+                )
+        _check_tag(tag)
+        path = os.path.join(directory, tag)
+        if not os.path.isdir(path):
+            old = os.path.join(directory, f".old-{tag}")
+            if os.path.isdir(old):  # a crash interrupted an overwrite between its two renames
+                return old
+            raise CheckpointError(f"checkpoint {tag!r} not found in {directory}")
+        return path
+
+    def manifest(self, directory: str, tag: str | None = None) -> dict[str, Any]:
+        path = os.path.join(self.checkpoint_dir(directory, tag), fmt.MANIFEST)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError as exc:
+            raise CheckpointError(f"{path} is missing; the checkpoint is incomplete") from exc
+        return fmt.decode_manifest(data, path)
+
+    def metadata(self, directory: str, tag: str | None = None) -> Mapping[str, TensorMeta]:
+        return tensor_metas(self.manifest(directory, tag))
+
+    def load(
+        self,
+        directory: str,
+        tag: str | None,
+        requests: Sequence[LoadRequest],
+        *,
+        rank_objects: bool = True,
+    ) -> ShardedStateDict:
+        root = self.checkpoint_dir(directory, tag)
+        manifest = self.manifest(directory, tag)
+        metas = tensor_metas(manifest)
+        out = ShardedStateDict()
+        files = FileCache(root)
+        try:
+            for req in requests:
+                if req.name not in metas:
+                    read_range(manifest, files, req.name, req.offset, req.numel)  # names the error
+                local = read_range(manifest, files, req.name, req.offset, req.numel)
+                out.tensors[req.name] = ShardedTensor(metas[req.name], req.offset, local)
+        finally:
+            files.close()
+        out.objects = _load_pickle(os.path.join(root, fmt.OBJECTS))
+        if rank_objects:
+            if self.rank < int(manifest["world_size"]):
+                out.rank_objects = _load_pickle(
+                    os.path.join(root, fmt.rank_objects_file(self.rank))
+                )
+            else:
+                log.warning(
+                    "no per-rank objects for this rank: checkpoint written by fewer ranks",
+                    rank=self.rank,
+                    saved_world_size=manifest["world_size"],
+                )
+        if self._events is not None:
+            from ds.interfaces.telemetry import CheckpointEvent
+
+            step = out.objects.get("step", 0) if isinstance(out.objects, dict) else 0
+            self._events.publish(
+                CheckpointEvent("load", os.path.abspath(directory), manifest["tag"], int(step or 0))
+            )
+        return out
+
+    def verify(self, directory: str, tag: str | None = None) -> list[str]:
+        """Re-hash every file against the manifest; returns the problems found (empty = intact)."""
+        root = self.checkpoint_dir(directory, tag)
+        manifest = self.manifest(directory, tag)
+        problems: list[str] = []
+        for name, info in sorted(manifest["files"].items()):
+            path = os.path.join(root, name)
+            if not os.path.exists(path):
+                problems.append(f"{name}: missing")
+                continue
+            size = os.path.getsize(path)
+            if size != int(info["bytes"]):
+                problems.append(f"{name}: {size} bytes on disk, manifest says {info['bytes']}")
+                continue
+            if info.get("sha256") and _sha256_file(path) != info["sha256"]:
+                problems.append(f"{name}: SHA-256 differs from the manifest (content changed)")
+        return problems
+
+
+def _load_pickle(path: str) -> dict[str, Any]:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False)
+    except FileNotFoundError as exc:
+        raise CheckpointError(f"{path} is missing; the checkpoint is incomplete") from exc
+    return dict(obj)
+
+
+def _step_of(job: _SaveJob) -> int:
+    return job.step
+
+
+def _check_tag(tag: str) -> None:
+    if not tag or "/" in tag or tag.startswith(".") or tag == fmt.LATEST or "\\" in tag:
+        raise CheckpointError(
+            f"checkpoint tag {tag!r} is not usable as a directory name; use e.g. 'global_step100'"
+        )
+
+
+def _validate(state: ShardedStateDict) -> None:
+    for key, st in state.tensors.items():
+        if key != st.meta.name:
+            raise CheckpointError(f"state.tensors[{key!r}] holds a shard of {st.meta.name!r}")
+        if st.local.dim() != 1:
+            raise CheckpointError(
+                f"shard of {key!r} must be 1-D (flattened elements), got shape {list(st.local.shape)}"
+            )
+        if dtype_name(st.local.dtype) != st.meta.dtype:
+            raise CheckpointError(
+                f"shard of {key!r} has dtype {dtype_name(st.local.dtype)}, meta says {st.meta.dtype}"
+            )
+        if st.offset < 0 or st.stop > st.meta.numel:
+            raise CheckpointError(
+                f"shard of {key!r} covers [{st.offset}, {st.stop}) outside its {st.meta.numel} "
+                "elements"
+            )
+
+
+def _layout(
+    state: ShardedStateDict, copy: bool
+) -> tuple[list[tuple[int, torch.Tensor]], dict[str, dict[str, Any]]]:
+    """Byte layout of this rank's shard file: tensors by name, each 64-byte aligned.
+
+    ``copy`` stages every shard in host memory (asynchronous saves) so the caller may keep training.
+    """
+    pieces: list[tuple[int, torch.Tensor]] = []
+    layout: dict[str, dict[str, Any]] = {}
+    pos = 0
+    for name in sorted(state.tensors):
+        st = state.tensors[name]
+        local = st.local.detach()
+        if local.device.type != "cpu":
+            local = local.to("cpu")  # a fresh host copy already
+        elif copy:
+            local = local.clone()
+        local = local.contiguous()
+        raw = local.view(torch.uint8) if local.numel() else torch.empty(0, dtype=torch.uint8)
+        pos = fmt.align_up(pos)
+        pieces.append((pos, raw))
+        layout[name] = {
+            "shape": list(st.meta.shape),
+            "dtype": st.meta.dtype,
+            "offset": st.offset,
+            "numel": int(local.numel()),
+            "byte_offset": pos,
+        }
+        pos += int(raw.numel())
+    return pieces, layout
