@@ -1,0 +1,260 @@
+"""Loading a config (path, dict or JSON string) into one validated model, with one error report."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ds.interfaces.errors import ConfigError
+from ds.zero.config.model import DsConfig, ResolvedConfig
+from ds.zero.config.suggest import closest
+from ds.zero.config.unimplemented import TOP_LEVEL, ZERO_KEYS_DEFAULTS
+
+
+class UnimplementedConfigWarning(UserWarning):
+    """A config sets DeepSpeed keys that ds accepts but does not act on yet."""
+
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | DsConfig
+
+
+def load_config(source: ConfigSource) -> DsConfig:
+    """Validate a config given as a path to a JSON file, a dict, a JSON string or a DsConfig.
+
+    Every problem is reported in one :class:`ConfigError`, each line naming its dotted key.
+    """
+    if isinstance(source, DsConfig):
+        return source
+    data = _read(source)
+    try:
+        cfg = DsConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_report(exc)) from None
+    _warn_unimplemented(data)
+    return cfg
+
+
+def _read(source: ConfigSource) -> dict[str, Any]:
+    if isinstance(source, Mapping):
+        return dict(source)
+    text = os.fspath(source)
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config JSON string is malformed: {exc}") from None
+    else:
+        path = Path(text)
+        if not path.is_file():
+            raise ConfigError(
+                f"config file {text!r} does not exist; pass a path to a JSON file, a dict or a "
+                "JSON string"
+            )
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"config file {text!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _known_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    current: type[BaseModel] | None = model
+    for part in path:
+        if current is None:
+            return []
+        field = current.model_fields.get(str(part))
+        if field is None:
+            for candidate in current.model_fields.values():
+                choices = getattr(candidate.validation_alias, "choices", ()) or ()
+                if part in choices or candidate.alias == part:
+                    field = candidate
+                    break
+        if field is None:
+            return []
+        current = _model_of(field.annotation)
+    if current is None:
+        return []
+    keys: list[str] = []
+    for name, field in current.model_fields.items():
+        keys.append(field.alias or name)
+        keys.extend(str(c) for c in (getattr(field.validation_alias, "choices", ()) or ()))
+        keys.append(name)
+    if current is DsConfig:
+        keys.append("bfloat16")
+    return sorted(set(keys))
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _report(exc: ValidationError) -> str:
+    lines: list[str] = []
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        # Union members each report the same bad value; keep the first line per key.
+        clean = tuple(
+            p
+            for p in loc
+            if not (
+                isinstance(p, str)
+                and (
+                    p in ("int", "float", "bool", "str", "none")
+                    or p.startswith(("literal[", "function-", "dict[", "list["))
+                )
+            )
+        )
+        key = ".".join(str(p) for p in clean) or "<top level>"
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            hint = closest(str(clean[-1]), _known_keys(DsConfig, clean[:-1]))
+            where = ".".join(str(p) for p in clean[:-1]) or "the top level"
+            line = f"{key}: unknown key in {where}{hint}"
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            value = err.get("input")
+            shown = "" if isinstance(value, dict) else f" (got {value!r})"
+            line = f"{key}: {msg}{shown}"
+        if key in seen and kind != "extra_forbidden":
+            continue
+        seen.add(key)
+        lines.append(line)
+    count = len(lines)
+    head = f"invalid ds config: {count} problem{'s' if count != 1 else ''}"
+    return head + "\n  - " + "\n  - ".join(lines)
+
+
+def _warn_unimplemented(data: Mapping[str, Any]) -> None:
+    names: list[str] = []
+    for key in sorted(TOP_LEVEL & set(data)):
+        value = data[key]
+        if value in (None, False) or (isinstance(value, dict) and value.get("enabled") is False):
+            continue
+        names.append(key)
+    zero = data.get("zero_optimization") or {}
+    if isinstance(zero, dict):
+        for key, default in ZERO_KEYS_DEFAULTS.items():
+            if key in zero and zero[key] != default:
+                names.append(f"zero_optimization.{key}")
+    if names:
+        warnings.warn(
+            "ds accepts but does not act on these DeepSpeed config keys yet: "
+            + ", ".join(names)
+            + "; training proceeds without them",
+            UnimplementedConfigWarning,
+            stacklevel=3,
+        )
+
+
+def resolve(cfg: DsConfig, world_size: int, *, hidden_size: int | None = None) -> ResolvedConfig:
+    """Resolve the batch triad and "auto" values for ``world_size`` data-parallel ranks."""
+    problems: list[str] = []
+    train, micro, gas = _triad(cfg, world_size, problems)
+    clip = cfg.gradient_clipping
+    if clip == "auto":
+        problems.append(
+            "gradient_clipping: 'auto' is filled by a framework integration (HF Trainer); none "
+            "did, so set a number (0 disables clipping)"
+        )
+        clip = 0.0
+    buckets: dict[str, int] = {}
+    for key in ("reduce_bucket_size", "allgather_bucket_size"):
+        value = getattr(cfg.zero_optimization, key)
+        if value == "auto":
+            if hidden_size is None:
+                problems.append(
+                    f"zero_optimization.{key}: 'auto' needs the model's hidden size, which could "
+                    "not be inferred; set a number of elements (e.g. 5e8)"
+                )
+                value = 500_000_000
+            else:
+                value = hidden_size * hidden_size
+        buckets[key] = int(value)
+    if cfg.optimizer is not None:
+        autos = [k for k, v in cfg.optimizer.params.items() if v == "auto"]
+        if autos:
+            problems.append(
+                "optimizer.params: " + ", ".join(autos) + " are 'auto' but nothing filled them; "
+                "set numbers (framework integrations fill them from their own arguments)"
+            )
+    if problems:
+        raise ConfigError(
+            f"invalid ds config for world size {world_size}: {len(problems)} problem"
+            f"{'s' if len(problems) != 1 else ''}\n  - " + "\n  - ".join(problems)
+        )
+    return ResolvedConfig(
+        raw=cfg,
+        world_size=world_size,
+        train_batch_size=train,
+        train_micro_batch_size_per_gpu=micro,
+        gradient_accumulation_steps=gas,
+        gradient_clipping=float(clip),
+        reduce_bucket_size=buckets["reduce_bucket_size"],
+        allgather_bucket_size=buckets["allgather_bucket_size"],
+    )
+
+
+def _triad(cfg: DsConfig, world: int, problems: list[str]) -> tuple[int, int, int]:
+    def given(v: Any) -> int | None:
+        return v if isinstance(v, int) else None
+
+    train = given(cfg.train_batch_size)
+    micro = given(cfg.train_micro_batch_size_per_gpu)
+    gas = given(cfg.gradient_accumulation_steps)
+    if train is not None and micro is not None and gas is not None:
+        if train != micro * gas * world:
+            problems.append(
+                f"batch sizes are inconsistent: train_batch_size={train} must equal "
+                f"train_micro_batch_size_per_gpu ({micro}) x gradient_accumulation_steps ({gas}) "
+                f"x world size ({world}) = {micro * gas * world}"
+            )
+        return train, micro, gas
+    if train is not None and micro is not None:
+        if train % (micro * world):
+            problems.append(
+                f"train_batch_size={train} is not divisible by train_micro_batch_size_per_gpu "
+                f"({micro}) x world size ({world}) = {micro * world}; gradient_accumulation_steps "
+                "would not be an integer"
+            )
+            return train, micro, 1
+        return train, micro, train // (micro * world)
+    if train is not None and gas is not None:
+        if train % (gas * world):
+            problems.append(
+                f"train_batch_size={train} is not divisible by gradient_accumulation_steps ({gas}) "
+                f"x world size ({world}) = {gas * world}; the micro-batch would not be an integer"
+            )
+            return train, 1, gas
+        return train, train // (gas * world), gas
+    if micro is not None:
+        gas = gas or 1
+        return micro * gas * world, micro, gas
+    if train is not None:
+        if train % world:
+            problems.append(
+                f"train_batch_size={train} is not divisible by the world size ({world}); set "
+                "train_micro_batch_size_per_gpu"
+            )
+            return train, 1, 1
+        return train, train // world, 1
+    problems.append(
+        "batch size: set train_batch_size or train_micro_batch_size_per_gpu (either, with "
+        "gradient_accumulation_steps optional, determines the other)"
+    )
+    return 1, 1, 1

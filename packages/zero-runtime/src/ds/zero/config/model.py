@@ -1,0 +1,191 @@
+"""The top-level config model (``DsConfig``) and its resolved, frozen form (``ResolvedConfig``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from ds.zero.config.sections import (
+    ActivationCheckpointingConfig,
+    AioConfig,
+    BF16Config,
+    CheckpointConfig,
+    CommsLoggerConfig,
+    FP16Config,
+    MonitorSection,
+    OptimizerConfig,
+    SchedulerConfig,
+    Section,
+    WandbConfig,
+    ZeroConfig,
+)
+from ds.zero.config.types import Int, IntOrAuto
+
+
+class DsConfig(Section):
+    """A DeepSpeed-compatible training config (the JSON users already have)."""
+
+    train_batch_size: IntOrAuto | None = None
+    train_micro_batch_size_per_gpu: IntOrAuto | None = None
+    gradient_accumulation_steps: IntOrAuto | None = None
+    steps_per_print: Int | None = Field(10, ge=1)
+    wall_clock_breakdown: bool = False
+    gradient_clipping: float | Literal["auto"] = Field(0.0)
+    prescale_gradients: bool = False
+    gradient_predivide_factor: float = Field(1.0, gt=0.0)
+    communication_data_type: (
+        Literal["fp32", "fp16", "bf16", "float32", "float16", "bfloat16"] | None
+    ) = None
+    fp16: FP16Config = Field(default_factory=FP16Config)
+    bf16: BF16Config = Field(default_factory=BF16Config, alias="bf16")
+    optimizer: OptimizerConfig | None = None
+    scheduler: SchedulerConfig | None = None
+    zero_optimization: ZeroConfig = Field(default_factory=ZeroConfig)
+    zero_allow_untested_optimizer: bool = False
+    activation_checkpointing: ActivationCheckpointingConfig = Field(
+        default_factory=ActivationCheckpointingConfig
+    )
+    aio: AioConfig = Field(default_factory=AioConfig)
+    comms_logger: CommsLoggerConfig = Field(default_factory=CommsLoggerConfig)
+    csv_monitor: MonitorSection = Field(default_factory=MonitorSection)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    seed: Int | None = None
+
+    # Documented DeepSpeed sections ds accepts without acting on (see unimplemented.py).
+    amp: dict[str, Any] | None = None
+    autotuning: dict[str, Any] | None = None
+    comet: dict[str, Any] | None = None
+    compile: dict[str, Any] | None = None
+    compression_training: dict[str, Any] | None = None
+    curriculum_learning: dict[str, Any] | None = None
+    data_efficiency: dict[str, Any] | None = None
+    data_types: dict[str, Any] | None = None
+    dataloader_drop_last: bool | None = None
+    disable_allgather: bool | None = None
+    dump_state: bool | None = None
+    eigenvalue: dict[str, Any] | None = None
+    elasticity: dict[str, Any] | None = None
+    flops_profiler: dict[str, Any] | None = None
+    graph_harvesting: bool | None = None
+    hybrid_engine: dict[str, Any] | None = None
+    memory_breakdown: bool | None = None
+    nebula: dict[str, Any] | None = None
+    pipeline: dict[str, Any] | None = None
+    progressive_layer_drop: dict[str, Any] | None = None
+    quantize_training: dict[str, Any] | None = None
+    sequence_parallel_size: Int | None = None
+    seq_parallel_communication_data_type: str | None = None
+    sparse_attention: dict[str, Any] | None = None
+    sparse_gradients: bool | None = None
+    tensor_parallel: dict[str, Any] | None = None
+    tensorboard: MonitorSection | None = None
+    timers: dict[str, Any] | None = None
+    torch_autocast: dict[str, Any] | None = None
+    use_data_before_expert_parallelism: bool | None = None
+    wandb: WandbConfig | None = None
+    weight_quantization: dict[str, Any] | None = None
+    zero_force_ds_cpu_optimizer: bool | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bfloat16_alias(cls, data: Any) -> Any:
+        # DeepSpeed accepts "bfloat16" as an older spelling of the "bf16" section.
+        if isinstance(data, dict) and "bfloat16" in data:
+            data = dict(data)
+            if "bf16" in data:
+                raise ValueError("give either 'bf16' or its older spelling 'bfloat16', not both")
+            data["bf16"] = data.pop("bfloat16")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DsConfig:
+        problems: list[str] = []
+        if self.fp16.enabled is True and self.bf16.enabled is True:
+            problems.append("fp16.enabled and bf16.enabled are both true; enable at most one")
+        zero = self.zero_optimization
+        offload = zero.offload_optimizer_device
+        if offload != "none":
+            if zero.stage == 0:
+                problems.append(
+                    f"zero_optimization.offload_optimizer.device={offload!r} needs ZeRO stage 1, "
+                    "2 or 3; set zero_optimization.stage"
+                )
+            if offload == "nvme" and zero.stage != 3:
+                problems.append(
+                    "zero_optimization.offload_optimizer.device='nvme' needs ZeRO stage 3"
+                )
+            if offload == "nvme" and not zero.offload_optimizer.nvme_path:  # type: ignore[union-attr]
+                problems.append(
+                    "zero_optimization.offload_optimizer.nvme_path is required for nvme"
+                )
+            if self.optimizer is not None and self.optimizer.type not in (
+                "adam",
+                "adamw",
+                "adagrad",
+                "lion",
+            ):
+                problems.append(
+                    f"zero_optimization.offload_optimizer runs the optimizer on the host with the "
+                    f"ds-ops-kernels CPU kernels, which provide Adam, AdamW, Adagrad and Lion, not "
+                    f"{self.optimizer.type!r}"
+                )
+        if zero.offload_param_device != "none" and zero.stage != 3:
+            problems.append(
+                f"zero_optimization.offload_param.device={zero.offload_param_device!r} needs ZeRO "
+                "stage 3; parameters are only partitioned there"
+            )
+        for key in ("reduce_bucket_size", "allgather_bucket_size"):
+            value = getattr(zero, key)
+            if isinstance(value, int) and value <= 0:
+                problems.append(f"zero_optimization.{key} must be positive, got {value}")
+        if isinstance(self.gradient_clipping, float) and self.gradient_clipping < 0:
+            problems.append(
+                f"gradient_clipping must be >= 0 (0 disables), got {self.gradient_clipping}"
+            )
+        for key in (
+            "train_batch_size",
+            "train_micro_batch_size_per_gpu",
+            "gradient_accumulation_steps",
+        ):
+            value = getattr(self, key)
+            if isinstance(value, int) and value <= 0:
+                problems.append(f"{key} must be a positive integer, got {value}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def precision(self) -> Literal["fp32", "fp16", "bf16"]:
+        if self.fp16.enabled is True:
+            return "fp16"
+        if self.bf16.enabled is True:
+            return "bf16"
+        return "fp32"
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """The config after "auto" values and the batch triad are resolved for one world size."""
+
+    raw: DsConfig = field(repr=False)
+    world_size: int
+    train_batch_size: int
+    train_micro_batch_size_per_gpu: int
+    gradient_accumulation_steps: int
+    gradient_clipping: float
+    reduce_bucket_size: int
+    allgather_bucket_size: int
+
+    @property
+    def zero(self) -> ZeroConfig:
+        return self.raw.zero_optimization
+
+    @property
+    def stage(self) -> int:
+        return int(self.raw.zero_optimization.stage)
+
+    @property
+    def precision(self) -> Literal["fp32", "fp16", "bf16"]:
+        return self.raw.precision

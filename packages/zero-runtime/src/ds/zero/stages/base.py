@@ -1,0 +1,180 @@
+"""The contract between the training engine and a ZeRO stage.
+
+The engine owns the training loop (micro-steps, loss scaling, clipping policy, LR schedule,
+telemetry, checkpoint files); a :class:`ZeroStrategy` owns where parameters, gradients and optimizer
+state live and how they move between ranks. Stages 0, 1 and 2 live in this package; stage 3
+implements the same class and is selected by ``zero_optimization.stage``.
+
+One optimizer step, as the engine drives it::
+
+    strategy.begin_micro_step(boundary)     # before each backward: will grads be reduced now?
+    loss.backward()                         # the strategy's autograd hooks reduce buckets
+    strategy.end_backward()                 # flush the last buckets, wait for all collectives
+    ... (repeat for each micro-batch) ...
+    report = strategy.prepare_step(loss_scale, clip)  # unscale, overflow, global norm, clip
+    if not report.overflow:
+        strategy.step()                     # optimizer on this rank's partition, then gather
+    strategy.zero_grad()
+
+Rules every implementation follows:
+
+* Gradients are *averaged* over data-parallel ranks (divided by the world size) and summed over
+  micro-steps; the engine divides the loss by ``gradient_accumulation_steps`` itself.
+* ``prepare_step`` returns the same ``overflow`` and ``grad_norm`` on every rank (it reduces across
+  ranks when gradients are partitioned).
+* ``optimizer`` is a ``torch.optim.Optimizer`` whose ``param_groups`` mirror the user's groups
+  (same order, same hyper-parameters), so LR schedulers written for torch work unchanged.
+* ``state_dict`` returns the rank's shards as flat element ranges of logical tensors named
+  ``module.<param>`` (model-dtype weights), ``master.<param>`` (fp32 weights when they differ from
+  the module's) and ``optim.<state>.<param>`` (optimizer moments); ``load_state_dict`` accepts the
+  shards this rank asked for in ``load_requests``, whatever world size or stage wrote them.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
+    from ds.interfaces.comm import Communicator
+    from ds.interfaces.kernels import KernelProvider
+    from ds.zero.comm_stats import CommStats
+    from ds.zero.config import ResolvedConfig
+
+
+@dataclass
+class StrategyContext:
+    """Everything a strategy needs, handed over by the engine at construction."""
+
+    module: torch.nn.Module
+    # torch-style parameter groups: [{"params": [...named in ``param_names``], "lr": ..., ...}]
+    param_groups: list[dict[str, Any]]
+    param_names: dict[int, str]  # id(param) -> qualified name in ``module``
+    config: ResolvedConfig
+    # Builds the optimizer over the strategy's own tensors. Given groups shaped like
+    # ``param_groups`` (hyper-parameters kept, "params" replaced), it returns a torch optimizer.
+    optimizer_factory: Callable[[list[dict[str, Any]]], torch.optim.Optimizer]
+    comm: Communicator | None = None  # None: one process, nothing to reduce
+    group: Any = None  # the data-parallel process group (None: the world)
+    rank: int = 0
+    world_size: int = 1
+    kernels: KernelProvider | None = None  # needed for offload_optimizer.device="cpu"
+    device: Any = "cpu"
+    stats: CommStats | None = None  # collects time spent in collectives for telemetry
+
+
+@dataclass(frozen=True)
+class StepReport:
+    overflow: bool
+    grad_norm: float | None  # None when neither clipping nor reporting needed it
+
+
+@dataclass
+class MemoryReport:
+    """Bytes this rank holds for training state (by construction, not measured)."""
+
+    optimizer_state_bytes: int = 0
+    gradient_bytes: int = 0
+    master_weight_bytes: int = 0
+    parameter_bytes: int = 0
+    details: dict[str, int] = field(default_factory=dict)
+
+
+class ZeroStrategy(abc.ABC):
+    """A ZeRO stage: where training state lives and how it is reduced, stepped and gathered."""
+
+    stage: ClassVar[int]
+
+    def __init__(self, ctx: StrategyContext) -> None:
+        self.ctx = ctx
+
+    # -- the optimizer the engine and LR schedulers see ------------------------------------------
+    @property
+    @abc.abstractmethod
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    # -- backward --------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def begin_micro_step(self, boundary: bool) -> None:
+        """Called before each backward; ``boundary`` is False inside ``no_sync`` and on all but the
+        last micro-step of an accumulation window (gradients then accumulate locally, unreduced,
+        where the stage can afford it)."""
+
+    @abc.abstractmethod
+    def end_backward(self) -> None:
+        """Called after each backward: launch what is left and wait for every reduction."""
+
+    # -- step ------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def local_grad_shards(self) -> Sequence[torch.Tensor]:
+        """The reduced gradients this rank holds (its partitions, or everything at stage 0)."""
+
+    @property
+    def grads_partitioned(self) -> bool:
+        """True when ranks hold disjoint gradient shards (norms and overflow need a reduction)."""
+        return self.stage >= 1
+
+    def prepare_step(self, loss_scale: float, clip: float, check_overflow: bool) -> StepReport:
+        """Unscale gradients, detect overflow on any rank, compute the global norm and clip."""
+        import torch
+
+        from ds.interfaces.comm import ReduceOp
+
+        shards = [g for g in self.local_grad_shards() if g.numel()]
+        sq = torch.zeros((), dtype=torch.float64)
+        for g in shards:
+            sq += g.double().pow(2).sum() if g.dtype != torch.float64 else g.pow(2).sum()
+        # One float64 reduction carries the squared norm; inf/nan in any rank's gradients makes
+        # the sum non-finite everywhere, which is the cross-rank overflow signal.
+        if self.grads_partitioned and self.ctx.comm is not None and self.ctx.world_size > 1:
+            self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.group))  # type: ignore[union-attr]
+        total = float(sq)
+        overflow = not math.isfinite(total)
+        if overflow and not check_overflow:
+            overflow = False
+        if overflow:
+            return StepReport(True, None)
+        norm = math.sqrt(total) / loss_scale
+        factor = 1.0 / loss_scale
+        if clip > 0.0 and norm > clip:
+            factor *= clip / (norm + 1e-6)
+        if factor != 1.0:
+            for g in shards:
+                g.mul_(factor)
+        return StepReport(False, norm)
+
+    @abc.abstractmethod
+    def step(self) -> None:
+        """Run the optimizer on this rank's partition and make the module's weights current."""
+
+    @abc.abstractmethod
+    def zero_grad(self) -> None: ...
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def state_dict(self) -> ShardedStateDict: ...
+
+    @abc.abstractmethod
+    def load_requests(self, metadata: dict[str, TensorMeta]) -> list[LoadRequest]: ...
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: ShardedStateDict) -> None: ...
+
+    # -- introspection ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def memory_report(self) -> MemoryReport: ...
+
+    def release(self) -> None:  # noqa: B027 - optional hook
+        """Remove hooks and free buffers (engine teardown)."""
+
+    def _timed(self, fn: Callable[[], Any]) -> Any:
+        stats = self.ctx.stats
+        if stats is None:
+            return fn()
+        return stats.time(fn)
