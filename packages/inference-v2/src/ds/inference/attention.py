@@ -1,0 +1,110 @@
+"""Paged attention over the blocked KV cache, in PyTorch (the reference, any device).
+
+Cache layout per layer: ``k_cache``/``v_cache`` of shape [num_blocks, block_size, kv_heads, head_dim].
+Every query token attends causally to its own sequence's cached tokens (the current forward's
+keys are written to the cache before attention runs).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ds.inference.ragged import RaggedBatch
+
+
+def write_kv(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    nb, bs, kvh, d = k_cache.shape
+    k_cache.view(nb * bs, kvh, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(nb * bs, kvh, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    ctx: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence: gather every sequence's blocks at once, mask the tail."""
+    s, h, d = q.shape
+    _, bs, kvh, _ = k_cache.shape
+    max_ctx = int(ctx.max())
+    nblk = -(-max_ctx // bs)
+    idx = tables[:, :nblk].long()
+    k = k_cache[idx].reshape(s, nblk * bs, kvh, d).float()
+    v = v_cache[idx].reshape(s, nblk * bs, kvh, d).float()
+    qg = q.float().reshape(s, kvh, h // kvh, d)
+    scores = torch.einsum("skgd,sckd->skgc", qg, k) * scale
+    valid = torch.arange(nblk * bs, device=q.device)[None, :] < ctx[:, None]
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("skgc,sckd->skgd", probs, v)
+    return out.reshape(s, h, d).to(q.dtype)
+
+
+def _prefill_one(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    blocks: torch.Tensor,
+    ctx: int,
+    scale: float,
+) -> torch.Tensor:
+    """Queries of one sequence (the last ``q.shape[0]`` positions of its ``ctx`` tokens)."""
+    n, h, d = q.shape
+    _, bs, kvh, _ = k_cache.shape
+    nblk = -(-ctx // bs)
+    idx = blocks[:nblk].long()
+    k = k_cache[idx].reshape(nblk * bs, kvh, d)[:ctx].transpose(0, 1)
+    v = v_cache[idx].reshape(nblk * bs, kvh, d)[:ctx].transpose(0, 1)
+    qt = q.transpose(0, 1)
+    if n == ctx:
+        out = F.scaled_dot_product_attention(
+            qt, k.to(q.dtype), v.to(q.dtype), is_causal=True, scale=scale, enable_gqa=kvh != h
+        )
+    else:
+        qpos = torch.arange(ctx - n, ctx, device=q.device)
+        mask = torch.arange(ctx, device=q.device)[None, :] <= qpos[:, None]
+        out = F.scaled_dot_product_attention(
+            qt, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=kvh != h
+        )
+    return out.transpose(0, 1)
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    batch: RaggedBatch,
+    scale: float,
+) -> torch.Tensor:
+    """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
+    if batch.all_decode:
+        return _decode(q, k_cache, v_cache, batch.block_tables, batch.context_lens, scale)
+    out = torch.empty_like(q)
+    qlens = batch.query_lens
+    starts = batch.query_start.tolist()
+    ctxs = batch.context_lens.tolist()
+    decode_rows = [i for i, n in enumerate(qlens) if n == 1]
+    if decode_rows:
+        rows = torch.tensor(decode_rows, device=q.device)
+        tok = batch.query_start[rows]
+        out[tok] = _decode(
+            q[tok], k_cache, v_cache, batch.block_tables[rows], batch.context_lens[rows], scale
+        )
+    for i, n in enumerate(qlens):
+        if n == 1:
+            continue
+        a = starts[i]
+        out[a : a + n] = _prefill_one(
+            q[a : a + n], k_cache, v_cache, batch.block_tables[i], ctxs[i], scale
+        )
+    return out

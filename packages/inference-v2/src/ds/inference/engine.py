@@ -1,0 +1,198 @@
+"""The ragged inference engine: state manager + blocked KV cache + a model family."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ds.inference.allocator import BlockAllocator
+from ds.inference.config import EngineConfig
+from ds.inference.kv_cache import KVCache, bytes_per_block, resolve_num_blocks
+from ds.inference.models.loader import family_for, from_module, read_checkpoint
+from ds.inference.ragged import build_ragged_batch
+from ds.inference.state import StateManager
+from ds.interfaces.errors import InferenceError
+from ds.interfaces.inference import Capacity
+from ds.interfaces.logging import get_logger
+
+log = get_logger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Without an explicit size the cache holds this many full-length sequences.
+_DEFAULT_FULL_SEQUENCES = 8
+
+
+class InferenceEngineV2:
+    """Implements :class:`ds.interfaces.inference.InferenceEngine` over one model."""
+
+    def __init__(self, model: Any, config: EngineConfig, model_config: dict[str, Any]) -> None:
+        self.model = model
+        self.config = config
+        self.model_config = model_config
+        kv = config.kv_cache
+        kv_dtype = _DTYPES[kv.dtype] if kv.dtype else model.dtype
+        per_block = bytes_per_block(
+            model.num_layers, model.num_kv_heads, model.head_dim, kv.block_size, kv_dtype
+        )
+        default_tokens = config.state_manager.max_context * _DEFAULT_FULL_SEQUENCES
+        num_blocks = resolve_num_blocks(kv, per_block, default_tokens)
+        self.block_size = kv.block_size
+        self.cache = KVCache(
+            model.num_layers,
+            num_blocks,
+            kv.block_size,
+            model.num_kv_heads,
+            model.head_dim,
+            kv_dtype,
+            config.device,
+        )
+        self.allocator = BlockAllocator(num_blocks)
+        self.state = StateManager(
+            config.state_manager, self.allocator, kv.block_size, config.prefix_caching
+        )
+        log.debug("engine built", num_blocks=num_blocks, block_bytes=per_block)
+
+    # -- InferenceEngine protocol -------------------------------------------------------------
+    def put(self, uids: Sequence[int], tokens: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Run one forward over the new ``tokens`` of each sequence; last-token logits [S, V].
+
+        All-or-nothing: when the batch or the cache cannot take the request, InferenceError is
+        raised and no sequence changes.
+        """
+        self._validate(uids, tokens)
+        sm = self.state
+        need = 0
+        new = 0
+        for uid, toks in zip(uids, tokens):
+            seq = sm.get(uid)
+            seen, held = (seq.seen_tokens, len(seq.blocks)) if seq else (0, 0)
+            new += seq is None
+            if seen + len(toks) > sm.config.max_context:
+                raise InferenceError(
+                    f"sequence {uid} would hold {seen + len(toks)} tokens, more than "
+                    f"state_manager.max_context={sm.config.max_context}; raise max_context"
+                )
+            need += sm.blocks_needed(seen, held, len(toks))
+        if sm.active_sequences + new > sm.config.max_tracked_sequences:
+            raise InferenceError(
+                f"{new} new sequences would exceed state_manager.max_tracked_sequences="
+                f"{sm.config.max_tracked_sequences}; flush finished sequences first"
+            )
+        if need > self.allocator.free_blocks:
+            raise InferenceError(
+                f"KV cache cannot hold the request: {need} blocks needed, "
+                f"{self.allocator.free_blocks} free of {self.allocator.num_blocks}; flush "
+                "finished sequences, send fewer tokens, or enlarge kv_cache.num_blocks"
+            )
+        seqs = [sm.get_or_create(uid) for uid in uids]
+        for seq, toks in zip(seqs, tokens):
+            sm.reserve(seq, len(toks))
+        batch = build_ragged_batch(
+            tokens,
+            [s.seen_tokens for s in seqs],
+            [s.blocks for s in seqs],
+            self.block_size,
+            self.config.device,
+        )
+        with torch.inference_mode():
+            logits = self.model.forward(batch, self.cache)
+        for seq, toks in zip(seqs, tokens):
+            sm.commit(seq, toks)
+        return logits
+
+    def query(self, uid: int, max_request_tokens: int, max_request_blocks: int) -> tuple[int, int]:
+        """How many of ``max_request_tokens`` new tokens ``uid`` can take now, and the blocks
+        that costs (never more than ``max_request_blocks`` or the free blocks)."""
+        seq = self.state.get(uid)
+        seen, held = (seq.seen_tokens, len(seq.blocks)) if seq else (0, 0)
+        blocks = min(max_request_blocks, self.allocator.free_blocks)
+        room = (held + blocks) * self.block_size - seen
+        room = min(room, self.state.config.max_context - seen)
+        n = max(0, min(max_request_tokens, room))
+        return n, self.state.blocks_needed(seen, held, n)
+
+    def flush(self, uid: int) -> None:
+        self.state.flush(uid)
+
+    def capacity(self) -> Capacity:
+        return Capacity(
+            free_blocks=self.allocator.free_blocks,
+            total_blocks=self.allocator.num_blocks,
+            block_size=self.block_size,
+            active_sequences=self.state.active_sequences,
+            max_sequences=self.state.config.max_tracked_sequences,
+        )
+
+    # -- extras -------------------------------------------------------------------------------
+    def match_prefix(self, uid: int, prompt: Sequence[int]) -> int:
+        """Reuse cached blocks for a new sequence's prompt; returns tokens already cached."""
+        return self.state.match_prefix(uid, prompt)
+
+    def seen_tokens(self, uid: int) -> int:
+        seq = self.state.get(uid)
+        return seq.seen_tokens if seq else 0
+
+    def kv_utilisation(self) -> float:
+        """Cached tokens of live sequences / slots of the blocks they hold (1.0 = no waste)."""
+        tokens = 0
+        blocks: set[int] = set()
+        for uid in self.state.uids():
+            seq = self.state.get(uid)
+            assert seq is not None
+            blocks.update(seq.blocks)
+            tokens += seq.seen_tokens
+        slots = len(blocks) * self.block_size
+        return min(1.0, tokens / slots) if slots else 0.0
+
+    def _validate(self, uids: Sequence[int], tokens: Sequence[Sequence[int]]) -> None:
+        cfg = self.state.config
+        if len(uids) != len(tokens):
+            raise InferenceError(f"put got {len(uids)} uids but {len(tokens)} token lists")
+        if len(set(uids)) != len(uids):
+            raise InferenceError("put got the same uid twice in one batch; merge its tokens")
+        if not uids:
+            raise InferenceError("put needs at least one sequence")
+        if len(uids) > cfg.max_ragged_sequence_count:
+            raise InferenceError(
+                f"{len(uids)} sequences in one batch exceed state_manager.max_ragged_sequence_count="
+                f"{cfg.max_ragged_sequence_count}"
+            )
+        total = sum(len(t) for t in tokens)
+        if total > cfg.max_ragged_batch_size:
+            raise InferenceError(
+                f"{total} tokens in one batch exceed state_manager.max_ragged_batch_size="
+                f"{cfg.max_ragged_batch_size}; split the prompt into chunks"
+            )
+        vocab = self.model.vocab_size
+        for uid, toks in zip(uids, tokens):
+            if not toks:
+                raise InferenceError(f"sequence {uid} has no new tokens")
+            if min(toks) < 0 or max(toks) >= vocab:
+                raise InferenceError(f"sequence {uid} has token ids outside [0, {vocab})")
+
+
+def build_engine(
+    path_or_model: str | Path | Any,
+    config: EngineConfig | dict[str, Any] | None = None,
+) -> InferenceEngineV2:
+    """An engine for a local Hugging Face directory or an in-memory ``transformers`` model."""
+    cfg = EngineConfig.parse(config)
+    if isinstance(path_or_model, (str, Path)):
+        model_config, weights = read_checkpoint(path_or_model)
+    else:
+        model_config, weights = from_module(path_or_model)
+    family = family_for(model_config)
+    linear_factory = None
+    if cfg.quantization is not None:
+        from ds.inference.quantize import quantized_linear_factory
+
+        linear_factory = quantized_linear_factory(cfg.quantization)
+    model = family(model_config, weights, _DTYPES[cfg.dtype], cfg.device, linear_factory)
+    if cfg.attention == "triton":
+        from ds.inference.triton_attention import paged_attention_triton
+
+        model.attention = paged_attention_triton
+    return InferenceEngineV2(model, cfg, model_config)

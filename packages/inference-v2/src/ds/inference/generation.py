@@ -1,0 +1,75 @@
+"""Batch generation: run prompts through the continuous-batching scheduler to completion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds.inference.config import EngineConfig
+from ds.inference.engine import InferenceEngineV2, build_engine
+from ds.inference.scheduler import ContinuousBatchScheduler, TokenCallback
+from ds.interfaces.errors import InferenceError
+from ds.interfaces.inference import SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    prompt: list[int]
+    tokens: list[int]
+    finish_reason: str
+    cached_prefix_tokens: int = 0
+    text: str | None = None
+
+
+def generate(
+    model: InferenceEngineV2 | str | Path | Any,
+    prompts: Sequence[Sequence[int]],
+    params: SamplingParams | Sequence[SamplingParams] | None = None,
+    config: EngineConfig | dict[str, Any] | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    on_token: TokenCallback | None = None,
+) -> list[GenerationResult]:
+    """Generate for every prompt (token ids); results in prompt order.
+
+    ``model`` is an engine, a Hugging Face directory or an in-memory ``transformers`` model.
+    ``on_token(index, token, finished)`` streams tokens as they are produced.
+    """
+    engine = model if isinstance(model, InferenceEngineV2) else build_engine(model, config)
+    if params is None:
+        params = SamplingParams()
+    plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+    if len(plist) != len(prompts):
+        raise InferenceError(f"{len(prompts)} prompts but {len(plist)} sampling parameter sets")
+    sched = ContinuousBatchScheduler(engine, decode=decode)
+    base = 1 + max(engine.state.uids(), default=-1)
+    for i, (prompt, p) in enumerate(zip(prompts, plist)):
+        sched.add_request(base + i, prompt, p, on_token and _shift(on_token, base))
+    while sched.has_unfinished():
+        sched.step()
+    out = []
+    for i in range(len(prompts)):
+        req = sched.finished[base + i]
+        text = None
+        if decode is not None:
+            text = _truncate_at_stop(decode(req.generated), req.params.stop_strings)
+        out.append(
+            GenerationResult(
+                list(req.prompt),
+                list(req.generated),
+                req.finish_reason or "length",
+                req.cached_prefix,
+                text,
+            )
+        )
+    return out
+
+
+def _shift(cb: TokenCallback, base: int) -> TokenCallback:
+    return lambda uid, tok, fin: cb(uid - base, tok, fin)
+
+
+def _truncate_at_stop(text: str, stops: Sequence[str]) -> str:
+    cut = min((text.find(s) for s in stops if s in text), default=-1)
+    return text if cut < 0 else text[:cut]

@@ -1,0 +1,35 @@
+"""What the engine needs from a model family."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from ds.inference.kv_cache import KVCache
+from ds.inference.ragged import RaggedBatch
+
+
+class RaggedModel(Protocol):
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    dtype: torch.dtype
+
+    def forward(self, batch: RaggedBatch, cache: KVCache) -> torch.Tensor:
+        """Write the batch's KV into ``cache`` and return last-token logits [S, vocab] (fp32)."""
+        ...
+
+
+class ModelFamily(Protocol):
+    """Registered under ``ds.inference_models`` by ``model_type`` (the key in config.json)."""
+
+    def __call__(
+        self,
+        config: dict[str, Any],
+        weights: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: torch.device | str,
+        linear_factory: Any = None,
+    ) -> RaggedModel: ...
