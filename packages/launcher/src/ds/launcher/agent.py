@@ -1,0 +1,105 @@
+"""Per-node launcher started on every host by the pdsh and ssh runners.
+
+``python -m ds.launcher.agent --world_info=B64 --node_rank=N ... -- python -u train.py ...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+from pathlib import Path
+
+from ds.launcher.node import NodePlan, build_members
+from ds.launcher.runners.base import decode_hosts
+from ds.launcher.supervise import Supervisor
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ds.launcher.agent", allow_abbrev=False)
+    p.add_argument("--world_info", required=True)
+    p.add_argument("--node_rank", type=int, default=None)
+    p.add_argument("--node_host", default=None)
+    p.add_argument("--master_addr", required=True)
+    p.add_argument("--master_port", type=int, required=True)
+    p.add_argument("--bind_cores_to_rank", action="store_true")
+    p.add_argument("--bind_core_list", default=None)
+    p.add_argument("--log_dir", default=None)
+    p.add_argument("--visible_device_vars", default="")
+    p.add_argument("--local_rank_arg", action="store_true")
+    p.add_argument("--terminate_timeout", type=float, default=3.0)
+    p.add_argument("--watch_stdin", action="store_true")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    return p
+
+
+def _node_rank(hosts: dict[str, list[int]], node_rank: int | None, node_host: str | None) -> int:
+    names = list(hosts)
+    if node_rank is not None:
+        return node_rank
+    candidates = [node_host] if node_host else []
+    candidates += [socket.gethostname(), socket.getfqdn()]
+    for c in candidates:
+        if c in names:
+            return names.index(c)
+    raise SystemExit(
+        f"ds.launcher.agent: this host ({', '.join(filter(None, candidates))}) is not in the "
+        f"job's hosts ({', '.join(names)})"
+    )
+
+
+def parse_core_list(text: str) -> list[int]:
+    """'0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"core list {text!r}: {part!r} is not N or N-M")
+        out.extend(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    hosts = decode_hosts(args.world_info)
+    plan = NodePlan(
+        hosts=hosts,
+        node_rank=_node_rank(hosts, args.node_rank, args.node_host),
+        master_addr=args.master_addr,
+        master_port=args.master_port,
+        user_command=command,
+        visible_device_vars=[v for v in args.visible_device_vars.split(",") if v],
+        bind_cores=args.bind_cores_to_rank,
+        core_list=parse_core_list(args.bind_core_list) if args.bind_core_list else None,
+        log_dir=Path(args.log_dir) if args.log_dir else None,
+        local_rank_arg=args.local_rank_arg,
+    )
+    sup = Supervisor(
+        lambda restart: build_members(plan, restart, os.environ),
+        max_restarts=0,  # the launching node restarts the whole job across nodes
+        grace_s=args.terminate_timeout,
+        report_dir=plan.log_dir,
+        name=f"ds agent {plan.host}",
+    )
+    if args.watch_stdin:
+
+        def watch() -> None:
+            while sys.stdin.buffer.read(4096):
+                pass
+            group = sup.group
+            if group is not None:
+                group.request_stop(signal.SIGTERM)
+
+        threading.Thread(target=watch, daemon=True).start()
+    return sup.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

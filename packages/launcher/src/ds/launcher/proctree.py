@@ -1,0 +1,57 @@
+"""Signalling whole process trees: a rank's own process group plus any descendant that left it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+import psutil
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def signal_tree(pid: int, sig: int, known: list[psutil.Process] | None = None) -> None:
+    """Send ``sig`` to the process group led by ``pid`` and to every known descendant.
+
+    Ranks start in their own session, so the group covers children that stayed in it; the explicit
+    descendant list covers children that called setsid() to escape.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    for proc in known or []:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.send_signal(sig)
+
+
+def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    out = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

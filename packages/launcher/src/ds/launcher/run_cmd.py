@@ -1,0 +1,201 @@
+"""``ds run``: resolve the command line into a job and supervise it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shlex
+import shutil
+import socket
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+from ds.interfaces.errors import ConfigError, DsError, LaunchError
+from ds.interfaces.runner import LaunchSpec
+from ds.launcher import accel_env, envfile, hostfile
+from ds.launcher.agent import parse_core_list
+from ds.launcher.node import NodePlan, build_members
+from ds.launcher.procgroup import Member
+from ds.launcher.run_args import UsageError, parse
+from ds.launcher.supervise import Supervisor
+
+DEFAULT_HOSTFILE = "/job/hostfile"
+LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def user_command(args: Namespace) -> list[str]:
+    if args.no_python:
+        return [args.script, *args.script_args]
+    if args.module:
+        return [sys.executable, "-u", "-m", args.script, *args.script_args]
+    return [sys.executable, "-u", args.script, *args.script_args]
+
+
+def check_target(args: Namespace) -> None:
+    if args.module:
+        try:
+            found = importlib.util.find_spec(args.script) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(f"module {args.script!r} cannot be found by this python")
+    elif args.no_python:
+        if shutil.which(args.script) is None:
+            raise UsageError(f"executable {args.script!r} not found (not a path nor on PATH)")
+    elif not Path(args.script).is_file():
+        raise UsageError(f"script {args.script!r} does not exist")
+
+
+def slots_per_node(args: Namespace) -> int | None:
+    if args.num_gpus is not None and args.nproc is not None and args.num_gpus != args.nproc:
+        raise UsageError(
+            f"--num_gpus {args.num_gpus} and --nproc {args.nproc} conflict; pass only one"
+        )
+    n = args.num_gpus if args.num_gpus is not None else args.nproc
+    if n is not None and n < 1:
+        raise UsageError(f"--num_gpus/--nproc {n}: must be >= 1")
+    return n
+
+
+def resolve_resources(args: Namespace, accel: str) -> tuple[dict[str, list[int]], bool]:
+    """Hosts and slots to run on, and whether they came from a hostfile."""
+    per_node = slots_per_node(args)
+    path = args.hostfile or os.environ.get("DS_HOSTFILE")
+    if path is None and Path(DEFAULT_HOSTFILE).is_file():
+        path = DEFAULT_HOSTFILE
+    if path is not None:
+        res = hostfile.read_hostfile(path)
+        res = hostfile.apply_filters(res, args.include or None, args.exclude or None)
+        return hostfile.limit(res, args.num_nodes, per_node), True
+    if per_node is None:
+        per_node = max(1, accel_env.gpu_count(accel))
+    res = {"localhost": list(range(per_node))}
+    # Without a hostfile the only host is this machine ("localhost"); filters may pick slots.
+    res = hostfile.apply_filters(res, args.include or None, args.exclude or None)
+    if args.num_nodes not in (None, 1):
+        raise ConfigError(f"--num_nodes {args.num_nodes}: without a hostfile there is one node")
+    return res, False
+
+
+def agent_args(args: Namespace, log_dir: Path | None, visible: list[str]) -> list[str]:
+    out = [f"--terminate_timeout={args.terminate_timeout}"]
+    if args.bind_cores_to_rank:
+        out.append("--bind_cores_to_rank")
+    if args.bind_core_list:
+        out.append(f"--bind_core_list={args.bind_core_list}")
+    if log_dir is not None:
+        out.append(f"--log_dir={log_dir.resolve()}")
+    if visible:
+        out.append(f"--visible_device_vars={','.join(visible)}")
+    if args.local_rank_arg:
+        out.append("--local_rank_arg")
+    return out
+
+
+def make_runner(name: str, args: Namespace, agent: list[str]) -> object:
+    from ds.interfaces import registry
+
+    cls = registry.get(registry.RUNNERS, name)
+    if name in ("pdsh", "ssh"):
+        return cls(agent_args=agent, ssh_port=args.ssh_port)
+    return cls()
+
+
+def log_dir_of(args: Namespace) -> Path | None:
+    if args.enable_each_rank_log:
+        return Path(args.enable_each_rank_log)
+    if args.log_dir:
+        return Path(args.log_dir)
+    if args.enable_each_rank_log is not None:
+        return Path("ds_logs")
+    return None
+
+
+def prepare(argv: list[str]) -> Supervisor:
+    """Validate everything and build the supervisor; nothing is started here."""
+    args = parse(argv)
+    check_target(args)
+    if args.max_restarts < 0:
+        raise UsageError(f"--max_restarts {args.max_restarts}: must be >= 0")
+    core_list = parse_core_list(args.bind_core_list) if args.bind_core_list else None
+    accel = accel_env.detect_accelerator()
+    resources, _from_file = resolve_resources(args, accel)
+    extra_env = {**envfile.load_env_file(), **envfile.parse_env_flags(args.env)}
+    visible = accel_env.visible_device_vars(accel)
+    log_dir = log_dir_of(args)
+    cmd = user_command(args)
+    multi = args.force_multi or args.launcher is not None or len(resources) > 1
+    multi = multi or not set(resources) <= LOCAL_NAMES
+    if args.save_pid:
+        Path(f"/tmp/ds_run.{os.getpid()}.pid").write_text(f"{os.getpid()}\n")
+
+    if not multi:
+        fixed_port = args.master_port
+
+        def local_members(restart: int) -> list[Member]:
+            plan = NodePlan(
+                hosts=resources,
+                node_rank=0,
+                master_addr=args.master_addr or "127.0.0.1",
+                master_port=fixed_port or free_port(),
+                user_command=cmd,
+                extra_env=extra_env,
+                visible_device_vars=visible,
+                bind_cores=args.bind_cores_to_rank,
+                core_list=core_list,
+                log_dir=log_dir,
+                local_rank_arg=args.local_rank_arg,
+            )
+            return build_members(plan, restart, os.environ)
+
+        return Supervisor(local_members, args.max_restarts, args.terminate_timeout, log_dir)
+
+    name = args.launcher or "pdsh"
+    runner = make_runner(name, args, agent_args(args, log_dir, visible))
+    if not runner.backend_exists():  # type: ignore[attr-defined]
+        raise LaunchError(
+            f"the {name} runner needs its command on PATH and it is missing; install it "
+            f"(see docs/launcher.md) or choose another --launcher"
+        )
+    spec = LaunchSpec(
+        hosts=resources,
+        master_addr=args.master_addr or next(iter(resources)),
+        master_port=args.master_port or free_port(),
+        user_command=cmd,
+        env={**envfile.exported(os.environ), **extra_env},
+        launcher_args=shlex.split(args.launcher_args),
+    )
+    argvs = runner.get_cmd(spec)  # type: ignore[attr-defined]
+    parent_env = dict(os.environ)
+    if hasattr(runner, "env"):
+        parent_env.update(runner.env())
+    hosts = list(resources)
+
+    def runner_members(restart: int) -> list[Member]:
+        env = {**parent_env, "DS_RESTART_COUNT": str(restart)}
+        out = []
+        for i, argv in enumerate(argvs):
+            label = f"{name} (node {hosts[i]})" if len(argvs) > 1 else name
+            out.append(Member(label, argv, env, stdin_pipe=(name == "ssh")))
+        return out
+
+    return Supervisor(runner_members, args.max_restarts, args.terminate_timeout, log_dir)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        sup = prepare(argv)
+    except (UsageError, ConfigError, LaunchError, ValueError) as exc:
+        print(f"ds run: error: {exc}", file=sys.stderr)
+        return 2
+    except DsError as exc:
+        print(f"ds run: error: {exc}", file=sys.stderr)
+        return 2
+    return sup.run()

@@ -1,0 +1,1 @@
+"""Multi-node runners: each turns a LaunchSpec into the real command lines of an existing engine."""

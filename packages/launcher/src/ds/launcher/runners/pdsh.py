@@ -1,0 +1,43 @@
+"""pdsh: one parallel-shell fan-out that starts the per-node launcher on every host."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ds.interfaces.runner import LaunchSpec
+from ds.launcher.runners.base import agent_command, remote_shell, which
+
+
+class PdshRunner:
+    def __init__(
+        self,
+        agent_args: Sequence[str] = (),
+        python: str | None = None,
+        cwd: str | None = None,
+        ssh_port: int | None = None,
+    ) -> None:
+        self.agent_args = list(agent_args)
+        self.python = python
+        self.cwd = cwd
+        self.ssh_port = ssh_port
+
+    def name(self) -> str:
+        return "pdsh"
+
+    def backend_exists(self) -> bool:
+        return which("pdsh")
+
+    def get_cmd(self, spec: LaunchSpec) -> list[list[str]]:
+        # %h is replaced by pdsh with each host name; the agent finds its node rank from it, which
+        # stays right whatever order pdsh contacts the hosts in.
+        agent = agent_command(spec, "--node_host=%h", self.agent_args, self.python)
+        cmd = ["pdsh", "-S", "-f", "1024", "-R", "ssh", "-w", ",".join(spec.hosts)]
+        cmd += list(spec.launcher_args)
+        cmd.append(remote_shell(spec.env, agent, self.cwd))
+        return [cmd]
+
+    def env(self) -> dict[str, str]:
+        """Variables the pdsh process itself needs (its ssh module reads PDSH_SSH_ARGS_APPEND)."""
+        if self.ssh_port is None:
+            return {}
+        return {"PDSH_SSH_ARGS_APPEND": f"-p {self.ssh_port}"}
