@@ -63,6 +63,15 @@ bool contiguous(const Array& a) {
   return true;
 }
 
+void check_supported(const Types& t) {
+  if (!ds::optim::supported(t))
+    fail(std::string("unsupported dtypes: params ") + dtype_name(t.param) + ", grads " +
+         dtype_name(t.grad) + ", state " + dtype_name(t.state) + ", low_precision_out " +
+         dtype_name(t.lowp) +
+         ". fp32 params take fp32 grads and state (low-precision copy bf16/fp16 optional); "
+         "bf16/fp16 params take grads and state of their own dtype or fp32, no copy");
+}
+
 // Checks one list (device, layout, size, one dtype for the whole list); returns its dtype.
 DType check_list(const ArrayList& list, const char* name, const ArrayList& params) {
   if (list.size() != params.size())
@@ -111,12 +120,7 @@ Prepared prepare(const ArrayList& params, const ArrayList& grads, const ArrayLis
     if (out.types.lowp == DType::kF32)
       fail("low_precision_out must be bfloat16 or float16, not float32");
   }
-  if (!ds::optim::supported(out.types))
-    fail(std::string("unsupported dtypes: params ") + dtype_name(out.types.param) + ", grads " +
-         dtype_name(out.types.grad) + ", state " + dtype_name(out.types.state) +
-         ", low_precision_out " + dtype_name(out.types.lowp) +
-         ". fp32 params take fp32 grads and state (low-precision copy bf16/fp16 optional); "
-         "bf16/fp16 params take grads and state of their own dtype or fp32, no copy");
+  check_supported(out.types);
   out.buffers.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     Buffers& b = out.buffers[i];
@@ -134,6 +138,76 @@ void check_step(int64_t step) {
   if (step < 1) fail("step must be >= 1 (the count of this update, starting at 1)");
 }
 
+ds::optim::AdamConfig adam_config(int64_t step, double lr, double beta1, double beta2, double eps,
+                                  double weight_decay, bool adamw_mode, bool bias_correction) {
+  check_step(step);
+  ds::optim::AdamConfig c;
+  c.lr = static_cast<float>(lr);
+  c.beta1 = static_cast<float>(beta1);
+  c.beta2 = static_cast<float>(beta2);
+  c.eps = static_cast<float>(eps);
+  c.weight_decay = static_cast<float>(weight_decay);
+  c.adamw_mode = adamw_mode;
+  // Bias corrections in double: beta^step underflows gracefully and loses nothing.
+  const double t = static_cast<double>(step);
+  const double bc1 = bias_correction ? 1.0 - std::pow(beta1, t) : 1.0;
+  const double bc2 = bias_correction ? 1.0 - std::pow(beta2, t) : 1.0;
+  c.step_size = static_cast<float>(lr / bc1);
+  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  return c;
+}
+
+ds::optim::AdagradConfig adagrad_config(double lr, double eps, double weight_decay) {
+  ds::optim::AdagradConfig c;
+  c.lr = static_cast<float>(lr);
+  c.eps = static_cast<float>(eps);
+  c.weight_decay = static_cast<float>(weight_decay);
+  return c;
+}
+
+ds::optim::LionConfig lion_config(double lr, double beta1, double beta2, double weight_decay) {
+  ds::optim::LionConfig c;
+  c.lr = static_cast<float>(lr);
+  c.beta1 = static_cast<float>(beta1);
+  c.beta2 = static_cast<float>(beta2);
+  c.weight_decay = static_cast<float>(weight_decay);
+  return c;
+}
+
+// Address-list form used by ds.ops for long parameter lists: the Python side has checked every
+// tensor (CPU, contiguous, dtype, size) and holds references for the duration of the call;
+// converting hundreds of tensors through DLPack one by one would cost more than a small step.
+using Ptrs = std::vector<uintptr_t>;
+
+Prepared prepare_ptrs(const std::vector<int>& dtypes, const Ptrs& params, const Ptrs& grads,
+                      const Ptrs& s1, const Ptrs* s2, const Ptrs& lowp,
+                      const std::vector<int64_t>& numels) {
+  if (dtypes.size() != 4) fail("dtypes must hold 4 codes: param, grad, state, low_precision_out");
+  for (int d : dtypes)
+    if (d < 0 || d > 3) fail("dtype codes are 0 f32, 1 bf16, 2 f16, 3 none");
+  const size_t n = params.size();
+  if (grads.size() != n || s1.size() != n || (s2 && s2->size() != n) || numels.size() != n ||
+      (!lowp.empty() && lowp.size() != n))
+    fail("address lists must all have one entry per parameter");
+  Prepared out;
+  out.types = Types{static_cast<DType>(dtypes[0]), static_cast<DType>(dtypes[1]),
+                    static_cast<DType>(dtypes[2]), static_cast<DType>(dtypes[3])};
+  if ((out.types.lowp == DType::kNone) != lowp.empty())
+    fail("low_precision_out addresses must be given exactly when its dtype is not none");
+  check_supported(out.types);
+  out.buffers.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    Buffers& b = out.buffers[i];
+    b.param = reinterpret_cast<void*>(params[i]);
+    b.grad = reinterpret_cast<const void*>(grads[i]);
+    b.state1 = reinterpret_cast<void*>(s1[i]);
+    b.state2 = s2 ? reinterpret_cast<void*>((*s2)[i]) : nullptr;
+    b.lowp = lowp.empty() ? nullptr : reinterpret_cast<void*>(lowp[i]);
+    b.n = numels[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_optim(nb::module_& m) {
@@ -143,21 +217,9 @@ void register_optim(nb::module_& m) {
          const ArrayList& exp_avg_sq, const std::optional<ArrayList>& lowp, int64_t step,
          double lr, double beta1, double beta2, double eps, double weight_decay, bool adamw_mode,
          bool bias_correction) {
-        check_step(step);
+        const ds::optim::AdamConfig c = adam_config(step, lr, beta1, beta2, eps, weight_decay,
+                                                    adamw_mode, bias_correction);
         Prepared p = prepare(params, grads, exp_avg, &exp_avg_sq, lowp);
-        ds::optim::AdamConfig c;
-        c.lr = static_cast<float>(lr);
-        c.beta1 = static_cast<float>(beta1);
-        c.beta2 = static_cast<float>(beta2);
-        c.eps = static_cast<float>(eps);
-        c.weight_decay = static_cast<float>(weight_decay);
-        c.adamw_mode = adamw_mode;
-        // Bias corrections in double: beta^step underflows gracefully and loses nothing.
-        const double t = static_cast<double>(step);
-        const double bc1 = bias_correction ? 1.0 - std::pow(beta1, t) : 1.0;
-        const double bc2 = bias_correction ? 1.0 - std::pow(beta2, t) : 1.0;
-        c.step_size = static_cast<float>(lr / bc1);
-        c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
         nb::gil_scoped_release release;
         ds::optim::adam_step(c, p.types, p.buffers);
       },
@@ -172,10 +234,7 @@ void register_optim(nb::module_& m) {
       [](const ArrayList& params, const ArrayList& grads, const ArrayList& state_sum,
          const std::optional<ArrayList>& lowp, double lr, double eps, double weight_decay) {
         Prepared p = prepare(params, grads, state_sum, nullptr, lowp);
-        ds::optim::AdagradConfig c;
-        c.lr = static_cast<float>(lr);
-        c.eps = static_cast<float>(eps);
-        c.weight_decay = static_cast<float>(weight_decay);
+        const ds::optim::AdagradConfig c = adagrad_config(lr, eps, weight_decay);
         nb::gil_scoped_release release;
         ds::optim::adagrad_step(c, p.types, p.buffers);
       },
@@ -189,17 +248,49 @@ void register_optim(nb::module_& m) {
          const std::optional<ArrayList>& lowp, double lr, double beta1, double beta2,
          double weight_decay) {
         Prepared p = prepare(params, grads, exp_avg, nullptr, lowp);
-        ds::optim::LionConfig c;
-        c.lr = static_cast<float>(lr);
-        c.beta1 = static_cast<float>(beta1);
-        c.beta2 = static_cast<float>(beta2);
-        c.weight_decay = static_cast<float>(weight_decay);
+        const ds::optim::LionConfig c = lion_config(lr, beta1, beta2, weight_decay);
         nb::gil_scoped_release release;
         ds::optim::lion_step(c, p.types, p.buffers);
       },
       nb::arg("params"), nb::arg("grads"), nb::arg("exp_avg"),
       nb::arg("low_precision_out").none(), nb::arg("lr"), nb::arg("beta1"), nb::arg("beta2"),
       nb::arg("weight_decay"), "Fused Lion step, in place.");
+
+  m.def(
+      "adam_step_ptrs",
+      [](const std::vector<int>& dtypes, const Ptrs& params, const Ptrs& grads,
+         const Ptrs& exp_avg, const Ptrs& exp_avg_sq, const Ptrs& lowp,
+         const std::vector<int64_t>& numels, int64_t step, double lr, double beta1, double beta2,
+         double eps, double weight_decay, bool adamw_mode, bool bias_correction) {
+        const ds::optim::AdamConfig c = adam_config(step, lr, beta1, beta2, eps, weight_decay,
+                                                    adamw_mode, bias_correction);
+        Prepared p = prepare_ptrs(dtypes, params, grads, exp_avg, &exp_avg_sq, lowp, numels);
+        nb::gil_scoped_release release;
+        ds::optim::adam_step(c, p.types, p.buffers);
+      },
+      "Adam step on address lists already checked by ds.ops (internal).");
+  m.def(
+      "adagrad_step_ptrs",
+      [](const std::vector<int>& dtypes, const Ptrs& params, const Ptrs& grads,
+         const Ptrs& state_sum, const Ptrs& lowp, const std::vector<int64_t>& numels, double lr,
+         double eps, double weight_decay) {
+        const ds::optim::AdagradConfig c = adagrad_config(lr, eps, weight_decay);
+        Prepared p = prepare_ptrs(dtypes, params, grads, state_sum, nullptr, lowp, numels);
+        nb::gil_scoped_release release;
+        ds::optim::adagrad_step(c, p.types, p.buffers);
+      },
+      "Adagrad step on address lists already checked by ds.ops (internal).");
+  m.def(
+      "lion_step_ptrs",
+      [](const std::vector<int>& dtypes, const Ptrs& params, const Ptrs& grads,
+         const Ptrs& exp_avg, const Ptrs& lowp, const std::vector<int64_t>& numels, double lr,
+         double beta1, double beta2, double weight_decay) {
+        const ds::optim::LionConfig c = lion_config(lr, beta1, beta2, weight_decay);
+        Prepared p = prepare_ptrs(dtypes, params, grads, exp_avg, nullptr, lowp, numels);
+        nb::gil_scoped_release release;
+        ds::optim::lion_step(c, p.types, p.buffers);
+      },
+      "Lion step on address lists already checked by ds.ops (internal).");
 
   m.def(
       "stream_4r3w",
