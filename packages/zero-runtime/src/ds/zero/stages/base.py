@@ -7,7 +7,7 @@ implements the same class and is selected by ``zero_optimization.stage``.
 
 One optimizer step, as the engine drives it::
 
-    strategy.begin_micro_step(boundary)     # before each backward: will grads be reduced now?
+    strategy.begin_micro_step(boundary, no_sync)  # before each backward: will grads be reduced now?
     loss.backward()                         # the strategy's autograd hooks reduce buckets
     strategy.end_backward()                 # flush the last buckets, wait for all collectives
     ... (repeat for each micro-batch) ...
@@ -101,10 +101,12 @@ class ZeroStrategy(abc.ABC):
 
     # -- backward --------------------------------------------------------------------------------
     @abc.abstractmethod
-    def begin_micro_step(self, boundary: bool) -> None:
-        """Called before each backward; ``boundary`` is False inside ``no_sync`` and on all but the
-        last micro-step of an accumulation window (gradients then accumulate locally, unreduced,
-        where the stage can afford it)."""
+    def begin_micro_step(self, boundary: bool, no_sync: bool = False) -> None:
+        """Called before each backward. ``boundary``: this micro-step ends an accumulation window
+        (gradients must be fully reduced when ``end_backward`` returns). ``no_sync``: the user asked
+        for no communication (``engine.no_sync()``); gradients accumulate locally, unreduced, and are
+        reduced at the next synchronised backward. Between boundaries a stage may reduce early
+        (stage 2 does, to keep only its partition) or accumulate locally (stages 0-1)."""
 
     @abc.abstractmethod
     def end_backward(self) -> None:

@@ -1,0 +1,498 @@
+"""The training engine: micro-steps, accumulation, precision, clipping, schedules, checkpoints.
+
+Where state lives and how it moves between ranks is the business of the ZeRO stage strategy
+(:mod:`ds.zero.stages`); the engine drives it the same way at every stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import resource
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
+from ds.interfaces.comm import Communicator
+from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.kernels import KernelProvider
+from ds.interfaces.logging import get_logger
+from ds.interfaces.telemetry import EventBus, StepMetrics
+from ds.zero.comm_stats import CommStats
+from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
+from ds.zero.config.load import ConfigSource
+from ds.zero.dataloader import ShardedLoader
+from ds.zero.loss_scaler import DynamicLossScaler, LossScaler
+from ds.zero.lr_schedules import build_schedule
+from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
+from ds.zero.stages.base import StrategyContext, ZeroStrategy
+from ds.zero.stages.select import strategy_class
+from ds.zero.timers import StepTimers
+
+log = get_logger(__name__)
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class ZeroEngine:
+    """Implements :class:`ds.interfaces.training.TrainingEngine` for ZeRO stages 0-3."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: ConfigSource,
+        *,
+        comm: Communicator | None = None,
+        group: Any = None,
+        kernels: KernelProvider | None = None,
+        checkpoint_engine: Any = None,
+        optimizer: ClientOptimizer | None = None,
+        lr_scheduler: Any = None,
+        model_parameters: Iterable[Any] | None = None,
+        training_data: Any = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        events: EventBus | None = None,
+        dist_init_required: bool | None = None,
+    ) -> None:
+        t0 = time.perf_counter()
+        cfg: DsConfig = load_config(config)
+        distributed = comm is not None and comm.is_initialized()
+        self.comm = comm if distributed else None
+        self.group = group
+        self.rank = comm.get_rank(group) if distributed and comm else 0
+        self.world_size = comm.get_world_size(group) if distributed and comm else 1
+        self.config: ResolvedConfig = resolve(cfg, self.world_size, hidden_size=_hidden_size(model))
+        self.ds_config = cfg
+        self.events = events or EventBus()
+        self.checkpoint_engine = checkpoint_engine
+        self.kernels = kernels
+        self.timers = StepTimers()
+        self.comm_stats = CommStats()
+
+        precision = cfg.precision
+        if precision != "fp32":
+            model.to(_DTYPES[precision])
+        self.module = model
+        self._broadcast_module()
+
+        offload = self.config.zero.offload_optimizer_device == "cpu"
+        factory = OptimizerFactory(cfg.optimizer, optimizer, offload, kernels)
+        groups = factory.initial_groups(_param_groups(model, model_parameters))
+        names = {id(p): n for n, p in model.named_parameters()}
+        ctx = StrategyContext(
+            module=model,
+            param_groups=groups,
+            param_names=names,
+            config=self.config,
+            optimizer_factory=factory,
+            comm=self.comm,
+            group=group,
+            rank=self.rank,
+            world_size=self.world_size,
+            kernels=kernels,
+            device=_device_of(model),
+            stats=self.comm_stats,
+        )
+        self.strategy: ZeroStrategy = strategy_class(self.config.stage)(ctx)
+        self.optimizer = self.strategy.optimizer
+
+        self.lr_scheduler = self._build_scheduler(lr_scheduler)
+        self.loss_scaler = _loss_scaler(cfg)
+        self.training_dataloader = (
+            self.deepspeed_io(training_data, collate_fn=collate_fn)
+            if training_data is not None
+            else None
+        )
+
+        self.global_steps = 0
+        self.global_samples = 0
+        self.micro_steps = 0
+        self.skipped_steps = 0
+        self._no_sync = False
+        self._window_losses: list[float] = []
+        self._last_step_end = time.perf_counter()
+        self._last_metrics: StepMetrics | None = None
+        self.init_time_s = time.perf_counter() - t0
+        if self.rank == 0:
+            log.info(
+                "engine ready",
+                stage=self.config.stage,
+                precision=precision,
+                world_size=self.world_size,
+                train_batch_size=self.config.train_batch_size,
+                micro_batch=self.config.train_micro_batch_size_per_gpu,
+                gradient_accumulation_steps=self.config.gradient_accumulation_steps,
+                init_s=round(self.init_time_s, 3),
+            )
+
+    # -- construction helpers --------------------------------------------------------------------
+    def _broadcast_module(self) -> None:
+        # Ranks must start from identical weights; rank 0's initialisation wins (as in DDP).
+        if self.comm is None:
+            return
+        with torch.no_grad():
+            for t in list(self.module.parameters()) + list(self.module.buffers()):
+                self.comm.broadcast(t.data, src=0, group=self.group)
+
+    def _build_scheduler(self, client: Any) -> Any:
+        cfg = self.ds_config.scheduler
+        if client is not None and cfg is not None:
+            raise ConfigError(
+                "both config.scheduler and an lr_scheduler passed to initialize(); remove one"
+            )
+        if client is not None:
+            if callable(client) and not hasattr(client, "step"):
+                return client(self.optimizer)
+            return client
+        if cfg is None:
+            return None
+        params = cfg.resolved_params()
+        autos = [k for k, v in params.items() if v == "auto"]
+        if autos:
+            raise ConfigError(
+                f"scheduler.params {', '.join(autos)} are 'auto' but nothing filled them; set numbers"
+            )
+        return build_schedule(cfg.type, self.optimizer, params)
+
+    # -- accessors -------------------------------------------------------------------------------
+    def train_batch_size(self) -> int:
+        return self.config.train_batch_size
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        return self.config.train_micro_batch_size_per_gpu
+
+    def gradient_accumulation_steps(self) -> int:
+        return self.config.gradient_accumulation_steps
+
+    def zero_optimization_stage(self) -> int:
+        return self.config.stage
+
+    def zero_offload_optimizer(self) -> bool:
+        return self.config.zero.offload_optimizer_device != "none"
+
+    def gradient_clipping(self) -> float:
+        return self.config.gradient_clipping
+
+    def fp16_enabled(self) -> bool:
+        return self.config.precision == "fp16"
+
+    def bfloat16_enabled(self) -> bool:
+        return self.config.precision == "bf16"
+
+    def get_lr(self) -> list[float]:
+        return [float(g["lr"]) for g in self.optimizer.param_groups]
+
+    def get_global_grad_norm(self) -> float | None:
+        return self._last_metrics.grad_norm if self._last_metrics else None
+
+    @property
+    def loss_scale(self) -> float:
+        return self.loss_scaler.loss_scale
+
+    @property
+    def last_metrics(self) -> StepMetrics | None:
+        return self._last_metrics
+
+    def memory_report(self) -> Any:
+        return self.strategy.memory_report()
+
+    # -- the training step -----------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self.timers.start("forward")
+        out = self.module(*args, **kwargs)
+        self.timers.stop("forward")
+        return out
+
+    def is_gradient_accumulation_boundary(self) -> bool:
+        return (self.micro_steps + 1) % self.config.gradient_accumulation_steps == 0
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate gradients locally without communication."""
+        previous, self._no_sync = self._no_sync, True
+        try:
+            yield
+        finally:
+            self._no_sync = previous
+
+    def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> None:
+        self.timers.start("backward")
+        self.strategy.begin_micro_step(self.is_gradient_accumulation_boundary(), self._no_sync)
+        scale = self.loss_scaler.loss_scale / self.config.gradient_accumulation_steps
+        scaled = loss.float() * scale if scale != 1.0 else loss
+        scaled.backward(retain_graph=retain_graph)
+        self.strategy.end_backward()
+        self._window_losses.append(float(loss.detach().float()))
+        self.timers.stop("backward")
+
+    def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
+        if not self.is_gradient_accumulation_boundary():
+            self.micro_steps += 1
+            return
+        self.timers.start("step")
+        fp16 = self.config.precision == "fp16"
+        check = fp16 or (
+            self.config.precision == "bf16" and self.ds_config.bf16.check_grad_overflow
+        )
+        report = self.strategy.prepare_step(
+            self.loss_scaler.loss_scale, self.config.gradient_clipping, check
+        )
+        if report.overflow:
+            self.skipped_steps += 1
+            if self.rank == 0:
+                log.info(
+                    "overflow: step skipped",
+                    step=self.global_steps,
+                    loss_scale=self.loss_scaler.loss_scale,
+                )
+        else:
+            self.strategy.step()
+            if self.lr_scheduler is not None:
+                self.lr_scheduler.step(**(lr_kwargs or {}))
+        if fp16:
+            self.loss_scaler.update(report.overflow)
+        self.strategy.zero_grad()
+        self.global_steps += 1
+        self.global_samples += self.config.train_batch_size
+        self.micro_steps += 1
+        optimizer_s = self.timers.stop("step")
+        self._publish(report.overflow, report.grad_norm, optimizer_s)
+
+    def _publish(self, overflow: bool, grad_norm: float | None, optimizer_s: float) -> None:
+        now = time.perf_counter()
+        times = self.timers.take()
+        losses, self._window_losses = self._window_losses, []
+        loss = sum(losses) / len(losses) if losses else None
+        metrics = StepMetrics(
+            step=self.global_steps,
+            loss=loss,
+            lr=self.get_lr()[0] if self.optimizer.param_groups else 0.0,
+            step_time_s=now - self._last_step_end,
+            forward_s=times.get("forward", 0.0),
+            backward_s=times.get("backward", 0.0),
+            optimizer_s=optimizer_s,
+            comm_s=self.comm_stats.take(),
+            peak_host_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            grad_norm=grad_norm,
+            overflow=overflow,
+            loss_scale=self.loss_scaler.loss_scale if self.fp16_enabled() else None,
+            samples=self.config.train_batch_size,
+            rank=self.rank,
+            world_size=self.world_size,
+        )
+        self._last_step_end = now
+        self._last_metrics = metrics
+        self.events.publish(metrics)
+        every = self.ds_config.steps_per_print
+        if self.rank == 0 and every and self.global_steps % every == 0:
+            fields: dict[str, Any] = {
+                "step": self.global_steps,
+                "loss": None if loss is None else round(loss, 6),
+                "lr": metrics.lr,
+                "skipped": self.skipped_steps,
+            }
+            if self.ds_config.wall_clock_breakdown:
+                fields.update(
+                    forward_ms=round(metrics.forward_s * 1e3, 2),
+                    backward_ms=round(metrics.backward_s * 1e3, 2),
+                    step_ms=round(metrics.optimizer_s * 1e3, 2),
+                    comm_ms=round(metrics.comm_s * 1e3, 2),
+                )
+            log.info("train step", **fields)
+
+    # -- data ------------------------------------------------------------------------------------
+    def deepspeed_io(
+        self,
+        dataset: Any,
+        batch_size: int | None = None,
+        *,
+        shuffle: bool = True,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        num_workers: int = 0,
+    ) -> ShardedLoader:
+        return ShardedLoader(
+            dataset,
+            batch_size or self.config.train_micro_batch_size_per_gpu,
+            self.rank,
+            self.world_size,
+            shuffle=shuffle,
+            seed=self.ds_config.seed or 0,
+            drop_last=bool(self.ds_config.dataloader_drop_last),
+            collate_fn=collate_fn,
+            num_workers=num_workers,
+        )
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _require_checkpoint_engine(self) -> Any:
+        if self.checkpoint_engine is None:
+            raise ProviderNotFoundError(
+                "this engine has no checkpoint engine; create it with ds.full.initialize() (which "
+                "wires one from ds-checkpoint-ledger) or pass checkpoint_engine="
+            )
+        return self.checkpoint_engine
+
+    def save_checkpoint(
+        self, save_dir: str, tag: str | None = None, client_state: dict[str, Any] | None = None
+    ) -> None:
+        ckpt = self._require_checkpoint_engine()
+        tag = tag or f"global_step{self.global_steps}"
+        state = self.strategy.state_dict()
+        if self.rank == 0:
+            for name, buf in self.module.named_buffers():
+                flat = buf.detach().reshape(-1).clone()
+                key = f"buffer.{name}"
+                state.tensors[key] = ShardedTensor(
+                    TensorMeta(key, tuple(buf.shape), str(buf.dtype).removeprefix("torch.")),
+                    0,
+                    flat,
+                )
+        state.objects.update(
+            {
+                "step": self.global_steps,
+                "global_steps": self.global_steps,
+                "global_samples": self.global_samples,
+                "micro_steps": self.micro_steps,
+                "skipped_steps": self.skipped_steps,
+                "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+                "loss_scaler": self.loss_scaler.state_dict(),
+                "client_state": dict(client_state or {}),
+                "ds_config": self.ds_config.model_dump(mode="json", by_alias=True),
+                "zero_stage": self.config.stage,
+                "world_size": self.world_size,
+            }
+        )
+        state.rank_objects.update(_rng_state())
+        handle = ckpt.save(save_dir, tag, state, async_save=self.ds_config.checkpoint.async_save)
+        if not self.ds_config.checkpoint.async_save:
+            handle.wait()
+
+    def load_checkpoint(
+        self,
+        load_dir: str,
+        tag: str | None = None,
+        *,
+        load_optimizer_states: bool = True,
+        load_lr_scheduler_states: bool = True,
+    ) -> tuple[str | None, dict[str, Any]]:
+        ckpt = self._require_checkpoint_engine()
+        tag = tag or ckpt.latest_tag(load_dir)
+        if tag is None:
+            log.warning("no checkpoint found", directory=load_dir)
+            return None, {}
+        meta = dict(ckpt.metadata(load_dir, tag))
+        requests = self.strategy.load_requests(meta)
+        if not load_optimizer_states:
+            requests = [r for r in requests if not r.name.startswith("optim.")]
+        for name, buf in self.module.named_buffers():
+            key = f"buffer.{name}"
+            if key in meta:
+                requests.append(LoadRequest(key, 0, buf.numel()))
+        state: ShardedStateDict = ckpt.load(load_dir, tag, requests, rank_objects=True)
+        if not load_optimizer_states:
+            state.objects.pop("optimizer.scalar_state", None)
+        self.strategy.load_state_dict(state)
+        with torch.no_grad():
+            for name, buf in self.module.named_buffers():
+                shard = state.tensors.get(f"buffer.{name}")
+                if shard is not None:
+                    buf.copy_(shard.local.reshape(buf.shape))
+        obj = state.objects
+        if obj.get("world_size") != self.world_size and self.rank == 0:
+            log.info(
+                "resharded checkpoint",
+                saved_world_size=obj.get("world_size"),
+                world_size=self.world_size,
+            )
+        self.global_steps = int(obj.get("global_steps", 0))
+        self.global_samples = int(obj.get("global_samples", 0))
+        self.micro_steps = int(obj.get("micro_steps", 0))
+        self.skipped_steps = int(obj.get("skipped_steps", 0))
+        if load_lr_scheduler_states and self.lr_scheduler is not None and obj.get("lr_scheduler"):
+            self.lr_scheduler.load_state_dict(obj["lr_scheduler"])
+        if obj.get("loss_scaler"):
+            self.loss_scaler.load_state_dict(obj["loss_scaler"])
+        if state.rank_objects:
+            _set_rng_state(state.rank_objects)
+        path = os.path.join(load_dir, tag)
+        return path, dict(obj.get("client_state") or {})
+
+    def destroy(self) -> None:
+        self.strategy.release()
+
+
+def _param_groups(
+    model: torch.nn.Module, model_parameters: Iterable[Any] | None
+) -> list[dict[str, Any]]:
+    if model_parameters is None:
+        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    items = list(model_parameters)
+    if items and isinstance(items[0], dict):
+        return [dict(g, params=list(g["params"])) for g in items]
+    if items and isinstance(items[0], tuple):  # named_parameters()
+        return [{"params": [p for _, p in items]}]
+    return [{"params": items}]
+
+
+def _hidden_size(model: torch.nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    for attr in ("hidden_size", "d_model", "n_embd"):
+        value = getattr(config, attr, None) or getattr(model, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def _loss_scaler(cfg: DsConfig) -> LossScaler:
+    fp16 = cfg.fp16
+    if cfg.precision != "fp16":
+        return LossScaler(1.0)
+    if fp16.loss_scale > 0:
+        return LossScaler(fp16.loss_scale)
+    return DynamicLossScaler(
+        init_scale=2.0**fp16.initial_scale_power,
+        scale_window=fp16.loss_scale_window,
+        min_scale=fp16.min_loss_scale,
+        hysteresis=fp16.hysteresis,
+        consecutive_hysteresis=fp16.consecutive_hysteresis,
+    )
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "rng.torch": torch.random.get_rng_state(),
+        "rng.python": random.getstate(),
+    }
+    try:
+        import numpy as np
+
+        state["rng.numpy"] = np.random.get_state()
+    except ImportError:
+        pass
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    if "rng.torch" in state:
+        torch.random.set_rng_state(state["rng.torch"])
+    if "rng.python" in state:
+        random.setstate(state["rng.python"])
+    if "rng.numpy" in state:
+        try:
+            import numpy as np
+
+            np.random.set_state(state["rng.numpy"])
+        except ImportError:
+            pass

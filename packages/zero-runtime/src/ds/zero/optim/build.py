@@ -1,0 +1,149 @@
+"""Building the optimizer a ZeRO stage steps: from the config, a client instance or a callable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.kernels import KernelProvider
+from ds.zero.config.sections import OptimizerConfig
+from ds.zero.optim.lion import Lion
+
+ClientOptimizer = torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer]
+
+_HYPER_KEYS = (
+    "lr",
+    "betas",
+    "eps",
+    "weight_decay",
+    "momentum",
+    "dampening",
+    "nesterov",
+    "lr_decay",
+    "initial_accumulator_value",
+    "amsgrad",
+)
+
+
+class OptimizerFactory:
+    """Given the stage's parameter groups (its flat fp32 tensors), returns the optimizer."""
+
+    def __init__(
+        self,
+        config: OptimizerConfig | None,
+        client: ClientOptimizer | None,
+        offload: bool,
+        kernels: KernelProvider | None,
+    ) -> None:
+        if config is not None and client is not None:
+            raise ConfigError(
+                "both config.optimizer and an optimizer passed to initialize(); remove one"
+            )
+        if config is None and client is None:
+            raise ConfigError(
+                'no optimizer: add an \'optimizer\' section to the config (e.g. {"type": "AdamW", '
+                '"params": {"lr": 1e-3}}) or pass optimizer= to initialize()'
+            )
+        if offload and kernels is None:
+            raise ProviderNotFoundError(
+                "zero_optimization.offload_optimizer.device='cpu' steps the optimizer with the CPU "
+                "kernels of ds-ops-kernels, and no kernel provider 'cpu' is registered; install it "
+                "(pip install ds-ops-kernels)"
+            )
+        if offload and client is not None and not isinstance(client, torch.optim.Optimizer):
+            raise ConfigError("offload_optimizer needs a config optimizer or a torch optimizer")
+        self.config = config
+        self.client = client
+        self.offload = offload
+        self.kernels = kernels
+
+    def initial_groups(self, module_groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The user's parameter groups with hyper-parameters (what a stage will flatten)."""
+        client = self.client
+        if isinstance(client, torch.optim.Optimizer):
+            return [dict(g) for g in client.param_groups]
+        return module_groups
+
+    def __call__(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+        client = self.client
+        if isinstance(client, torch.optim.Optimizer):
+            if self.offload:
+                return self._offload_from_client(client, groups)
+            # Re-point the client's groups at the stage's tensors, keeping hyper-parameters and the
+            # object itself, so client LR schedulers built on it keep working.
+            client.state.clear()
+            client.param_groups.clear()
+            for g in groups:
+                client.add_param_group(g)
+            return client
+        if client is not None:
+            return client(groups)
+        assert self.config is not None
+        return self._from_config(self.config, groups)
+
+    def _from_config(
+        self, cfg: OptimizerConfig, groups: list[dict[str, Any]]
+    ) -> torch.optim.Optimizer:
+        kind = cfg.type
+        params = dict(cfg.params)
+        for k in ("torch_adam", "fused", "foreach"):
+            params.pop(k, None)
+        adamw_mode = kind == "adamw" or bool(params.pop("adam_w_mode", True))
+        bias_correction = bool(params.pop("bias_correction", True))
+        if "betas" in params:
+            params["betas"] = tuple(params["betas"])
+        if self.offload:
+            from ds.zero.optim.provider import ProviderAdagrad, ProviderAdam, ProviderLion
+
+            assert self.kernels is not None
+            params.pop("amsgrad", None)
+            if kind in ("adam", "adamw"):
+                return ProviderAdam(
+                    groups,
+                    self.kernels,
+                    adamw_mode=adamw_mode,
+                    bias_correction=bias_correction,
+                    **params,
+                )
+            if kind == "adagrad":
+                params.pop("lr_decay", None)
+                params.pop("initial_accumulator_value", None)
+                return ProviderAdagrad(groups, self.kernels, **params)
+            if kind == "lion":
+                return ProviderLion(groups, self.kernels, **params)
+            raise ConfigError(f"offload_optimizer does not support optimizer {kind!r}")
+        if kind in ("adam", "adamw"):
+            if not bias_correction:
+                raise ConfigError("optimizer.params.bias_correction=false needs offload_optimizer")
+            cls = torch.optim.AdamW if adamw_mode else torch.optim.Adam
+            return cls(groups, foreach=False, **params)
+        if kind == "adagrad":
+            return torch.optim.Adagrad(groups, foreach=False, **params)
+        if kind == "sgd":
+            return torch.optim.SGD(groups, foreach=False, **params)
+        if kind == "lion":
+            return Lion(groups, **params)
+        raise ConfigError(f"unknown optimizer type {kind!r}")
+
+    def _offload_from_client(
+        self, client: torch.optim.Optimizer, groups: list[dict[str, Any]]
+    ) -> torch.optim.Optimizer:
+        from ds.zero.optim.provider import ProviderAdagrad, ProviderAdam
+
+        assert self.kernels is not None
+        hyper = {k: v for k, v in client.defaults.items() if k in _HYPER_KEYS}
+        if isinstance(client, torch.optim.AdamW | torch.optim.Adam):
+            hyper.pop("amsgrad", None)
+            adamw = isinstance(client, torch.optim.AdamW)
+            return ProviderAdam(groups, self.kernels, adamw_mode=adamw, **hyper)
+        if isinstance(client, torch.optim.Adagrad):
+            hyper.pop("lr_decay", None)
+            hyper.pop("initial_accumulator_value", None)
+            return ProviderAdagrad(groups, self.kernels, **hyper)
+        raise ConfigError(
+            f"offload_optimizer cannot run a client {type(client).__name__} on the host kernels; "
+            "use Adam, AdamW or Adagrad, or configure the optimizer in the config"
+        )

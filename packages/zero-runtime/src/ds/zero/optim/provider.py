@@ -1,0 +1,129 @@
+"""Host-side optimizers that step flat fp32 buffers through a KernelProvider (CPU offload)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ds.interfaces.kernels import AdagradHyper, AdamHyper, KernelProvider, LionHyper
+
+
+class _ProviderOptimizer(torch.optim.Optimizer):
+    def __init__(self, params: Any, defaults: dict[str, Any], kernels: KernelProvider) -> None:
+        super().__init__(params, defaults)
+        self.kernels = kernels
+
+    def _state(self, p: torch.Tensor, keys: tuple[str, ...]) -> dict[str, Any]:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            for k in keys:
+                state[k] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        return state
+
+
+class ProviderAdam(_ProviderOptimizer):
+    def __init__(
+        self,
+        params: Any,
+        kernels: KernelProvider,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        adamw_mode: bool = True,
+        bias_correction: bool = True,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "adamw_mode": adamw_mode,
+            "bias_correction": bias_correction,
+        }
+        super().__init__(params, defaults, kernels)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            hyper = AdamHyper(
+                lr=group["lr"],
+                beta1=group["betas"][0],
+                beta2=group["betas"][1],
+                eps=group["eps"],
+                weight_decay=group["weight_decay"],
+                adamw_mode=group["adamw_mode"],
+                bias_correction=group["bias_correction"],
+            )
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self._state(p, ("exp_avg", "exp_avg_sq"))
+                state["step"] += 1
+                self.kernels.adam_step(
+                    int(state["step"]), hyper, p, p.grad, state["exp_avg"], state["exp_avg_sq"]
+                )
+        return loss
+
+
+class ProviderAdagrad(_ProviderOptimizer):
+    def __init__(
+        self,
+        params: Any,
+        kernels: KernelProvider,
+        lr: float = 1e-2,
+        eps: float = 1e-10,
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay}, kernels)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            hyper = AdagradHyper(
+                lr=group["lr"], eps=group["eps"], weight_decay=group["weight_decay"]
+            )
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self._state(p, ("sum",))
+                state["step"] += 1
+                self.kernels.adagrad_step(int(state["step"]), hyper, p, p.grad, state["sum"])
+        return loss
+
+
+class ProviderLion(_ProviderOptimizer):
+    def __init__(
+        self,
+        params: Any,
+        kernels: KernelProvider,
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
+        super().__init__(
+            params, {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay}, kernels
+        )
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            hyper = LionHyper(
+                lr=group["lr"],
+                beta1=group["betas"][0],
+                beta2=group["betas"][1],
+                weight_decay=group["weight_decay"],
+            )
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self._state(p, ("exp_avg",))
+                state["step"] += 1
+                self.kernels.lion_step(int(state["step"]), hyper, p, p.grad, state["exp_avg"])
+        return loss

@@ -1,0 +1,454 @@
+"""ZeRO stages 0, 1 and 2 over flat, padded parameter buffers.
+
+* Stage 0: gradients live in one flat buffer (``param.grad`` are views into it) and are all-reduced
+  in buckets; every rank steps the whole model.
+* Stage 1: as stage 0, but each rank keeps optimizer state (and fp32 master weights) only for its
+  partition, steps it, and the updated partitions are all-gathered into the module's weights.
+* Stage 2: as stage 1, but gradients are not kept whole: as backward produces them they are copied
+  into bucket buffers and reduced to the rank owning each piece, which accumulates it into its
+  contiguous partition gradient buffer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ds.interfaces.checkpoint import (
+    LoadRequest,
+    ShardedStateDict,
+    ShardedTensor,
+    TensorMeta,
+)
+from ds.interfaces.comm import ReduceOp
+from ds.zero.stages.base import MemoryReport, StrategyContext, ZeroStrategy
+from ds.zero.stages.flat import FlatGroup, build_buckets
+
+
+@dataclass
+class _Bucket:
+    start: int
+    stop: int
+    indices: list[int]
+    pending: int = 0
+    launched: bool = False
+    buffer: torch.Tensor | None = None  # stage 2: the bucket's gradients (fp32)
+
+
+@dataclass
+class _Group:
+    flat: FlatGroup
+    lo: int  # range of the flat buffer this rank's optimizer steps
+    hi: int
+    master: torch.Tensor  # fp32, hi - lo elements (a view of flat.flat when it can be)
+    master_grad: torch.Tensor  # fp32, hi - lo elements
+    master_is_view: bool
+    flat_grad: torch.Tensor | None  # stages 0-1: model-dtype gradients of the whole group
+    buckets: list[_Bucket] = field(default_factory=list)
+    bucket_of: dict[int, int] = field(default_factory=dict)
+
+
+class PartitionedStrategy(ZeroStrategy):
+    stage = 0
+
+    def __init__(self, ctx: StrategyContext) -> None:
+        super().__init__(ctx)
+        cfg = ctx.config
+        self.world = ctx.world_size
+        self.rank = ctx.rank
+        self.comm = ctx.comm if self.world > 1 else None
+        self.overlap = cfg.zero.overlap
+        self.reduce_to_owner = bool(cfg.zero.reduce_scatter) and self.stage >= 1
+        self.offload = cfg.zero.offload_optimizer_device == "cpu"
+        self.allgather_numel = max(1, cfg.allgather_bucket_size // max(self.world, 1))
+        bucket_numel = max(1, cfg.reduce_bucket_size)
+        self._reduce_now = False
+        self._pending: list[tuple[Any, Callable[[], None]]] = []
+        self._hooks: list[Any] = []
+        self.groups: list[_Group] = []
+        opt_groups: list[dict[str, Any]] = []
+        for user_group in ctx.param_groups:
+            params = [p for p in user_group["params"] if p.requires_grad]
+            names = [ctx.param_names[id(p)] for p in params]
+            fg = FlatGroup(params, names, self.world, self.rank)
+            group = self._build_group(fg)
+            for b, (start, stop, indices) in enumerate(build_buckets(fg, bucket_numel)):
+                group.buckets.append(_Bucket(start, stop, indices))
+                for i in indices:
+                    group.bucket_of[i] = b
+            self.groups.append(group)
+            hyper = {k: v for k, v in user_group.items() if k != "params"}
+            opt_groups.append({**hyper, "params": [group.master]})
+        self._optimizer = ctx.optimizer_factory(opt_groups)
+        for gi, group in enumerate(self.groups):
+            for pi, p in enumerate(group.flat.params):
+                hook = functools.partial(self._on_grad, gi, pi)
+                self._hooks.append(p.register_post_accumulate_grad_hook(hook))
+
+    # -- construction ----------------------------------------------------------------------------
+    def _build_group(self, fg: FlatGroup) -> _Group:
+        lo, hi = fg.partition_range() if self.stage >= 1 else (0, fg.padded)
+        fp32 = fg.dtype == torch.float32
+        master_is_view = fp32 and not self.offload
+        if master_is_view:
+            master = fg.flat[lo:hi]
+        else:
+            master = fg.flat[lo:hi].detach().to(torch.float32, copy=True)
+            if self.offload:
+                master = master.cpu()
+        flat_grad: torch.Tensor | None = None
+        if self.stage <= 1:
+            flat_grad = torch.zeros_like(fg.flat)
+            for i, p in enumerate(fg.params):
+                p.grad = fg.view(flat_grad, i)
+        if self.stage <= 1 and master_is_view:
+            assert flat_grad is not None
+            master_grad = flat_grad[lo:hi]
+        else:
+            master_grad = torch.zeros(hi - lo, dtype=torch.float32, device=master.device)
+        return _Group(fg, lo, hi, master, master_grad, master_is_view, flat_grad)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self._optimizer
+
+    # -- backward --------------------------------------------------------------------------------
+    def begin_micro_step(self, boundary: bool, no_sync: bool = False) -> None:
+        if self.stage >= 2:
+            self._reduce_now = not no_sync
+        else:
+            self._reduce_now = boundary and not no_sync
+            self._attach_grad_views()
+        if self._reduce_now:
+            for group in self.groups:
+                for bucket in group.buckets:
+                    bucket.pending = len(bucket.indices)
+                    bucket.launched = False
+
+    def _attach_grad_views(self) -> None:
+        # Someone (module.zero_grad(), a client) may have replaced param.grad; put the flat views
+        # back, keeping any gradient already there.
+        for group in self.groups:
+            assert group.flat_grad is not None
+            for i, p in enumerate(group.flat.params):
+                view = group.flat.view(group.flat_grad, i)
+                grad = p.grad
+                if grad is None or grad.data_ptr() != view.data_ptr():
+                    if grad is not None:
+                        view.copy_(grad)
+                    else:
+                        view.zero_()
+                    p.grad = view
+
+    def _on_grad(self, gi: int, pi: int, param: torch.Tensor) -> None:
+        if not self._reduce_now:
+            return
+        group = self.groups[gi]
+        bucket = group.buckets[group.bucket_of[pi]]
+        if self.stage >= 2:
+            if bucket.buffer is None:
+                bucket.buffer = torch.zeros(
+                    bucket.stop - bucket.start, dtype=torch.float32, device=group.flat.flat.device
+                )
+            off = group.flat.offsets[pi] - bucket.start
+            assert param.grad is not None
+            bucket.buffer[off : off + param.numel()].copy_(param.grad.reshape(-1))
+            param.grad = None
+        bucket.pending -= 1
+        if bucket.pending == 0 and self.overlap:
+            self._launch(group, bucket)
+
+    def _launch(self, group: _Group, bucket: _Bucket) -> None:
+        bucket.launched = True
+        if self.stage >= 2:
+            if bucket.buffer is None:  # no parameter of the bucket got a gradient
+                bucket.buffer = torch.zeros(
+                    bucket.stop - bucket.start, dtype=torch.float32, device=group.flat.flat.device
+                )
+            data = bucket.buffer
+        else:
+            assert group.flat_grad is not None
+            data = group.flat_grad[bucket.start : bucket.stop]
+        if self.comm is None:
+            self._pending.append((None, functools.partial(self._finish, group, bucket, data)))
+            return
+        comm = self.comm
+        handles: list[Any] = []
+        if self.reduce_to_owner:
+            for owner, lo, hi in group.flat.owners(bucket.start, bucket.stop):
+                piece = data[lo - bucket.start : hi - bucket.start]
+                handles.append(
+                    self._timed(
+                        functools.partial(
+                            comm.reduce, piece, owner, ReduceOp.SUM, self.ctx.group, True
+                        )
+                    )
+                )
+        else:
+            handles.append(
+                self._timed(
+                    functools.partial(comm.all_reduce, data, ReduceOp.SUM, self.ctx.group, True)
+                )
+            )
+        finish = functools.partial(self._finish, group, bucket, data)
+        for h in handles[:-1]:
+            self._pending.append((h, _noop))
+        self._pending.append((handles[-1], finish))
+
+    def _finish(self, group: _Group, bucket: _Bucket, data: torch.Tensor) -> None:
+        inv = 1.0 / self.world
+        if self.stage >= 2:
+            lo, hi = max(bucket.start, group.lo), min(bucket.stop, group.hi)
+            if lo < hi:
+                piece = data[lo - bucket.start : hi - bucket.start]
+                group.master_grad[lo - group.lo : hi - group.lo].add_(piece, alpha=inv)
+            bucket.buffer = None
+        elif self.world > 1:
+            if self.reduce_to_owner:
+                lo, hi = max(bucket.start, group.lo), min(bucket.stop, group.hi)
+                if lo < hi:
+                    data[lo - bucket.start : hi - bucket.start].mul_(inv)
+            else:
+                data.mul_(inv)
+
+    def end_backward(self) -> None:
+        if not self._reduce_now:
+            return
+        for group in self.groups:
+            for bucket in group.buckets:
+                if not bucket.launched:
+                    self._launch(group, bucket)
+        pending, self._pending = self._pending, []
+        for handle, finish in pending:
+            if handle is not None:
+                self._timed(handle.wait)
+            finish()
+        if self.stage <= 1:
+            for group in self.groups:
+                if not group.master_is_view:
+                    assert group.flat_grad is not None
+                    group.master_grad.copy_(group.flat_grad[group.lo : group.hi])
+        self._reduce_now = False
+
+    # -- step ------------------------------------------------------------------------------------
+    def local_grad_shards(self) -> Sequence[torch.Tensor]:
+        return [g.master_grad for g in self.groups]
+
+    def step(self) -> None:
+        for group in self.groups:
+            group.master.grad = group.master_grad
+        self._optimizer.step()
+        for group in self.groups:
+            group.master.grad = None
+            if not group.master_is_view:
+                group.flat.flat[group.lo : group.hi].copy_(group.master)
+            if self.stage >= 1 and self.comm is not None:
+                self._all_gather(group.flat)
+
+    def _all_gather(self, fg: FlatGroup) -> None:
+        assert self.comm is not None
+        comm = self.comm
+        part = fg.partition_numel
+        for c0 in range(0, part, self.allgather_numel):
+            c1 = min(part, c0 + self.allgather_numel)
+            outs = [fg.flat[r * part + c0 : r * part + c1] for r in range(self.world)]
+            mine = outs[self.rank].clone()
+            self._timed(functools.partial(comm.all_gather, outs, mine, self.ctx.group))
+
+    def zero_grad(self) -> None:
+        for group in self.groups:
+            if group.flat_grad is not None:
+                group.flat_grad.zero_()
+                if not group.master_is_view:
+                    group.master_grad.zero_()
+            else:
+                group.master_grad.zero_()
+                for p in group.flat.params:
+                    p.grad = None
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def _sharded_state(self, group: _Group) -> dict[str, torch.Tensor]:
+        state = self._optimizer.state.get(group.master, {})
+        return {
+            k: v
+            for k, v in state.items()
+            if isinstance(v, torch.Tensor) and v.numel() == group.master.numel() and v.dim() == 1
+        }
+
+    def state_dict(self) -> ShardedStateDict:
+        out = ShardedStateDict()
+        scalar_state: list[dict[str, Any]] = []
+        for group in self.groups:
+            fg = group.flat
+            start, stop = fg.partition_range()
+            sharded = self._sharded_state(group)
+            for seg in fg.segments(start, stop):
+                p, name = fg.params[seg.index], fg.names[seg.index]
+                shape = tuple(p.shape)
+                sl = slice(seg.flat_offset, seg.flat_offset + seg.numel)
+                ml = slice(seg.flat_offset - group.lo, seg.flat_offset - group.lo + seg.numel)
+                out.tensors[f"module.{name}"] = ShardedTensor(
+                    TensorMeta(f"module.{name}", shape, _dtype(fg.dtype)),
+                    seg.param_offset,
+                    fg.flat[sl].detach().clone(),
+                )
+                if not (group.master_is_view or fg.dtype == torch.float32):
+                    out.tensors[f"master.{name}"] = ShardedTensor(
+                        TensorMeta(f"master.{name}", shape, "float32"),
+                        seg.param_offset,
+                        group.master[ml].detach().clone(),
+                    )
+                for key, value in sharded.items():
+                    out.tensors[f"optim.{key}.{name}"] = ShardedTensor(
+                        TensorMeta(f"optim.{key}.{name}", shape, _dtype(value.dtype)),
+                        seg.param_offset,
+                        value[ml].detach().cpu().clone(),
+                    )
+            state = self._optimizer.state.get(group.master, {})
+            scalar_state.append({k: _encode(v) for k, v in state.items() if k not in sharded})
+        out.objects["optimizer.param_groups"] = [
+            {k: v for k, v in g.items() if k != "params"} for g in self._optimizer.param_groups
+        ]
+        out.objects["optimizer.scalar_state"] = scalar_state
+        return out
+
+    def load_requests(self, metadata: dict[str, TensorMeta]) -> list[LoadRequest]:
+        reqs: list[LoadRequest] = []
+        for group in self.groups:
+            fg = group.flat
+            for seg in fg.segments(group.lo, group.hi):
+                name = fg.names[seg.index]
+                src = f"master.{name}" if f"master.{name}" in metadata else f"module.{name}"
+                if src not in metadata:
+                    raise _missing(name)
+                reqs.append(LoadRequest(src, seg.param_offset, seg.numel))
+                prefix = "optim."
+                suffix = f".{name}"
+                for key in metadata:
+                    if key.startswith(prefix) and key.endswith(suffix):
+                        state_key = key[len(prefix) : -len(suffix)]
+                        if "." not in state_key:
+                            reqs.append(LoadRequest(key, seg.param_offset, seg.numel))
+        return reqs
+
+    def load_state_dict(self, state: ShardedStateDict) -> None:
+        scalar_state = state.objects.get("optimizer.scalar_state") or []
+        saved_groups = state.objects.get("optimizer.param_groups") or []
+        for gi, group in enumerate(self.groups):
+            fg = group.flat
+            moments: dict[str, torch.Tensor] = {}
+            for seg in fg.segments(group.lo, group.hi):
+                name = fg.names[seg.index]
+                ml = slice(seg.flat_offset - group.lo, seg.flat_offset - group.lo + seg.numel)
+                src = state.tensors.get(f"master.{name}") or state.tensors.get(f"module.{name}")
+                if src is None:
+                    raise _missing(name)
+                with torch.no_grad():
+                    group.master[ml].copy_(_take(src, seg.param_offset, seg.numel))
+                prefix, suffix = "optim.", f".{name}"
+                for key, shard in state.tensors.items():
+                    if key.startswith(prefix) and key.endswith(suffix):
+                        state_key = key[len(prefix) : -len(suffix)]
+                        if "." in state_key:
+                            continue
+                        buf = moments.get(state_key)
+                        if buf is None:
+                            buf = torch.zeros(
+                                group.master.numel(),
+                                dtype=shard.local.dtype,
+                                device=group.master.device,
+                            )
+                            moments[state_key] = buf
+                        buf[ml].copy_(_take(shard, seg.param_offset, seg.numel))
+            restored: dict[str, Any] = dict(moments)
+            if gi < len(scalar_state):
+                restored.update({k: _decode(v) for k, v in scalar_state[gi].items()})
+            if restored:
+                self._optimizer.state[group.master] = restored
+            if gi < len(saved_groups):
+                self._optimizer.param_groups[gi].update(saved_groups[gi])
+            with torch.no_grad():
+                if not group.master_is_view:
+                    fg.flat[group.lo : group.hi].copy_(group.master)
+            if self.stage >= 1 and self.comm is not None:
+                self._all_gather(fg)
+
+    # -- introspection ---------------------------------------------------------------------------
+    def memory_report(self) -> MemoryReport:
+        report = MemoryReport()
+        for group in self.groups:
+            for v in self._optimizer.state.get(group.master, {}).values():
+                if isinstance(v, torch.Tensor):
+                    report.optimizer_state_bytes += v.numel() * v.element_size()
+            grads = group.master_grad.numel() * 4
+            if group.flat_grad is not None:
+                grads = group.flat_grad.numel() * group.flat_grad.element_size()
+                if not group.master_is_view:
+                    grads += group.master_grad.numel() * 4
+            report.gradient_bytes += grads
+            if not group.master_is_view:
+                report.master_weight_bytes += group.master.numel() * 4
+            report.parameter_bytes += group.flat.flat.numel() * group.flat.flat.element_size()
+        return report
+
+    def release(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+
+
+class Stage0(PartitionedStrategy):
+    stage = 0
+
+    @property
+    def grads_partitioned(self) -> bool:
+        return False
+
+
+class Stage1(PartitionedStrategy):
+    stage = 1
+
+
+class Stage2(PartitionedStrategy):
+    stage = 2
+
+
+def _noop() -> None:
+    return None
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _take(shard: ShardedTensor, offset: int, numel: int) -> torch.Tensor:
+    # Checkpoint engines return exactly the requested range; accept a wider one too.
+    start = offset - shard.offset
+    return shard.local.reshape(-1)[start : start + numel]
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {"__tensor__": value.detach().cpu().tolist(), "dtype": _dtype(value.dtype)}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and "__tensor__" in value:
+        return torch.tensor(value["__tensor__"], dtype=getattr(torch, value["dtype"]))
+    return value
+
+
+def _missing(name: str) -> Exception:
+    from ds.interfaces.errors import CheckpointError
+
+    return CheckpointError(
+        f"checkpoint has no weights for parameter {name!r}; was it saved from a different model?"
+    )
+
+
+STAGES: dict[int, type[PartitionedStrategy]] = {0: Stage0, 1: Stage1, 2: Stage2}
