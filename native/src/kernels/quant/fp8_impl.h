@@ -1,0 +1,47 @@
+// Inline fp8 encoder shared by the quantization kernels.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "ds/quant.h"
+
+namespace ds::quant {
+
+inline uint32_t f32_bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, 4);
+  return b;
+}
+
+inline float bits_f32(uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, 4);
+  return v;
+}
+
+// Round-half-to-even encode of a finite |y| <= max into M mantissa bits and exponent bias BIAS.
+// Subnormals: adding 2^(emin - M + 23) makes the FPU round at the subnormal step, the bit
+// difference is the code. Normals: integer rounding of the float32 bits, then re-biasing.
+template <int M, int BIAS>
+inline uint8_t encode_fp8(float y) {
+  const uint32_t b = f32_bits(y);
+  const uint32_t sign = (b >> 24) & 0x80u;
+  const uint32_t a = b & 0x7FFFFFFFu;
+  constexpr int kEmin = 1 - BIAS;
+  constexpr uint32_t kMinNormal = static_cast<uint32_t>(127 + kEmin) << 23;
+  constexpr uint32_t kMagic = static_cast<uint32_t>(127 + kEmin - M + 23) << 23;
+  uint32_t code;
+  if (a < kMinNormal) {
+    code = f32_bits(bits_f32(a) + bits_f32(kMagic)) - kMagic;
+  } else {
+    constexpr int kShift = 23 - M;
+    const uint32_t round = ((1u << (kShift - 1)) - 1) + ((a >> kShift) & 1u);
+    code = (a + round - (static_cast<uint32_t>(127 - BIAS) << 23)) >> kShift;
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+const float* fp8_table(Fp8Format f);
+
+}  // namespace ds::quant

@@ -1,0 +1,82 @@
+"""The C++ quantizers produce exactly the reference's bytes, scales and decoded values."""
+
+from __future__ import annotations
+
+import hypothesis.extra.numpy as hnp
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ds.ops import quant
+from ds.ops.quant import native, reference
+
+SCHEMES = list(quant.SCHEMES)
+
+
+def assert_same(a: quant.QuantizedTensor, b: quant.QuantizedTensor) -> None:
+    assert a.data.dtype == b.data.dtype and a.shape == b.shape
+    assert torch.equal(a.data.view(torch.uint8), b.data.view(torch.uint8))
+    assert torch.equal(a.scales, b.scales)
+    if a.zero_points is None:
+        assert b.zero_points is None
+    else:
+        assert b.zero_points is not None and torch.equal(a.zero_points, b.zero_points)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(
+    "n,group_size", [(1, 1), (7, 2), (1023, 128), (4096 + 3, 512), (10**5 + 17, 4096)]
+)
+def test_native_equals_reference(scheme: str, dtype: torch.dtype, n: int, group_size: int) -> None:
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(n, generator=g) * torch.exp(torch.randn(n, generator=g) * 2)).to(dtype)
+    a, b = reference.quantize(x, scheme, group_size), native.quantize(x, scheme, group_size)
+    assert_same(a, b)
+    assert torch.equal(reference.dequantize(a), native.dequantize(b))
+
+
+@pytest.mark.parametrize("scheme", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_every_code_decodes_like_torch(scheme: str) -> None:
+    codes = torch.arange(256, dtype=torch.uint8)
+    fp8 = quant.SCHEMES[scheme].data_dtype
+    q = quant.QuantizedTensor(codes.view(fp8), torch.ones(1), None, (256,), 256, scheme)
+    want = codes.view(fp8).to(torch.float32)
+    got = native.dequantize(q)
+    assert torch.equal(got.isnan(), want.isnan())
+    keep = ~want.isnan()
+    assert torch.equal(got[keep], want[keep])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    x=hnp.arrays(
+        np.float32,
+        st.integers(1, 300),
+        elements=st.floats(-1e6, 1e6, allow_nan=False, width=32),
+    ),
+    scheme=st.sampled_from(SCHEMES),
+    group_size=st.integers(1, 70),
+)
+def test_native_equals_reference_hypothesis(x: np.ndarray, scheme: str, group_size: int) -> None:
+    t = torch.from_numpy(x.copy())
+    a, b = reference.quantize(t, scheme, group_size), native.quantize(t, scheme, group_size)
+    assert_same(a, b)
+    assert torch.equal(reference.dequantize(a), native.dequantize(b))
+
+
+def test_native_threads_give_identical_bytes() -> None:
+    from ds.ops import _C
+
+    x = torch.randn(300_000)
+    before = _C.get_num_threads()
+    try:
+        _C.set_num_threads(1)
+        one = native.quantize(x, "int4_asym", 96)
+        _C.set_num_threads(2)
+        two = native.quantize(x, "int4_asym", 96)
+    finally:
+        _C.set_num_threads(before)
+    assert_same(one, two)
