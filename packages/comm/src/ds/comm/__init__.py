@@ -1,1 +1,112 @@
-"""ds.comm: torch.distributed-compatible collectives with logging, coalescing and a hang watchdog."""
+"""ds.comm: torch.distributed-compatible collectives with logging, coalescing and a hang watchdog.
+
+``from ds import comm as dist`` replaces ``import torch.distributed as dist``.
+"""
+
+import torch.distributed as _torch_dist
+
+from ds.comm.api import (
+    DEFAULT_TIMEOUT_S,
+    all_gather,
+    all_gather_coalesced,
+    all_gather_into_tensor,
+    all_gather_object,
+    all_gather_single,
+    all_reduce,
+    all_to_all,
+    all_to_all_single,
+    barrier,
+    broadcast,
+    broadcast_object_list,
+    collective_timeout,
+    configure,
+    destroy_process_group,
+    gather,
+    gather_object,
+    get_backend,
+    get_comms_logger,
+    get_communicator,
+    get_global_rank,
+    get_local_rank,
+    get_process_group_ranks,
+    get_rank,
+    get_world_size,
+    init_distributed,
+    irecv,
+    is_available,
+    is_initialized,
+    isend,
+    log_summary,
+    new_group,
+    recv,
+    reduce,
+    reduce_scatter,
+    reduce_scatter_coalesced,
+    reduce_scatter_single,
+    reduce_scatter_tensor,
+    scatter,
+    scatter_object_list,
+    send,
+    set_communicator,
+)
+from ds.comm.backends.torch_backend import TorchCommunicator
+from ds.comm.comms_logger import CommsLogger, CommsLoggerConfig
+from ds.interfaces.comm import ReduceOp
+from ds.interfaces.errors import CollectiveTimeoutError, CommError
+
+# torch.distributed's group handles (dist.group.WORLD) for drop-in code.
+group = _torch_dist.group
+GroupMember = _torch_dist.GroupMember
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "CollectiveTimeoutError",
+    "CommError",
+    "CommsLogger",
+    "CommsLoggerConfig",
+    "GroupMember",
+    "ReduceOp",
+    "TorchCommunicator",
+    "all_gather",
+    "all_gather_coalesced",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_gather_single",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "collective_timeout",
+    "configure",
+    "destroy_process_group",
+    "gather",
+    "gather_object",
+    "get_backend",
+    "get_comms_logger",
+    "get_communicator",
+    "get_global_rank",
+    "get_local_rank",
+    "get_process_group_ranks",
+    "get_rank",
+    "get_world_size",
+    "group",
+    "init_distributed",
+    "irecv",
+    "is_available",
+    "is_initialized",
+    "isend",
+    "log_summary",
+    "new_group",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_coalesced",
+    "reduce_scatter_single",
+    "reduce_scatter_tensor",
+    "scatter",
+    "scatter_object_list",
+    "send",
+    "set_communicator",
+]

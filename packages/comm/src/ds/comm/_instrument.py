@@ -1,0 +1,221 @@
+"""The instrumented path of every collective: timing, timeout watchdog, consistency checks.
+
+A :class:`Tap` exists only while at least one of these is switched on, so the plain path of
+:class:`~ds.comm.backends.torch_backend.TorchCommunicator` pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ds.comm._handle import as_timedelta
+from ds.interfaces.errors import CommError
+
+if TYPE_CHECKING:
+    from ds.comm.comms_logger import CommsLogger
+    from ds.comm.watchdog import Token, Watchdog
+    from ds.interfaces.telemetry import EventBus
+
+_perf = time.perf_counter
+
+
+class Tap:
+    """What runs around a collective when any instrumentation is on."""
+
+    def __init__(
+        self,
+        logger: CommsLogger | None = None,
+        watchdog: Watchdog | None = None,
+        check_consistency: bool = False,
+        event_bus: EventBus | None = None,
+    ) -> None:
+        self.logger = logger
+        self.watchdog = watchdog
+        self.check_consistency = check_consistency
+        self.event_bus = event_bus
+        self._local = threading.local()
+
+    # A per-thread override set by ds.comm.collective_timeout().
+    @property
+    def timeout_override(self) -> float | None:
+        return getattr(self._local, "timeout", None)
+
+    @timeout_override.setter
+    def timeout_override(self, value: float | None) -> None:
+        self._local.timeout = value
+
+    def is_idle(self) -> bool:
+        return (
+            self.logger is None
+            and self.watchdog is None
+            and not self.check_consistency
+            and self.event_bus is None
+        )
+
+    def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
+
+    def _records(self, name: str) -> bool:
+        lg = self.logger
+        return (lg is not None and lg.wants(name)) or self.event_bus is not None
+
+    def run(
+        self,
+        name: str,
+        nbytes: int,
+        group: Any,
+        async_op: bool,
+        call: Callable[[bool], Any],
+        tensors: tuple[torch.Tensor, ...],
+        after: Callable[[], None] | None,
+        same_shape: bool,
+        timeout: float | None = None,
+    ) -> Any:
+        if self.check_consistency:
+            from ds.comm.consistency import check_consistency
+
+            check_consistency(name, tensors, group, same_shape)
+        wd = self.watchdog
+        limit = timeout if timeout is not None else self.timeout_override
+        if wd is not None and limit is None:
+            limit = wd.timeout_s
+        token = wd.enter(name, nbytes, group) if wd is not None else None
+        timed = self._records(name)
+        t0 = _perf()
+        if limit is None:
+            work = call(async_op)
+            if async_op and work is not None:
+                return TapHandle(self, work, after, name, nbytes, group, t0, token, None, timed)
+            if after is not None:
+                after()
+            if timed:
+                self.record(name, nbytes, group, _perf() - t0)
+            return None
+        work = call(True)
+        if work is None:  # this rank is not part of the group
+            if token is not None and wd is not None:
+                wd.leave(token)
+            return None
+        handle = TapHandle(self, work, after, name, nbytes, group, t0, token, limit, timed)
+        if async_op:
+            return handle
+        handle.wait()
+        return None
+
+    def run_p2p(self, name: str, tensor: torch.Tensor, peer: int, call: Callable[[], Any]) -> Any:
+        wd = self.watchdog
+        limit = self.timeout_override
+        if wd is not None and limit is None:
+            limit = wd.timeout_s
+        nbytes = tensor.numel() * tensor.element_size()
+        timed = self._records(name)
+        work = call()
+        return TapHandle(
+            self, work, None, name, nbytes, None, _perf(), None, limit, timed, peer=peer
+        )
+
+    def record(self, name: str, nbytes: int, group: Any, latency_s: float) -> None:
+        from ds.comm._groups import group_size
+
+        size = group_size(group)
+        lg = self.logger
+        if lg is not None and lg.wants(name):
+            lg.record(name, nbytes, latency_s, size)
+        bus = self.event_bus
+        if bus is not None:
+            from ds.comm._groups import global_rank
+            from ds.interfaces.telemetry import CommEvent
+
+            bus.publish(CommEvent(name, nbytes, latency_s, size, global_rank()))
+
+
+class TapHandle:
+    """Async handle of an instrumented collective: bounded wait, then timing and post-work."""
+
+    __slots__ = (
+        "_after",
+        "_done",
+        "_group",
+        "_limit",
+        "_name",
+        "_nbytes",
+        "_peer",
+        "_t0",
+        "_tap",
+        "_timed",
+        "_token",
+        "_work",
+    )
+
+    def __init__(
+        self,
+        tap: Tap,
+        work: Any,
+        after: Callable[[], None] | None,
+        name: str,
+        nbytes: int,
+        group: Any,
+        t0: float,
+        token: Token | None,
+        limit: float | None,
+        timed: bool,
+        peer: int | None = None,
+    ) -> None:
+        self._tap = tap
+        self._work = work
+        self._after = after
+        self._name = name
+        self._nbytes = nbytes
+        self._group = group
+        self._t0 = t0
+        self._token = token
+        self._limit = limit
+        self._timed = timed
+        self._peer = peer
+        self._done = False
+
+    def wait(self, timeout: float | datetime.timedelta | None = None) -> bool:
+        if self._done:
+            return True
+        limit: float | None
+        if timeout is not None:
+            limit = as_timedelta(timeout).total_seconds()
+        else:
+            limit = self._limit
+        wd = self._tap.watchdog
+        try:
+            if limit is None:
+                self._work.wait()
+            else:
+                self._work.wait(datetime.timedelta(seconds=limit))
+        except RuntimeError as exc:
+            waited = _perf() - self._t0
+            if wd is not None and self._token is not None:
+                raise wd.timeout_error(self._token, waited, exc) from exc
+            target = f" with rank {self._peer}" if self._peer is not None else ""
+            raise CommError(
+                f"{self._name}{target} failed after {waited:.1f} s (limit {limit} s): {exc}"
+            ) from exc
+        finally:
+            if wd is not None and self._token is not None:
+                wd.leave(self._token)
+        self._done = True
+        after, self._after = self._after, None
+        if after is not None:
+            after()
+        if self._timed:
+            self._tap.record(self._name, self._nbytes, self._group, _perf() - self._t0)
+        return True
+
+    def is_completed(self) -> bool:
+        return bool(self._work.is_completed())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)

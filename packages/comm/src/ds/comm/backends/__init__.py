@@ -1,0 +1,1 @@
+"""Communication backends behind the ``ds.interfaces.comm.Communicator`` contract."""

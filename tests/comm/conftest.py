@@ -1,0 +1,126 @@
+"""Fixtures for ds.comm multi-process tests: start real ranks as subprocesses, bounded in time."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int | None  # None: killed at the deadline
+    stdout: str
+    stderr: str
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _base_env() -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "OMPI_", "PMI_"))
+        and not k.startswith(("SLURM_", "DS_COMM_"))
+    }
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONWARNINGS"] = "error::DeprecationWarning,error::FutureWarning"
+    return env
+
+
+def launch(
+    script: str,
+    world: int,
+    rank_env: list[dict[str, str]] | None = None,
+    args: list[str] | None = None,
+    timeout: float = 90.0,
+) -> list[RankResult]:
+    """Run ``workers/<script>`` as ``world`` processes; kill them all at ``timeout`` seconds.
+
+    Without ``rank_env`` each rank gets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT.
+    """
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = _base_env()
+        if rank_env is None:
+            env.update(
+                RANK=str(r),
+                WORLD_SIZE=str(world),
+                LOCAL_RANK=str(r),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+            )
+        else:
+            env.update({k: v.replace("{port}", str(port)) for k, v in rank_env[r].items()})
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKERS / script), *(args or [])],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    deadline = time.monotonic() + timeout
+    results = []
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            results.append(RankResult(r, p.returncode, out, err))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+            out, err = p.communicate()
+            results.append(RankResult(r, None, out, err))
+    return results
+
+
+def ok_or_report(results: list[RankResult]) -> None:
+    bad = [r for r in results if r.returncode != 0]
+    if bad:
+        msg = "\n".join(
+            f"--- rank {r.rank} rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            for r in bad
+        )
+        pytest.fail(f"ranks failed:\n{msg}")
+
+
+@pytest.fixture(scope="session")
+def run_ranks():
+    return launch
+
+
+def collect_checks(script: str, world: int, tmp: Path, extra: list[str] | None = None):
+    """Run a checks worker; return {check name: 'ok' or the failure text} merged over ranks."""
+    out = tmp / f"{script}-{world}"
+    out.mkdir(parents=True, exist_ok=True)
+    results = launch(script, world, args=[str(out), *(extra or [])], timeout=240)
+    merged: dict[str, str] = {}
+    for r in range(world):
+        f = out / f"rank{r}.json"
+        if not f.exists():
+            rr = results[r]
+            merged[f"<rank {r} crashed>"] = (
+                f"rc={rr.returncode}\n{rr.stdout[-2000:]}\n{rr.stderr[-4000:]}"
+            )
+            continue
+        for name, status in json.loads(f.read_text()).items():
+            if status != "ok" or name not in merged:
+                merged[name] = status if status != "ok" else merged.get(name, "ok")
+    return merged
