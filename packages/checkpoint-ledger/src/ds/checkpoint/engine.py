@@ -38,7 +38,7 @@ from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
 from ds.checkpoint._reader import FileCache, dtype_name, read_range, tensor_metas
 from ds.checkpoint._writers import PythonWriter, ShardWriter
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
-from ds.interfaces.errors import CheckpointError
+from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
 from ds.interfaces.logging import get_logger
 
 log = get_logger(__name__)
@@ -188,7 +188,7 @@ class ShardedCheckpointEngine:
         return _Handle(self, job)
 
     def _prepare(self, directory: str, tag: str, tmp: str) -> None:
-        err: str | None = None
+        err: tuple[bool, str] | None = None
         if self.rank == 0:
             try:
                 os.makedirs(directory, exist_ok=True)
@@ -197,13 +197,15 @@ class ShardedCheckpointEngine:
                 if os.path.exists(tmp):
                     shutil.rmtree(tmp)  # left by a save that crashed before its commit
                 os.makedirs(tmp)
+            except ApprovalRequiredError as exc:
+                err = (True, str(exc))
             except Exception as exc:
-                err = f"{type(exc).__name__}: {exc}"
-                if self._comm is None:
-                    raise
+                err = (False, f"{type(exc).__name__}: {exc}")
         err = self._bcast(err)
         if err is not None:
-            raise CheckpointError(f"rank 0 could not prepare checkpoint {tag!r}: {err}")
+            if err[0]:  # every rank raises the same approval error
+                raise ApprovalRequiredError(err[1])
+            raise CheckpointError(f"rank 0 could not prepare checkpoint {tag!r}: {err[1]}")
 
     def _write(
         self,

@@ -1,0 +1,236 @@
+"""Consolidate a sharded checkpoint into one safetensors or torch file, one tensor at a time.
+
+Both writers lay out the file's metadata first (safetensors header; torch's pickled structure),
+then read each logical tensor from the shards, write its bytes and drop it, so peak memory stays
+near the largest tensor rather than the model. The torch file is the zip format ``torch.save``
+writes and ``torch.load(weights_only=True)`` reads.
+"""
+
+from __future__ import annotations
+
+import collections
+import fnmatch
+import json
+import os
+import pickle
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ds.checkpoint._fsutil import fsync_path
+from ds.checkpoint._reader import FileCache, dtype_from_name, read_range, tensor_metas
+from ds.interfaces.errors import CheckpointError
+
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """Which checkpoint tensor goes out under which name, shape and dtype."""
+
+    source: str
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def plan_export(
+    manifest: Mapping[str, Any],
+    *,
+    dtype: torch.dtype | None = None,
+    rename: Callable[[str], str | None] | None = None,
+) -> list[ExportPlan]:
+    """``dtype`` casts floating tensors only; ``rename`` maps names (None drops a tensor)."""
+    plans = []
+    seen: dict[str, str] = {}
+    for src, meta in sorted(tensor_metas(manifest).items()):
+        name = rename(src) if rename is not None else src
+        if name is None:
+            continue
+        if name in seen:
+            raise CheckpointError(f"tensors {seen[name]!r} and {src!r} both export as {name!r}")
+        seen[name] = src
+        dt = dtype_from_name(meta.dtype)
+        if dtype is not None and dt.is_floating_point:
+            dt = dtype
+        plans.append(ExportPlan(src, name, meta.shape, dt))
+    return plans
+
+
+def make_renamer(
+    name_map: Mapping[str, str] | None = None,
+    strip_prefix: str | None = None,
+    add_prefix: str | None = None,
+    include: list[str] | None = None,
+) -> Callable[[str], str | None]:
+    """Names as Hugging Face expects them: explicit map, then prefix strip/add; glob filter."""
+
+    def rename(name: str) -> str | None:
+        if include and not any(fnmatch.fnmatchcase(name, pat) for pat in include):
+            return None
+        if name_map and name in name_map:
+            return name_map[name]
+        if strip_prefix and name.startswith(strip_prefix):
+            name = name[len(strip_prefix) :]
+        if add_prefix:
+            name = add_prefix + name
+        return name
+
+    return rename
+
+
+def _read(manifest: Mapping[str, Any], files: FileCache, plan: ExportPlan) -> torch.Tensor:
+    numel = 1
+    for s in plan.shape:
+        numel *= s
+    t = read_range(manifest, files, plan.source, 0, numel).view(plan.shape)
+    return t.to(plan.dtype) if t.dtype != plan.dtype else t
+
+
+def export_safetensors(
+    manifest: Mapping[str, Any],
+    root: str,
+    out: str,
+    plans: list[ExportPlan],
+    metadata: Mapping[str, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", **(metadata or {})}}
+    pos = 0
+    for p in plans:
+        if p.dtype not in SAFETENSORS_DTYPES:
+            raise CheckpointError(f"{p.source}: dtype {p.dtype} has no safetensors encoding")
+        nbytes = torch.empty(0, dtype=p.dtype).element_size()
+        for s in p.shape:
+            nbytes *= s
+        header[p.name] = {
+            "dtype": SAFETENSORS_DTYPES[p.dtype],
+            "shape": list(p.shape),
+            "data_offsets": [pos, pos + nbytes],
+        }
+        pos += nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
+    files = FileCache(root)
+    tmp = out + ".partial"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(len(raw).to_bytes(8, "little"))
+            f.write(raw)
+            for p in plans:
+                t = _read(manifest, files, p).contiguous()
+                if t.numel():
+                    f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+                del t
+                if progress is not None:
+                    progress(p.name)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+        fsync_path(os.path.dirname(os.path.abspath(out)))
+    finally:
+        files.close()
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return 8 + len(raw) + pos
+
+
+class _StorageRef:
+    def __init__(self, key: str, dtype: torch.dtype, numel: int) -> None:
+        self.key, self.dtype, self.numel = key, dtype, numel
+
+
+class _LazyTensor:
+    """Pickles exactly like a contiguous CPU tensor whose storage is written separately."""
+
+    def __init__(self, ref: _StorageRef, shape: tuple[int, ...]) -> None:
+        self.ref, self.shape = ref, shape
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        stride, acc = [], 1
+        for s in reversed(self.shape):
+            stride.append(acc)
+            acc *= s
+        args = (self.ref, 0, self.shape, tuple(reversed(stride)), False, collections.OrderedDict())
+        return (torch._utils._rebuild_tensor_v2, args)
+
+
+def _storage_type(dtype: torch.dtype) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage is deprecated but is what the format names
+        name = torch.storage.TypedStorage(dtype=dtype, device="cpu")._pickle_storage_type()
+    return getattr(torch, name)
+
+
+def export_torch(
+    manifest: Mapping[str, Any],
+    root: str,
+    out: str,
+    plans: list[ExportPlan],
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    refs = [_StorageRef(str(i), p.dtype, _numel(p.shape)) for i, p in enumerate(plans)]
+    state = {p.name: _LazyTensor(r, p.shape) for p, r in zip(plans, refs, strict=True)}
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> Any:
+            if isinstance(obj, _StorageRef):
+                return ("storage", _storage_type(obj.dtype), obj.key, "cpu", obj.numel)
+            return None
+
+    import io
+
+    buf = io.BytesIO()
+    Pickler(buf, protocol=2).dump(state)
+    data = buf.getvalue()
+    files = FileCache(root)
+    tmp = out + ".partial"
+    total = len(data)
+    try:
+        writer = torch._C.PyTorchFileWriter(tmp)
+        writer.write_record("data.pkl", data, len(data))
+        writer.write_record(".format_version", "1", 1)
+        writer.write_record("byteorder", sys.byteorder, len(sys.byteorder))
+        for p, r in zip(plans, refs, strict=True):
+            t = _read(manifest, files, p).contiguous()
+            storage = t.untyped_storage()
+            writer.write_record(f"data/{r.key}", storage, storage.nbytes())
+            total += storage.nbytes()
+            del t, storage
+            if progress is not None:
+                progress(p.name)
+        writer.write_end_of_file()
+        del writer
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+        fsync_path(os.path.dirname(os.path.abspath(out)))
+    finally:
+        files.close()
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return total
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

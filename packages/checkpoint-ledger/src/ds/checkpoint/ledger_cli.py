@@ -1,0 +1,161 @@
+"""``ds ledger verify | show | prove | keygen``: the run-ledger verbs of the ds CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ds.interfaces.errors import DsError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ds ledger", description="Verify, show and prove a ds run ledger."
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser(
+        "verify", help="check chain, Merkle tree heads and signatures; exit 1 if bad"
+    )
+    v.add_argument("path")
+    v.add_argument("--public-key", default=None, help="hex Ed25519 key the heads must be signed by")
+    v.add_argument(
+        "--head",
+        action="append",
+        default=[],
+        help="a trusted tree head (JSON, or @file) the ledger must extend",
+    )
+    s = sub.add_parser("show", help="print records")
+    s.add_argument("path")
+    s.add_argument("--kind", default=None)
+    s.add_argument("--last", type=int, default=None)
+    s.add_argument("--json", action="store_true")
+    pr = sub.add_parser("prove", help="print an inclusion or consistency proof (JSON)")
+    pr.add_argument("path")
+    pr.add_argument("what", choices=["inclusion", "consistency"])
+    pr.add_argument("first", type=int, help="record index (inclusion) or old size (consistency)")
+    pr.add_argument("second", type=int, nargs="?", default=None, help="tree size (default: all)")
+    sub.add_parser("keygen", help="print a new Ed25519 signing key (hex) and its public key")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(
+            {"verify": _verify, "show": _show, "prove": _prove, "keygen": _keygen}[args.cmd](args)
+        )
+    except DsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from ds.checkpoint.ledger import verify_file
+    from ds.interfaces.ledger import TreeHead
+
+    heads = []
+    for h in args.head:
+        if h.startswith("@"):
+            with open(h[1:], encoding="utf-8") as f:
+                h = f.read()
+        heads.append(TreeHead(**json.loads(h)))
+    res = verify_file(args.path, heads, args.public_key)
+    if not res.ok:
+        print(f"FAIL {args.path}: first bad record {res.first_bad_index}: {res.reason}")
+        return 1
+    signed = (
+        "signed tree heads verified"
+        if res.signed
+        else "tree heads are UNSIGNED (no key configured)"
+    )
+    print(f"OK {args.path}: {res.records} records, hash chain and Merkle tree intact, {signed}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ds.checkpoint.ledger import scan
+
+    s = scan(args.path)
+    with open(args.path, "rb") as f:
+        lines = f.read().split(b"\n")[: s.records]
+    recs = [json.loads(line) for line in lines]
+    if args.kind:
+        recs = [r for r in recs if r["kind"] == args.kind]
+    if args.last:
+        recs = recs[-args.last :]
+    for r in recs:
+        if args.json:
+            print(json.dumps(r, sort_keys=True))
+        else:
+            payload = json.dumps(r["payload"], sort_keys=True)
+            if len(payload) > 100:
+                payload = payload[:97] + "..."
+            print(f"{r['i']:>7} rank{r['rank']:<3} {r['kind']:<20} {payload}")
+    if s.reason is not None:
+        print(f"WARNING: stopped at {s.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _prove(args: argparse.Namespace) -> int:
+    from ds.checkpoint import merkle
+    from ds.checkpoint.ledger import scan
+
+    s = scan(args.path)
+    if s.reason is not None:
+        print(f"FAIL {args.path}: {s.reason}")
+        return 1
+    t = s.tree
+    size = len(t) if args.second is None else args.second
+    out: dict[str, Any]
+    try:
+        if args.what == "inclusion":
+            proof = t.inclusion_proof(args.first, size)
+            ok = merkle.verify_inclusion(
+                t.leaves[args.first], args.first, size, proof, t.root(size)
+            )
+            out = {
+                "index": args.first,
+                "tree_size": size,
+                "leaf_hash": t.leaves[args.first].hex(),
+                "root_hash": t.root(size).hex(),
+                "proof": [h.hex() for h in proof],
+                "verified": ok,
+            }
+        else:
+            proof = t.consistency_proof(args.first, size)
+            ok = merkle.verify_consistency(
+                args.first, size, t.root(args.first), t.root(size), proof
+            )
+            out = {
+                "old_size": args.first,
+                "new_size": size,
+                "old_root": t.root(args.first).hex(),
+                "new_root": t.root(size).hex(),
+                "proof": [h.hex() for h in proof],
+                "verified": ok,
+            }
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=1))
+    return 0 if ok else 1
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from ds.checkpoint import signing
+
+    key = signing.generate_key_hex()
+    print(
+        json.dumps(
+            {
+                "private_key": key,
+                "public_key": signing.public_hex(signing.load_private_key(key)),
+                "use": f"export {signing.ENV_KEY}=<private_key>",
+            },
+            indent=1,
+        )
+    )
+    return 0

@@ -1,0 +1,109 @@
+"""Mutation boundaries: intents are never approvals; approvals are distinct ledger records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ds.checkpoint.boundary import (
+    CHANGE_ENV,
+    OVERWRITE_CHECKPOINT,
+    MutationBoundary,
+    Record,
+    never_equate_intent_to_approval,
+)
+from ds.checkpoint.engine import ShardedCheckpointEngine
+from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.sharding import shard_state
+from ds.interfaces.errors import ApprovalRequiredError
+
+
+def test_never_equate_intent_to_approval_rule() -> None:
+    intent = Record(3, "intent", "delete_checkpoint", "/c/t1", "alice")
+    with pytest.raises(ApprovalRequiredError, match="has no approval"):
+        never_equate_intent_to_approval(intent, None)
+    with pytest.raises(ApprovalRequiredError, match="its own approval"):
+        never_equate_intent_to_approval(intent, intent)
+    as_approval = Record(3, "approval", "delete_checkpoint", "/c/t1", "bob", intent=3)
+    with pytest.raises(ApprovalRequiredError, match="its own approval"):
+        never_equate_intent_to_approval(intent, as_approval)
+    with pytest.raises(ApprovalRequiredError, match="cannot approve it"):
+        never_equate_intent_to_approval(
+            intent, Record(4, "approval", "delete_checkpoint", "/c/t1", "alice", intent=3)
+        )
+    with pytest.raises(ApprovalRequiredError, match="not this one"):
+        never_equate_intent_to_approval(
+            intent, Record(4, "approval", "delete_checkpoint", "/c/t1", "bob", intent=2)
+        )
+    with pytest.raises(ApprovalRequiredError, match="predates"):
+        never_equate_intent_to_approval(
+            intent, Record(2, "approval", "delete_checkpoint", "/c/t1", "bob", intent=3)
+        )
+    with pytest.raises(ApprovalRequiredError, match="names no approver"):
+        never_equate_intent_to_approval(
+            intent, Record(5, "approval", "delete_checkpoint", "/c/t1", "", intent=3)
+        )
+    never_equate_intent_to_approval(
+        intent, Record(5, "approval", "delete_checkpoint", "/c/t1", "bob", intent=3)
+    )
+
+
+def test_intent_alone_does_not_allow_the_mutation(tmp_path) -> None:
+    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+        b = MutationBoundary(led)
+        intent = b.request("load_optimizer_state", "/ckpt/step9", requested_by="alice")
+        with pytest.raises(ApprovalRequiredError, match=f"intent #{intent}"):
+            b.require("load_optimizer_state", "/ckpt/step9")
+        with pytest.raises(ApprovalRequiredError, match="cannot approve"):
+            b.approve(intent, "alice")
+        approval = b.approve(intent, "bob", reason="resume after node loss")
+        assert approval != intent
+        assert b.require("load_optimizer_state", "/ckpt/step9") == intent
+        with pytest.raises(ApprovalRequiredError):  # one approval, one mutation
+            b.require("load_optimizer_state", "/ckpt/step9")
+        kinds = [
+            json.loads(line)["kind"] for line in (tmp_path / "l.jsonl").read_text().splitlines()
+        ]
+        assert kinds == ["intent", "approval", "mutation"]
+        assert led.verify_ledger_integrity().ok
+
+
+def test_policy_approval_is_a_separate_record(tmp_path) -> None:
+    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+        b = MutationBoundary(led, policies={"delete_checkpoint": "keep-last-3"})
+        b.require("delete_checkpoint", "/c/old")
+    recs = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in recs] == ["intent", "approval", "mutation"]
+    assert recs[1]["payload"]["policy"] == "keep-last-3"
+    assert recs[1]["payload"]["intent"] == recs[0]["i"]
+
+
+def test_checkpoint_overwrite_needs_approval(tmp_path) -> None:
+    b = MutationBoundary()
+    eng = ShardedCheckpointEngine(boundary=b)
+    d = str(tmp_path / "ck")
+    eng.save(d, "t", shard_state({"w": torch.zeros(4)}, 0, 1))
+    with pytest.raises(ApprovalRequiredError, match="overwrite_checkpoint"):
+        eng.save(d, "t", shard_state({"w": torch.ones(4)}, 0, 1))
+    got = eng.load(d, "t", []).objects
+    assert got == {}
+    intent = b.request(OVERWRITE_CHECKPOINT, str(tmp_path / "ck" / "t"), requested_by="trainer")
+    b.approve(intent, "operator")
+    eng.save(d, "t", shard_state({"w": torch.ones(4)}, 0, 1))
+    from ds.interfaces.checkpoint import LoadRequest
+
+    assert torch.equal(eng.load(d, "t", [LoadRequest("w", 0, 4)]).tensors["w"].local, torch.ones(4))
+
+
+def test_watched_env_change_needs_approval(monkeypatch) -> None:
+    monkeypatch.setenv("NCCL_ALGO", "ring")
+    b = MutationBoundary(watched_env=["NCCL_ALGO"])
+    assert b.check_env() == []
+    monkeypatch.setenv("NCCL_ALGO", "tree")
+    with pytest.raises(ApprovalRequiredError, match="change_env"):
+        b.check_env()
+    b.approve(b.request(CHANGE_ENV, "NCCL_ALGO", requested_by="alice"), "bob")
+    assert b.check_env() == ["NCCL_ALGO"]
+    assert b.check_env() == []

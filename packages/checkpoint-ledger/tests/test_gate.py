@@ -1,0 +1,115 @@
+"""Readiness gate metrics from hand-computed telemetry."""
+
+from __future__ import annotations
+
+import pytest
+
+from ds.checkpoint.gate import GateThresholds, ProductionDebtZeROGate, p99
+from ds.interfaces.errors import ConfigError
+from ds.interfaces.ledger import ReadinessGate
+from ds.interfaces.telemetry import EventBus, StepMetrics
+
+GIB = 1 << 30
+
+
+def _step(i: int, t: float = 0.2, **kw: float) -> StepMetrics:
+    return StepMetrics(step=i, loss=1.0, lr=1e-3, step_time_s=t, **kw)  # type: ignore[arg-type]
+
+
+def test_is_a_readiness_gate() -> None:
+    assert isinstance(ProductionDebtZeROGate(), ReadinessGate)
+
+
+def test_clean_run_scores_high_with_no_findings() -> None:
+    gate = ProductionDebtZeROGate()
+    for i in range(50):
+        a = gate.evaluate_training_step(
+            _step(i, 0.2, peak_host_rss_bytes=2 * GIB, allotted_device_bytes=80 * GIB)
+        )
+    assert a.findings == ()
+    assert a.passed
+    # ddi 0, zomm 0.025, p99 0.2: subscores 1, 1 - 0.25*0.025/1.08, 1 - 0.25*0.2/0.45
+    expected = 100 * (1 + (1 - 0.25 * 0.025 / 1.08) + (1 - 0.25 * 0.2 / 0.45)) / 3
+    assert a.score == pytest.approx(expected, abs=1e-3)
+    assert a.score > 90
+    assert a.metrics["ddi"] == 0.0
+    assert a.metrics["zomm"] == pytest.approx(2 / 80)
+
+
+def test_offload_thrashing_run_reports_zomm_breach() -> None:
+    gate = ProductionDebtZeROGate()
+    a = None
+    for i in range(20):
+        a = gate.evaluate_training_step(
+            _step(
+                i,
+                0.3,
+                offload_time_s=0.15,
+                offload_in_bytes=GIB,
+                offload_out_bytes=GIB,
+                peak_host_rss_bytes=20 * GIB,
+                nvme_buffer_bytes=4 * GIB,
+                allotted_device_bytes=16 * GIB,
+            )
+        )
+    assert a is not None
+    assert a.metrics["zomm"] == pytest.approx(24 / 16)
+    # O = 0.5 -> DDI = 100 * 0.4 * 0.5 = 20 > 12
+    assert a.metrics["ddi"] == pytest.approx(20.0)
+    crit = {f.metric for f in a.findings if f.severity == "critical"}
+    assert crit == {"zomm", "ddi"}
+    assert not a.passed
+    zomm = next(f for f in a.findings if f.metric == "zomm")
+    assert zomm.threshold == 1.08 and "Offload Memory Multiplier" in zomm.message
+    assert a.score < 60
+
+
+def test_ddi_components_hand_computed() -> None:
+    gate = ProductionDebtZeROGate(baseline_steps=2)
+    gate.evaluate_training_step(_step(0, 0.1))
+    gate.evaluate_training_step(_step(1, 0.1))
+    # Two slow steps: window = [0.1, 0.1, 0.2, 0.2]; median 0.15 vs baseline 0.1 -> L = 0.5
+    gate.evaluate_training_step(_step(2, 0.2, allgather_stall_s=0.04, sync_wait_s=0.02))
+    a = gate.evaluate_training_step(_step(3, 0.2, allgather_stall_s=0.04, sync_wait_s=0.02))
+    total = 0.6
+    c, s = 0.08 / total, 0.04 / total
+    assert a.metrics["ddi.allgather_stall"] == pytest.approx(c)
+    assert a.metrics["ddi.sync_wait"] == pytest.approx(s)
+    assert a.metrics["ddi.latency_degradation"] == pytest.approx(0.5)
+    assert a.metrics["ddi"] == pytest.approx(100 * (0.25 * c + 0.2 * s + 0.15 * 0.5))
+
+
+def test_p99_over_sliding_window() -> None:
+    assert p99([float(i) for i in range(1, 101)]) == 99.0
+    assert p99([0.1] * 99 + [5.0]) == 0.1
+    assert p99([0.1] * 98 + [5.0, 5.0]) == 5.0
+    gate = ProductionDebtZeROGate(window=10)
+    for i in range(10):
+        gate.evaluate_training_step(_step(i, 1.0))
+    a = gate.evaluate_training_step(_step(10, 0.1))
+    assert a.metrics["p99_step_latency_s"] == 1.0
+    assert any(f.metric == "p99_step_latency_s" and f.severity == "critical" for f in a.findings)
+    for i in range(11, 21):  # the slow steps slide out of the window
+        a = gate.evaluate_training_step(_step(i, 0.1))
+    assert a.metrics["p99_step_latency_s"] == pytest.approx(0.1)
+    assert not any(f.metric == "p99_step_latency_s" for f in a.findings)
+
+
+def test_thresholds_are_configurable_and_warnings_precede_breaches() -> None:
+    gate = ProductionDebtZeROGate(p99_step_latency_s_max=1.0)
+    a = gate.evaluate_training_step(_step(0, 0.95))
+    assert [(f.metric, f.severity) for f in a.findings] == [("p99_step_latency_s", "warning")]
+    assert a.passed
+    with pytest.raises(ConfigError, match=r"gate\.window"):
+        GateThresholds(window=0)
+
+
+def test_subscribes_to_the_event_bus() -> None:
+    bus = EventBus()
+    gate = ProductionDebtZeROGate()
+    gate.attach(bus)
+    for i in range(5):
+        bus.publish(_step(i, 0.9))
+    a = gate.report()
+    assert a.metrics["p99_step_latency_s"] == 0.9 and not a.passed
+    assert bus.errors == []
