@@ -26,7 +26,14 @@ from typing import IO
 import psutil
 
 from ds.interfaces.errors import LaunchError
-from ds.launcher.proctree import alive, descendants, signal_name, signal_tree
+from ds.launcher.proctree import (
+    alive,
+    become_subreaper,
+    descendants,
+    reap,
+    signal_name,
+    signal_tree,
+)
 
 TAIL_LINES = 20
 
@@ -116,7 +123,9 @@ def _pump(src: IO[bytes], dst: IO[bytes], run: _Running, prefix: bytes, console:
 class ProcessGroup:
     """Start ``members``, wait, and tear everything down on the first failure or signal."""
 
-    def __init__(self, members: Sequence[Member], grace_s: float = 3.0) -> None:
+    def __init__(
+        self, members: Sequence[Member], grace_s: float = 3.0, adopt_orphans: bool = False
+    ) -> None:
         if not members:
             raise LaunchError("nothing to launch: the job has no ranks")
         self.members = list(members)
@@ -125,6 +134,8 @@ class ProcessGroup:
         self._signal: int | None = None
         self._running: list[_Running] = []
         self._console = _Console()
+        # Only a process whose sole children are the members may sweep all its descendants.
+        self.adopt_orphans = adopt_orphans and become_subreaper()
 
     # signals -----------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
@@ -233,19 +244,39 @@ class ProcessGroup:
                 stopped.append(run.member.label)
             trees.append((run, kids))
             signal_tree(run.proc.pid, signal.SIGTERM, kids)
+        orphans = self._orphans()
+        for p in orphans:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline:
-            if all(r.proc.poll() is not None and not alive(k) for r, k in trees):
+            if all(r.proc.poll() is not None and not alive(k) for r, k in trees) and not alive(
+                orphans
+            ):
                 break
+            reap(orphans)
             time.sleep(0.02)
         for run, kids in trees:
             signal_tree(run.proc.pid, signal.SIGKILL, alive(kids))
+        for p in alive(orphans):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
         for run, _ in trees:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 run.proc.wait(timeout=2.0)
             if run.returncode is None:
                 run.returncode = run.proc.returncode
+        reap(orphans)
         return stopped
+
+    def _orphans(self) -> list[psutil.Process]:
+        """Adopted descendants that left every member's tree (their parent rank died)."""
+        if not self.adopt_orphans:
+            return []
+        own = {r.proc.pid for r in self._running}
+        for r in self._running:
+            own.update(p.pid for p in descendants(r.proc.pid))
+        return [p for p in descendants(os.getpid()) if p.pid not in own]
 
     def _finish(self) -> None:
         for run in self._running:

@@ -5,8 +5,33 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 
 import psutil
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt orphaned descendants (Linux PR_SET_CHILD_SUBREAPER).
+
+    A rank that dies first leaves its daemonised children to be re-parented; as a subreaper the
+    launcher inherits them instead of init, so it can still find and stop them.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # 36 = PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap(procs: list[psutil.Process]) -> None:
+    """Collect the exit status of adopted orphans so they do not linger as zombies."""
+    for p in procs:
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            p.wait(timeout=0)
 
 
 def descendants(pid: int) -> list[psutil.Process]:

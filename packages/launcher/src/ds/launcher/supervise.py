@@ -41,7 +41,7 @@ class Supervisor:
         restart = 0
         while True:
             members = self.make_members(restart)
-            self.group = ProcessGroup(members, grace_s=self.grace_s)
+            self.group = ProcessGroup(members, grace_s=self.grace_s, adopt_orphans=True)
             started = time.monotonic()
             outcome = self.group.run()
             self.outcomes.append(outcome)

@@ -1,0 +1,116 @@
+"""Signals reach the whole process tree and nothing is left behind."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _ds() -> list[str]:
+    exe = Path(sys.executable).parent / "ds"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "ds.launcher.cli"]
+
+
+def _start(
+    tmp_path: Path, scripts: Path, env: dict[str, str], *extra: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*_ds(), "run", "--nproc", "2", *extra, str(scripts / "tree.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def _wait_pids(pid_dir: Path, proc: subprocess.Popen[str], n: int = 2) -> list[int]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        files = sorted(pid_dir.glob("rank*.pids"))
+        if len(files) == n and all(f.read_text().endswith("\n") for f in files):
+            return [int(p) for f in files for p in f.read_text().split()]
+        if proc.poll() is not None:
+            raise AssertionError(f"launcher exited early: {proc.communicate()}")
+        time.sleep(0.05)
+    raise AssertionError("ranks did not start within 60 s")
+
+
+def _gone(pids: list[int], within_s: float) -> list[int]:
+    deadline = time.monotonic() + within_s
+    left = pids
+    while time.monotonic() < deadline:
+        left = []
+        for pid in pids:
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    left.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        if not left:
+            break
+        time.sleep(0.05)
+    return left
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_launcher_leaves_no_orphans(
+    tmp_path: Path,
+    scripts: Path,
+    env_for,
+    sig: signal.Signals,  # type: ignore[no-untyped-def]
+) -> None:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = _start(tmp_path, scripts, env_for(PID_DIR=str(pid_dir)))
+    pids = _wait_pids(pid_dir, proc)
+    assert len(pids) == 6  # 2 ranks x (rank, child in its group, grandchild that left it)
+    assert all(psutil.pid_exists(p) for p in pids)
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig
+    assert f"received {sig.name}" in err
+    assert _gone(pids, within_s=5) == []
+
+
+@pytest.mark.timeout(90)
+def test_rank_ignoring_sigterm_is_killed_after_grace(
+    tmp_path: Path, scripts: Path, env_for
+) -> None:  # type: ignore[no-untyped-def]
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = _start(
+        tmp_path,
+        scripts,
+        env_for(PID_DIR=str(pid_dir), IGNORE_TERM="1"),
+        "--terminate_timeout",
+        "1",
+    )
+    pids = _wait_pids(pid_dir, proc)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert _gone(pids, within_s=5) == []
+
+
+@pytest.mark.timeout(90)
+def test_failure_of_one_rank_kills_other_trees(tmp_path: Path, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = _start(tmp_path, scripts, env_for(PID_DIR=str(pid_dir)))
+    pids = _wait_pids(pid_dir, proc)
+    rank1 = int((pid_dir / "rank1.pids").read_text().split()[0])
+    psutil.Process(rank1).kill()
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 137
+    assert "rank 1 (pid" in err and "killed by signal SIGKILL" in err
+    assert _gone(pids, within_s=5) == []
