@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ds.interfaces.errors import CheckpointError, ConfigError, ProviderNotFoundError
+from ds.interfaces.errors import CheckpointError, ConfigError, KernelError, ProviderNotFoundError
 
 if TYPE_CHECKING:
     import torch
@@ -83,9 +83,16 @@ class AioWriter:
                 f"kernel provider {provider!r} has no aio_handle; checkpoint.writer='aio' needs "
                 "the ds-ops-kernels provider (pip install ds-ops-kernels)"
             )
-        self._handle = provider.aio_handle(
-            block_size=block_size, queue_depth=queue_depth, use_o_direct=False
-        )
+        try:
+            self._handle = provider.aio_handle(
+                block_size=block_size, queue_depth=queue_depth, use_o_direct=False
+            )
+        except (ImportError, NotImplementedError, KernelError) as exc:
+            raise ConfigError(
+                f"checkpoint.writer='aio': the kernel provider cannot open an async I/O handle "
+                f"({exc}); install a ds-ops-kernels build with aio (pip install ds-ops-kernels) "
+                "or set checkpoint.writer='python'"
+            ) from exc
 
     def write(self, path: str, pieces: Sequence[Piece], checksum: bool) -> str | None:
         size = 0
