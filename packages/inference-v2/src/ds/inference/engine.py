@@ -11,7 +11,7 @@ import torch
 from ds.inference.allocator import BlockAllocator
 from ds.inference.config import EngineConfig
 from ds.inference.kv_cache import KVCache, bytes_per_block, resolve_num_blocks
-from ds.inference.models.loader import family_for, from_module, read_checkpoint
+from ds.inference.models.loader import family_for, from_module, read_config, read_weights
 from ds.inference.ragged import build_ragged_batch
 from ds.inference.state import StateManager
 from ds.interfaces.errors import InferenceError
@@ -181,10 +181,12 @@ def build_engine(
     """An engine for a local Hugging Face directory or an in-memory ``transformers`` model."""
     cfg = EngineConfig.parse(config)
     if isinstance(path_or_model, (str, Path)):
-        model_config, weights = read_checkpoint(path_or_model)
+        model_config = read_config(path_or_model)
+        family = family_for(model_config)  # before reading weights: fail fast
+        weights = read_weights(path_or_model)
     else:
         model_config, weights = from_module(path_or_model)
-    family = family_for(model_config)
+        family = family_for(model_config)
     linear_factory = None
     if cfg.quantization is not None:
         from ds.inference.quantize import quantized_linear_factory

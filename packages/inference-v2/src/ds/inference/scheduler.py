@@ -105,6 +105,10 @@ class ContinuousBatchScheduler:
         self._admit()
         self._make_room_for_decodes()
         plan = self._plan()
+        while not plan and len(self.running) > 1:
+            # Partly prefilled prompts hold the whole cache: free the newest and retry.
+            self._preempt()
+            plan = self._plan()
         if not plan:
             if self.running or self.waiting:
                 raise InferenceError(
@@ -154,13 +158,17 @@ class ContinuousBatchScheduler:
             need = sum(self.engine.query(r.uid, 1, 1)[1] for r in self.running if r.pending == 1)
             if need <= self.engine.capacity().free_blocks or len(self.running) <= 1:
                 return
-            victim = self.running.pop()
-            log.debug("preempting request", uid=victim.uid, generated=len(victim.generated))
-            if victim.uid in self.engine.state:
-                self.engine.flush(victim.uid)
-            victim.fed = 0
-            victim.preemptions += 1
-            self.waiting.appendleft(victim)
+            self._preempt()
+
+    def _preempt(self) -> None:
+        """Free the most recently admitted request; it is recomputed when readmitted."""
+        victim = self.running.pop()
+        log.debug("preempting request", uid=victim.uid, generated=len(victim.generated))
+        if victim.uid in self.engine.state:
+            self.engine.flush(victim.uid)
+        victim.fed = 0
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
 
     def _plan(self) -> list[tuple[Request, int]]:
         """Decodes then prompt chunks under the token budget (SplitFuse). Without chunking,

@@ -12,30 +12,40 @@ from ds.interfaces import registry
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """config.json plus weights from ``model.safetensors`` or a sharded ``*.index.json``."""
+def read_config(path: str | Path) -> dict[str, Any]:
+    cfg_file = Path(path) / "config.json"
+    if not cfg_file.is_file():
+        raise ConfigError(f"{path} has no config.json; pass a Hugging Face model directory")
+    config: dict[str, Any] = json.loads(cfg_file.read_text())
+    return config
+
+
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """Weights from ``model.safetensors`` or the shards named by ``model.safetensors.index.json``."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     root = Path(path)
-    cfg_file = root / "config.json"
-    if not cfg_file.is_file():
-        raise ConfigError(f"{root} has no config.json; pass a Hugging Face model directory")
-    config = json.loads(cfg_file.read_text())
     index = root / "model.safetensors.index.json"
     single = root / "model.safetensors"
-    weights: dict[str, torch.Tensor] = {}
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        for shard in shards:
-            weights.update(load_file(str(root / shard)))
+        files = [
+            root / s for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        ]
     elif single.is_file():
-        weights = load_file(str(single))
+        files = [single]
     else:
         raise ConfigError(
             f"{root} has neither model.safetensors nor model.safetensors.index.json; "
             "save the model with save_pretrained(..., safe_serialization=True)"
         )
-    return config, weights
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            weights.update(load_file(str(file)))
+        except (SafetensorError, OSError) as exc:
+            raise ConfigError(f"cannot read weights from {file}: {exc}") from exc
+    return weights
 
 
 def from_module(model: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
