@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ds.comm._handle import as_timedelta
-from ds.interfaces.errors import CommError
+from ds.interfaces.errors import CollectiveTimeoutError, CommError
 
 if TYPE_CHECKING:
     from ds.comm.comms_logger import CommsLogger
@@ -200,6 +200,8 @@ class TapHandle:
             if wd is not None and self._token is not None:
                 raise wd.timeout_error(self._token, waited, exc) from exc
             target = f" with rank {self._peer}" if self._peer is not None else ""
+            if limit is not None and waited >= 0.9 * limit:
+                raise self._timeout_without_watchdog(waited, target) from exc
             raise CommError(
                 f"{self._name}{target} failed after {waited:.1f} s (limit {limit} s): {exc}"
             ) from exc
@@ -213,6 +215,21 @@ class TapHandle:
         if self._timed:
             self._tap.record(self._name, self._nbytes, self._group, _perf() - self._t0)
         return True
+
+    def _timeout_without_watchdog(self, waited: float, target: str) -> CollectiveTimeoutError:
+        from ds.comm._format import fmt_bytes
+        from ds.comm._groups import global_rank, group_label
+
+        missing = (
+            str(self._peer)
+            if self._peer is not None
+            else "unknown (enable the watchdog: ds.comm.configure(watchdog=True) names them)"
+        )
+        return CollectiveTimeoutError(
+            f"rank {global_rank()} waited {waited:.1f} s in {self._name}{target}"
+            f"({fmt_bytes(self._nbytes)}) on group {group_label(self._group)}; ranks missing: "
+            f"{missing}"
+        )
 
     def is_completed(self) -> bool:
         return bool(self._work.is_completed())

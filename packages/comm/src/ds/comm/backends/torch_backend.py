@@ -70,9 +70,11 @@ class TorchCommunicator:
     """
 
     name = "torch"
+    # Instrumentation is process-wide, like torch.distributed's own state: every instance (the
+    # module API's and any a runtime built from the registry) is logged and guarded alike.
+    _tap: Tap | None = None
 
     def __init__(self) -> None:
-        self._tap: Tap | None = None
         self.native_avg = _MODERN_GLOO
         self.native_reduce_scatter = _MODERN_GLOO
         self._backend: str | None = None
@@ -102,8 +104,7 @@ class TorchCommunicator:
 
     def destroy_process_group(self, group: Any = None) -> None:
         if group is None and self._tap is not None:
-            self._tap.close()
-            self._tap = None
+            self.set_tap(None)
         if _dist.is_initialized():
             _dist.destroy_process_group(group)
 
@@ -143,9 +144,10 @@ class TorchCommunicator:
         return self._tap
 
     def set_tap(self, tap: Tap | None) -> None:
-        if self._tap is not None and self._tap is not tap:
-            self._tap.close()
-        self._tap = tap
+        old = TorchCommunicator._tap
+        if old is not None and old is not tap:
+            old.close()
+        TorchCommunicator._tap = tap
 
     def _issue(
         self,

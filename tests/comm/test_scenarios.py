@@ -1,0 +1,130 @@
+"""Multi-process scenarios: env discovery, the hang watchdog, consistency checks, telemetry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import free_port, launch, ok_or_report
+
+
+def _read(tmp, world):
+    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _openmpi(rank, world):
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(world),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
+    }
+
+
+def _mpich(rank, world):
+    return {
+        "PMI_RANK": str(rank),
+        "PMI_SIZE": str(world),
+        "MPI_LOCALRANKID": str(rank),
+        "MPI_LOCALNRANKS": str(world),
+    }
+
+
+def _slurm(rank, world):
+    # The bracketed list's first host (127.0.0.1) is where rank 0 listens.
+    return {
+        "SLURM_PROCID": str(rank),
+        "SLURM_NTASKS": str(world),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_JOB_NODELIST": "127.0.0.[1-4],gpu7",
+    }
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("style", "make", "world"),
+    [("openmpi", _openmpi, 2), ("mpich", _mpich, 2), ("slurm", _slurm, 3)],
+)
+def test_rank_discovery_from_launcher_env(tmp_path, style, make, world):
+    port = free_port()
+    res = launch(
+        "scenarios.py",
+        world,
+        rank_env=[make(r, world) for r in range(world)],
+        args=["discovery", str(tmp_path), str(port)],
+        timeout=100,
+    )
+    ok_or_report(res)
+    seen = _read(tmp_path, world)
+    for r, s in enumerate(seen):
+        assert (s["rank"], s["world"], s["local_rank"]) == (r, world, r)
+        assert s["source"] == style
+        assert s["master_addr"] == "127.0.0.1"
+        assert s["sum"] == sum(range(world))
+        assert s["second_call"] is True
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_skipped_collective_raises_watchdog_error(tmp_path):
+    world = 3
+    res = launch("scenarios.py", world, args=["skip_collective", str(tmp_path)], timeout=55)
+    ok_or_report(res)
+    seen = _read(tmp_path, world)
+    assert seen[2] == {"skipped": True}
+    for r in (0, 1):
+        err = seen[r]["error"]
+        assert seen[r]["type"] == "CollectiveTimeoutError"
+        assert err.startswith(f"rank {r} waited ")
+        assert "in all_reduce(#3, 4 MiB) on group world" in err
+        # Only the rank that skipped is named (the other waiting rank is not "missing").
+        assert "ranks missing: 2 (last entered #2 broadcast). " in err
+        assert seen[r]["elapsed"] < 30
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_collective_timeout_context_without_watchdog(tmp_path):
+    res = launch("scenarios.py", 2, args=["timeout_without_watchdog", str(tmp_path)], timeout=55)
+    ok_or_report(res)
+    seen = _read(tmp_path, 2)
+    assert "rank 0 waited" in seen[0]["error"] and "all_reduce" in seen[0]["error"]
+    assert seen[0]["tap_after"] is True  # the fast path is restored after the block
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_debug_mode_names_both_ranks_shapes(tmp_path):
+    res = launch("scenarios.py", 2, args=["mismatch", str(tmp_path)], timeout=80)
+    ok_or_report(res)
+    for s in _read(tmp_path, 2):
+        assert "rank 0 called all_reduce(shape [4] float32)" in s["shape"]
+        assert "rank 1 called all_reduce(shape [5] float32)" in s["shape"]
+        assert "rank 0 called all_gather_into_tensor(shape [4] float32)" in s["dtype"]
+        assert "rank 1 called all_gather_into_tensor(shape [4] bfloat16)" in s["dtype"]
+        assert s["after"] == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(90)
+def test_comms_logger_rows_events_and_summary(tmp_path):
+    world = 2
+    res = launch("scenarios.py", world, args=["telemetry", str(tmp_path)], timeout=80)
+    ok_or_report(res)
+    seen = _read(tmp_path, world)
+    for r, s in enumerate(seen):
+        rows = s["rows"]
+        # prof_ops limits the logger to all_reduce; the bus gets every op.
+        assert [(x["op"], x["bytes"], x["count"]) for x in rows] == [("all_reduce", 1024, 3)]
+        row = rows[0]
+        assert row["algbw_gbps"] > 0
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (world - 1) / world)
+        ops = [tuple(e) for e in s["events"]]
+        assert ops[:3] == [("all_reduce", 1024, world, r)] * 3
+        assert ops[3] == ("all_gather_into_tensor", 256 * world, world, r)
+        assert "all_reduce" in s["summary"] and "1 KiB" in s["summary"]
+        assert s["plain_after_off"] is True
+    assert "Comms summary (rank 0)" in res[0].stdout
+    assert "Comms summary" not in res[1].stdout

@@ -1,0 +1,166 @@
+"""Rank worker for single-purpose scenarios. Usage: scenarios.py SCENARIO OUT_DIR [PORT]
+
+Each rank writes OUT_DIR/rank<R>.json describing what it saw; the test asserts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+
+def _write(out: Path, rank: int, payload: dict) -> None:
+    tmp = out / f".rank{rank}.json"
+    tmp.write_text(json.dumps(payload))
+    tmp.rename(out / f"rank{rank}.json")
+
+
+def discovery(out: Path, port: int) -> None:
+    from ds import comm as dist
+
+    env = dist.init_distributed(distributed_port=port, verbose=False)
+    assert env is not None
+    again = dist.init_distributed(distributed_port=port, verbose=False)  # idempotent
+    t = torch.tensor([float(dist.get_rank())])
+    dist.all_reduce(t)
+    payload = {
+        "rank": dist.get_rank(),
+        "world": dist.get_world_size(),
+        "local_rank": dist.get_local_rank(),
+        "source": env.source,
+        "master_addr": env.master_addr,
+        "sum": t.item(),
+        "second_call": again is None,
+    }
+    _write(out, env.rank, payload)
+    dist.destroy_process_group()
+
+
+def skip_collective(out: Path) -> None:
+    from ds import comm as dist
+
+    dist.init_distributed(verbose=False)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.configure(watchdog={"timeout_s": 5.0, "poll_s": 0.2})
+    t = torch.ones(4)
+    dist.all_reduce(t)  # #1: everybody
+    dist.broadcast(t, src=0)  # #2: everybody
+    big = torch.ones(1 << 20)  # 4 MiB of fp32
+    if rank == world - 1:
+        # The faulty rank skips #3 and waits (bounded) until the others have reported.
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            if all((out / f"rank{r}.json").exists() for r in range(world - 1)):
+                break
+            time.sleep(0.1)
+        _write(out, rank, {"skipped": True})
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(big)
+        payload = {"error": None}
+    except dist.CollectiveTimeoutError as exc:
+        payload = {"error": str(exc), "type": type(exc).__name__}
+    payload["elapsed"] = time.monotonic() - t0
+    _write(out, rank, payload)
+    os._exit(0)  # the group is unusable after a timeout; do not wait in destroy
+
+
+def timeout_without_watchdog(out: Path) -> None:
+    from ds import comm as dist
+
+    dist.init_distributed(verbose=False)
+    rank = dist.get_rank()
+    if rank == 1:
+        deadline = time.monotonic() + 30
+        while not (out / "rank0.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _write(out, rank, {"skipped": True})
+        os._exit(0)
+    try:
+        with dist.collective_timeout(2.0):
+            dist.all_reduce(torch.ones(256))
+        payload = {"error": None}
+    except dist.CollectiveTimeoutError as exc:
+        payload = {"error": str(exc)}
+    payload["tap_after"] = dist.get_communicator().tap is None
+    _write(out, rank, payload)
+    os._exit(0)
+
+
+def mismatch(out: Path) -> None:
+    from ds import comm as dist
+
+    dist.init_distributed(verbose=False)
+    rank = dist.get_rank()
+    dist.configure(check_consistency=True)
+    seen = {}
+    try:
+        dist.all_reduce(torch.ones(4 + rank))
+        seen["shape"] = None
+    except dist.CommError as exc:
+        seen["shape"] = str(exc)
+    try:
+        dist.all_gather_into_tensor(
+            torch.zeros(8, dtype=torch.float32),
+            torch.ones(4, dtype=torch.float32 if rank == 0 else torch.bfloat16),
+        )
+        seen["dtype"] = None
+    except dist.CommError as exc:
+        seen["dtype"] = str(exc)
+    # A consistent call still works after the detections.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    seen["after"] = t.tolist()
+    _write(out, rank, seen)
+    dist.destroy_process_group()
+
+
+def telemetry(out: Path) -> None:
+    from ds import comm as dist
+    from ds.interfaces.registry import get
+    from ds.interfaces.telemetry import CommEvent, EventBus
+
+    dist.init_distributed(verbose=False)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bus = EventBus()
+    events: list[CommEvent] = []
+    bus.subscribe(events.append, CommEvent)
+    dist.configure(
+        comms_logger={"enabled": True, "prof_all": False, "prof_ops": ["all_reduce"]},
+        event_bus=bus,
+    )
+    # An instance from the registry (what a runtime uses) shares the process-wide logger.
+    comm = get("ds.comm_backends", "torch")()
+    for _ in range(3):
+        comm.all_reduce(torch.ones(256))
+    dist.all_gather_into_tensor(torch.zeros(64 * world), torch.ones(64))
+    lg = dist.get_comms_logger()
+    rows = lg.rows()
+    text = dist.log_summary()
+    dist.configure(comms_logger=False, event_bus=False)
+    plain = dist.get_communicator().tap is None
+    _write(
+        out,
+        rank,
+        {
+            "rows": rows,
+            "events": [(e.op, e.message_bytes, e.group_size, e.rank) for e in events],
+            "summary": text,
+            "plain_after_off": plain,
+        },
+    )
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    scenario, out_dir = sys.argv[1], Path(sys.argv[2])
+    if scenario == "discovery":
+        discovery(out_dir, int(sys.argv[3]))
+    else:
+        globals()[scenario](out_dir)
