@@ -381,9 +381,13 @@ class PartitionedStrategy(ZeroStrategy):
     def memory_report(self) -> MemoryReport:
         report = MemoryReport()
         for group in self.groups:
-            for v in self._optimizer.state.get(group.master, {}).values():
-                if isinstance(v, torch.Tensor):
+            for k, v in self._optimizer.state.get(group.master, {}).items():
+                if not isinstance(v, torch.Tensor):
+                    continue
+                if v.numel() == group.master.numel():
                     report.optimizer_state_bytes += v.numel() * v.element_size()
+                else:  # scalars such as the step count
+                    report.details[f"optimizer_scalar.{k}"] = v.numel() * v.element_size()
             grads = group.master_grad.numel() * 4
             if group.flat_grad is not None:
                 grads = group.flat_grad.numel() * group.flat_grad.element_size()
