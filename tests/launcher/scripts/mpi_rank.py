@@ -2,6 +2,7 @@
 itself through ds.comm (when installed) and all-reduces over gloo."""
 
 import os
+import sys
 
 import torch
 
@@ -34,8 +35,10 @@ if found is not None:
     assert (found.rank, found.world_size) == (ompi_rank, ompi_size), found
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
-print(
+# One write per line: under `python -u` print() issues the text and the newline as two writes,
+# which mpirun may interleave with another rank's output.
+sys.stdout.write(
     f"MPIRESULT rank={dist.get_rank()} world={dist.get_world_size()} sum={t.item():g} "
-    f"via={via} discovered={'yes' if found is not None else 'n/a'}",
-    flush=True,
+    f"via={via} discovered={'yes' if found is not None else 'n/a'}\n"
 )
+sys.stdout.flush()

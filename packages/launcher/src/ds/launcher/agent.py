@@ -91,7 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.watch_stdin:
 
         def watch() -> None:
-            while sys.stdin.buffer.read(4096):
+            # Raw reads: a daemon thread blocked inside sys.stdin's buffered reader aborts the
+            # interpreter at shutdown.
+            try:
+                while os.read(0, 4096):
+                    pass
+            except OSError:
                 pass
             group = sup.group
             if group is not None:

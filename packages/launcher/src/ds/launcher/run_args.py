@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 RUNNERS = ("pdsh", "ssh", "openmpi", "mpich", "impi", "mvapich", "slurm")
@@ -191,8 +192,51 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_VALUE_MAY_START_WITH_DASH = ("--launcher_args", "--launcher-args")
+_OPTIONAL_DIR = ("--enable_each_rank_log", "--enable-each-rank-log")
+
+
+def _normalise(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """Fix two argparse ambiguities before the script name; the script's own args are untouched.
+
+    ``--launcher_args "-i key"``: a value starting with "-" would be taken for an option, so it is
+    glued on as ``--launcher_args=-i key``. ``--enable_each_rank_log train.py``: the optional
+    directory would swallow the script, so an existing file there means "no directory given".
+    """
+    # Options that consume exactly one value (flags have nargs=0).
+    takes_value = {
+        opt for act in parser._actions if act.nargs is None for opt in act.option_strings
+    }
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if a in _VALUE_MAY_START_WITH_DASH and nxt is not None:
+            out.append(f"{a}={nxt}")
+            i += 2
+        elif a in _OPTIONAL_DIR:
+            if nxt is not None and not nxt.startswith("-") and not Path(nxt).is_file():
+                out.append(f"{a}={nxt}")
+                i += 2
+            else:
+                out.append(f"{a}=")
+                i += 1
+        elif a in takes_value and nxt is not None:
+            out += [a, nxt]
+            i += 2
+        elif a.startswith("-") and a != "--":
+            out.append(a)
+            i += 1
+        else:
+            out.extend(argv[i:])  # the script and its own arguments
+            break
+    return out
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
+    parser = build_parser()
+    return parser.parse_args(_normalise(parser, argv))
 
 
 def print_help() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from ds.interfaces.runner import LaunchSpec
@@ -40,4 +41,5 @@ class PdshRunner:
         """Variables the pdsh process itself needs (its ssh module reads PDSH_SSH_ARGS_APPEND)."""
         if self.ssh_port is None:
             return {}
-        return {"PDSH_SSH_ARGS_APPEND": f"-p {self.ssh_port}"}
+        current = os.environ.get("PDSH_SSH_ARGS_APPEND", "")
+        return {"PDSH_SSH_ARGS_APPEND": f"{current} -p {self.ssh_port}".strip()}

@@ -1,0 +1,152 @@
+"""Real launches through the multi-node engines that can run on this machine.
+
+OpenMPI's mpirun, and ssh/pdsh against an sshd listening on the loopback interface. Each test
+skips with the reason when its tool is not installed (apt-get install openmpi-bin pdsh
+openssh-server openssh-client).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ds.launcher.runners.mpi import mpi_flavor
+
+pytestmark = pytest.mark.multiprocess
+
+SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def loopback_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, list[str]]]:
+    """An sshd on 127.0.0.1 accepting a throw-away key for the current user."""
+    if SSHD is None or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
+        pytest.skip("needs openssh-server and openssh-client (apt-get install openssh-server)")
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "user_key"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
+        )
+    (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPidFile {d / 'sshd.pid'}\n"
+        "StrictModes no\nPermitRootLogin yes\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\n"
+    )
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation directory
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(d / "sshd_config")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    opts = [
+        "-i",
+        str(d / "user_key"),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+    ]
+    deadline = time.monotonic() + 15
+    ok = False
+    while time.monotonic() < deadline and proc.poll() is None:
+        probe = subprocess.run(
+            ["ssh", "-p", str(port), "-o", "BatchMode=yes", *opts, "127.0.0.1", "true"],
+            capture_output=True,
+            timeout=15,
+        )
+        if probe.returncode == 0:
+            ok = True
+            break
+        time.sleep(0.2)
+    if not ok:
+        proc.kill()
+        err = proc.communicate()[1].decode(errors="replace").strip().splitlines()[-1:]
+        pytest.skip(f"cannot start a loopback sshd here: {err}")
+    yield port, opts
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _results(stdout: str) -> dict[int, str]:
+    return {
+        int(m.group(1)): m.group(2)
+        for m in re.finditer(r"RESULT rank=(\d+) world=\d+ sum=(\d+)", stdout)
+    }
+
+
+@pytest.mark.timeout(120)
+def test_openmpi_launch_two_ranks(run_ds, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
+    if mpi_flavor("mpirun") != "openmpi":
+        pytest.skip("needs OpenMPI's mpirun (apt-get install openmpi-bin)")
+    env = env_for(
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_plm_rsh_agent="false",
+    )
+    proc = run_ds("--launcher", "openmpi", "--nproc", "2", str(scripts / "mpi_rank.py"), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = re.findall(r"MPIRESULT rank=(\d) world=2 sum=3 via=(\S+) discovered=(\S+)", proc.stdout)
+    assert sorted(r for r, _, _ in lines) == ["0", "1"], proc.stdout
+    for _, via, discovered in lines:
+        if via == "ds.comm":
+            assert discovered == "yes"
+
+
+@pytest.mark.timeout(120)
+def test_openmpi_rank_failure_propagates(run_ds, scripts: Path, env_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    if mpi_flavor("mpirun") != "openmpi":
+        pytest.skip("needs OpenMPI's mpirun (apt-get install openmpi-bin)")
+    env = env_for(CRASH_STAMP=str(tmp_path / "t"), OMPI_MCA_plm_rsh_agent="false")
+    proc = run_ds("--launcher", "openmpi", "--nproc", "2", str(scripts / "crash.py"), env=env)
+    assert proc.returncode != 0
+    assert "ds run: openmpi (pid" in proc.stderr and "failed first" in proc.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", ["ssh", "pdsh"])
+def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
+    run_ds, scripts: Path, env_for, tmp_path: Path, loopback_sshd, runner: str
+) -> None:
+    if shutil.which(runner) is None:
+        pytest.skip(f"needs {runner} (apt-get install {runner})")
+    port, opts = loopback_sshd
+    hf = tmp_path / "hostfile"
+    hf.write_text("127.0.0.1 slots=2\n")
+    env = env_for(PDSH_SSH_ARGS_APPEND=" ".join(opts))
+    extra = ["--launcher_args", " ".join(opts)] if runner == "ssh" else []
+    proc = run_ds(
+        "--hostfile",
+        str(hf),
+        "--launcher",
+        runner,
+        "--ssh_port",
+        str(port),
+        *extra,
+        "--env",
+        "FOO=remote",
+        str(scripts / "allreduce.py"),
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _results(proc.stdout) == {0: "3", 1: "3"}, proc.stdout
+    assert proc.stdout.count("foo=remote") == 2
