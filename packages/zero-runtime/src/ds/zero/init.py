@@ -1,0 +1,281 @@
+"""``ds.zero.Init``: build a module with its parameters partitioned as they are created, and
+``GatheredParameters``: temporarily whole parameters for reading or editing.
+
+Init wraps every ``nn.Module`` subclass's ``__init__`` while the context is open; when the outermost
+``__init__`` of a module returns, that module's own parameters are cut into this rank's shards and
+their full data dropped, so at most one module's parameters are ever whole during construction.
+Modules built on the ``meta`` device get empty shards, filled later by
+:func:`load_state_dict_into_shards` (the ``from_pretrained`` pattern: build on meta, then load).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from ds.interfaces.comm import Communicator
+from ds.interfaces.errors import ConfigError
+from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.shard import ParamStatus, meta_replacement, partition_param, shard_of
+
+
+def _default_comm() -> Communicator | None:
+    from ds.interfaces.registry import get, has_provider
+
+    if not has_provider("ds.comm_backends", "torch"):
+        return None
+    comm: Communicator = get("ds.comm_backends", "torch")()
+    return comm if comm.is_initialized() else None
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return list(dict.fromkeys(out))
+
+
+class Init:
+    """Context manager: modules constructed inside are partitioned across data-parallel ranks.
+
+    ``comm``/``group``: the data-parallel communicator and group (default: the registered
+    ``torch`` communicator when its process group is up, else a single rank). ``dtype`` casts
+    floating-point parameters before partitioning. ``param_persistence_threshold``: parameters with
+    at most this many elements stay whole on every rank (default 0 here; the engine applies its
+    configured threshold). ``config_dict_or_path`` is accepted for compatibility and read for
+    ``zero_optimization.stage3_param_persistence_threshold`` when given as a dict.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module | None = None,
+        data_parallel_group: Any = None,
+        config_dict_or_path: Mapping[str, Any] | str | None = None,
+        *,
+        comm: Communicator | None = None,
+        dtype: torch.dtype | None = None,
+        param_persistence_threshold: int | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.enabled = enabled
+        self.comm = comm if comm is not None else (_default_comm() if enabled else None)
+        self.coll = Collectives(self.comm, data_parallel_group, check_order=False)
+        self.dtype = dtype
+        if param_persistence_threshold is None and isinstance(config_dict_or_path, Mapping):
+            zero = config_dict_or_path.get("zero_optimization", {})
+            param_persistence_threshold = zero.get(
+                "stage3_param_persistence_threshold", zero.get("param_persistence_threshold", 0)
+            )
+        self.threshold = int(param_persistence_threshold or 0)
+        self._patched: list[tuple[type, Any]] = []
+        self._replaced: dict[int, torch.nn.Parameter] = {}
+        self._keep: list[torch.nn.Parameter] = []
+        self._orig_init_subclass: Any = None
+        if module is not None and enabled:
+            self.partition_module(module)
+
+    # -- partitioning --------------------------------------------------------------------------
+    def partition_module(self, module: torch.nn.Module) -> None:
+        """Partition an already built module (``Init(module=m)`` form)."""
+        for m in module.modules():
+            self._partition_own(m)
+
+    def _partition_own(self, m: torch.nn.Module) -> None:
+        for name, p in list(m._parameters.items()):
+            if p is None or hasattr(p, "ds_shard"):
+                continue
+            if id(p) in self._replaced:  # a meta parameter shared with an earlier module
+                m._parameters[name] = self._replaced[id(p)]
+                continue
+            if self.dtype is not None and p.is_floating_point():
+                p.data = p.data.to(self.dtype)
+            s = partition_param(p, self.coll.rank, self.coll.world, self.threshold)
+            s.extra["coll"] = self.coll
+            if s.extra.get("meta"):
+                new = meta_replacement(p, s)
+                self._replaced[id(p)] = new
+                self._keep.append(p)  # keeps id(p) unique while the mapping lives
+                m._parameters[name] = new
+
+    def _wrap(self, cls: type) -> None:
+        if "__init__" not in cls.__dict__ or getattr(cls.__init__, "_ds_init_wrapped", False):
+            return
+        orig = cls.__dict__["__init__"]
+        ctx = self
+
+        @functools.wraps(orig)
+        def wrapped(module: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+            depth = module.__dict__.get("_ds_init_depth", 0)
+            object.__setattr__(module, "_ds_init_depth", depth + 1)
+            try:
+                orig(module, *args, **kwargs)
+            finally:
+                object.__setattr__(module, "_ds_init_depth", depth)
+            if depth == 0:
+                del module.__dict__["_ds_init_depth"]
+                ctx._partition_own(module)
+
+        wrapped._ds_init_wrapped = True  # type: ignore[attr-defined]
+        self._patched.append((cls, orig))
+        cls.__init__ = wrapped  # type: ignore[misc]
+
+    def __enter__(self) -> Init:
+        if not self.enabled:
+            return self
+        for cls in _subclasses(torch.nn.Module):
+            self._wrap(cls)
+        ctx = self
+        self._orig_init_subclass = torch.nn.Module.__dict__.get("__init_subclass__")
+
+        @classmethod  # type: ignore[misc]
+        def init_subclass(cls: type, **kwargs: Any) -> None:
+            super(torch.nn.Module, cls).__init_subclass__(**kwargs)
+            ctx._wrap(cls)
+
+        torch.nn.Module.__init_subclass__ = init_subclass  # type: ignore[assignment]
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.enabled:
+            return
+        self._replaced.clear()
+        self._keep.clear()
+        for cls, orig in reversed(self._patched):
+            cls.__init__ = orig  # type: ignore[misc]
+        self._patched.clear()
+        if self._orig_init_subclass is None:
+            del torch.nn.Module.__init_subclass__
+        else:
+            torch.nn.Module.__init_subclass__ = self._orig_init_subclass  # type: ignore[misc]
+
+
+def _coll_of(p: torch.Tensor) -> Collectives:
+    coll = shard_of(p).extra.get("coll")
+    if coll is None:
+        coll = Collectives(None)
+    return coll  # type: ignore[no-any-return]
+
+
+class GatheredParameters:
+    """Make partitioned parameters whole inside the block; with ``modifier_rank`` set, that rank's
+    edits are broadcast and written back into every rank's shard on exit.
+
+    Every rank must enter the block (it gathers). Parameters that are not partitioned are passed
+    through untouched, so the same code runs with and without stage 3.
+    """
+
+    def __init__(
+        self,
+        params: torch.nn.Parameter | Iterable[torch.nn.Parameter],
+        modifier_rank: int | None = None,
+        fwd_module: torch.nn.Module | None = None,
+        enabled: bool = True,
+    ) -> None:
+        if isinstance(params, torch.Tensor):
+            params = [params]  # type: ignore[list-item]
+        self.params = [p for p in params if hasattr(p, "ds_shard")] if enabled else []
+        self.modifier_rank = modifier_rank
+        self._gathered: list[torch.nn.Parameter] = []
+
+    def __enter__(self) -> None:
+        todo = [p for p in self.params if shard_of(p).status is not ParamStatus.AVAILABLE]
+        for p in todo:
+            s = shard_of(p)
+            if s.pending is not None:
+                s.pending.wait()
+                continue
+            _coll_of(p).gather([p]).wait()
+            self._gathered.append(p)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.modifier_rank is not None and exc_type is None:
+            for p in self.params:
+                self._write_back(p)
+        for p in self._gathered:
+            s = shard_of(p)
+            if s.persistent:
+                continue
+            p.data = torch.empty(0, dtype=s.dtype, device=s.shard.device)
+            s.status = ParamStatus.NOT_AVAILABLE
+        self._gathered.clear()
+
+    def _write_back(self, p: torch.nn.Parameter) -> None:
+        s = shard_of(p)
+        coll = _coll_of(p)
+        if tuple(p.data.shape) != tuple(s.shape):
+            raise ConfigError(
+                f"parameter {s.name or s.ds_id} changed shape inside GatheredParameters "
+                f"({tuple(s.shape)} -> {tuple(p.data.shape)}); edit values in place instead"
+            )
+        full = p.data.contiguous()
+        if coll.comm is not None and coll.world > 1:
+            if self.modifier_rank >= coll.world:  # type: ignore[operator]
+                raise ConfigError(
+                    f"GatheredParameters(modifier_rank={self.modifier_rank}) but the "
+                    f"data-parallel world has {coll.world} ranks"
+                )
+            coll.comm.broadcast(full, src=self.modifier_rank, group=coll.group)  # type: ignore[arg-type]
+        write_shard(s, full)
+        if full.data_ptr() != p.data.data_ptr():
+            p.data.copy_(full.view(s.shape))
+
+
+def write_shard(s: Any, full: torch.Tensor) -> None:
+    """Copy this rank's slice of a full tensor into the shard (and any fp32 master)."""
+    flat = full.reshape(-1)
+    n = s.valid_numel
+    if s.shard.numel() and (n == 0 or s.shard.data_ptr() != flat[s.offset :].data_ptr()):
+        s.shard[:n].copy_(flat[s.offset : s.offset + n])
+    hook = s.extra.get("on_shard_written")
+    if hook is not None:
+        hook(s, flat[s.offset : s.offset + n])
+
+
+def load_state_dict_into_shards(
+    module: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], strict: bool = True
+) -> list[str]:
+    """Fill partitioned parameters from a full state dict without gathering: every rank copies
+    only its own slice. Returns the names of parameters the dict did not contain (an error when
+    ``strict``). Buffers are loaded as usual."""
+    missing: list[str] = []
+    for name, p in module.named_parameters():
+        if name not in state_dict:
+            missing.append(name)
+            continue
+        src = state_dict[name]
+        if not hasattr(p, "ds_shard"):
+            with torch.no_grad():
+                p.copy_(src)
+            continue
+        s = shard_of(p)
+        if tuple(src.shape) != tuple(s.shape):
+            raise ConfigError(
+                f"state dict entry {name} has shape {tuple(src.shape)} but the parameter is "
+                f"{tuple(s.shape)}"
+            )
+        write_shard(s, src.to(s.dtype))
+        if s.status is ParamStatus.AVAILABLE or s.persistent:
+            p.data = src.to(dtype=s.dtype, device=s.shard.device).clone()
+            s.status = ParamStatus.AVAILABLE
+    for name, b in module.named_buffers():
+        if name in state_dict:
+            b.data.copy_(state_dict[name])
+    if strict and missing:
+        raise ConfigError(f"state dict is missing parameters: {', '.join(missing)}")
+    return missing

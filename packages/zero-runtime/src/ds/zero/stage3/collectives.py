@@ -1,0 +1,175 @@
+"""Coalesced gathers and reduce-scatters of per-parameter shards, with a cross-rank order check.
+
+Several parameters travel in one collective: their shards are concatenated into one input of
+``S`` elements, gathered into ``world * S`` elements laid out rank-major, and each parameter's
+full tensor is cut out of the ``(world, S)`` view. Gradients go the opposite way.
+
+Every collective is preceded by a fixed-size all-reduce of a fingerprint of the parameters it
+moves. Ranks whose forward/backward visits modules in a different order (dynamic control flow)
+would otherwise pair mismatched collectives and hang or corrupt data; with the fingerprint all
+ranks detect the divergence at the same collective and raise the same clear error.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ds.interfaces.comm import Communicator, ReduceOp
+from ds.interfaces.errors import CommError
+from ds.zero.stage3.shard import ParamStatus, ShardState, shard_of
+
+
+class ModuleOrderError(CommError):
+    """Ranks reached different stage-3 collectives: they ran modules in different orders."""
+
+
+def _fingerprint(kind: str, states: Sequence[ShardState]) -> int:
+    ids = ",".join(str(s.ds_id) for s in states)
+    return zlib.crc32(f"{kind}:{ids}".encode())
+
+
+class Collectives:
+    """Stage-3 data movement over a :class:`Communicator` (``None`` means a single rank)."""
+
+    def __init__(
+        self,
+        comm: Communicator | None,
+        group: Any = None,
+        check_order: bool = True,
+    ) -> None:
+        self.comm = comm
+        self.group = group
+        self.world = 1 if comm is None else comm.get_world_size(group)
+        self.rank = 0 if comm is None else comm.get_rank(group)
+        self.check_order = check_order and self.world > 1
+        self.context = ""  # what the caller is doing, for the order-error message
+        self.gathers = 0
+        self.reduce_scatters = 0
+
+    # -- order check ---------------------------------------------------------------------------
+    def _check(self, kind: str, states: Sequence[ShardState]) -> None:
+        if not self.check_order:
+            return
+        assert self.comm is not None
+        fp = _fingerprint(kind, states)
+        n = sum(s.shard_numel for s in states)
+        probe = torch.tensor([fp, -fp, n, -n], dtype=torch.int64)
+        self.comm.all_reduce(probe, op=ReduceOp.MAX, group=self.group)
+        if int(probe[0]) == fp and int(probe[1]) == -fp and int(probe[2]) == n:
+            return
+        mine = f"{kind} of [{', '.join(s.name or f'#{s.ds_id}' for s in states)}]"
+        if self.context:
+            mine += f" in {self.context}"
+        views: list[Any] = [None] * self.world
+        self.comm.all_gather_object(views, mine, group=self.group)
+        lines = "; ".join(f"rank {r}: {v}" for r, v in enumerate(views))
+        raise ModuleOrderError(
+            "ZeRO stage 3: ranks disagree on the order of parameter collectives "
+            f"({lines}). Every rank must run the same modules in the same order; make control "
+            "flow depend only on data identical across ranks (for example broadcast the branch "
+            "decision from rank 0), or call modules with data-dependent branches outside stage 3"
+        )
+
+    # -- gathers -------------------------------------------------------------------------------
+    def gather(self, params: Sequence[torch.nn.Parameter], async_op: bool = False) -> PendingGather:
+        """Start gathering the full data of ``params``; ``wait()`` on the result installs it."""
+        states = [shard_of(p) for p in params]
+        self._check("gather", states)
+        self.gathers += 1
+        for s in states:
+            s.status = ParamStatus.INFLIGHT
+        if self.comm is None:
+            return PendingGather(params, None, None, self.world)
+        if len(states) == 1:
+            s = states[0]
+            out = torch.empty(s.padded_numel, dtype=s.dtype, device=s.shard.device)
+            work = self.comm.all_gather_into_tensor(
+                out, s.shard, group=self.group, async_op=async_op
+            )
+            return PendingGather(params, out, work, self.world)
+        inp = torch.cat([s.shard for s in states])
+        out = torch.empty(inp.numel() * self.world, dtype=inp.dtype, device=inp.device)
+        work = self.comm.all_gather_into_tensor(out, inp, group=self.group, async_op=async_op)
+        return PendingGather(params, out, work, self.world)
+
+    # -- gradients -----------------------------------------------------------------------------
+    def reduce_scatter(
+        self, states: Sequence[ShardState], grads: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Average full padded flat ``grads`` across ranks; return this rank's partition of each."""
+        self._check("reduce_scatter", states)
+        self.reduce_scatters += 1
+        if self.comm is None:
+            return [g for g in grads]
+        world = self.world
+        if len(states) == 1:
+            g = grads[0]
+            out = torch.empty(states[0].shard_numel, dtype=g.dtype, device=g.device)
+            self.comm.reduce_scatter_tensor(out, g, op=ReduceOp.SUM, group=self.group)
+            return [out.div_(world)]
+        total = sum(s.shard_numel for s in states)
+        inp = torch.empty(world, total, dtype=grads[0].dtype, device=grads[0].device)
+        off = 0
+        for s, g in zip(states, grads):
+            inp[:, off : off + s.shard_numel].copy_(g.view(world, s.shard_numel))
+            off += s.shard_numel
+        out = torch.empty(total, dtype=inp.dtype, device=inp.device)
+        self.comm.reduce_scatter_tensor(out, inp.view(-1), op=ReduceOp.SUM, group=self.group)
+        out.div_(world)
+        parts: list[torch.Tensor] = []
+        off = 0
+        for s in states:
+            parts.append(out[off : off + s.shard_numel])
+            off += s.shard_numel
+        return parts
+
+    def all_reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.comm is not None:
+            self.comm.all_reduce(t, op=ReduceOp.SUM, group=self.group)
+        return t
+
+
+class PendingGather:
+    """A gather in flight. ``wait()`` installs every parameter's full data exactly once."""
+
+    def __init__(
+        self, params: Sequence[torch.nn.Parameter], out: torch.Tensor | None, work: Any, world: int
+    ) -> None:
+        self.params = list(params)
+        self.states = [shard_of(p) for p in params]
+        self.out = out
+        self.work = work
+        self.world = world
+        self.done = False
+        for s in self.states:
+            s.pending = self
+
+    def wait(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.work is not None:
+            self.work.wait()
+        for s, p in zip(self.states, self.params):
+            s.pending = None
+            s.status = ParamStatus.AVAILABLE
+            p.data = self._full(s, p)
+        self.out = None
+
+    def _full(self, s: ShardState, p: torch.nn.Parameter) -> torch.Tensor:
+        if self.out is None:  # single rank: the shard is the whole tensor
+            return s.shard[: s.numel].view(s.shape)
+        if len(self.states) == 1:
+            return self.out[: s.numel].view(s.shape)
+        total = self.out.numel() // self.world
+        off = 0
+        for t in self.states:
+            if t is s:
+                break
+            off += t.shard_numel
+        cols = self.out.view(self.world, total)[:, off : off + s.shard_numel]
+        return cols.reshape(-1)[: s.numel].view(s.shape)

@@ -1,0 +1,258 @@
+"""The stage-3 optimizer: steps each rank's parameter partitions, with optional CPU/NVMe offload.
+
+A client ``torch.optim.Optimizer`` built over the model's parameters keeps its hyperparameters and
+param groups (so LR schedulers keep working); its ``params`` are replaced by fp32 master partitions.
+With ``offload='cpu'`` and a kernel provider, Adam/AdamW steps run in the provider's fused kernel on
+host buffers; with ``offload='nvme'`` the master weights and moments live in a swap file and are
+streamed through the provider's async I/O, reading the next partition while the current one steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Literal
+
+import torch
+
+from ds.interfaces.errors import ConfigError
+from ds.interfaces.kernels import AdamHyper, KernelProvider
+from ds.interfaces.logging import get_logger
+from ds.zero.stage3.partitioner import Stage3Partitioner
+from ds.zero.stage3.shard import shard_of
+from ds.zero.stage3.swap import AioSettings, SwapFile, open_aio
+
+log = get_logger(__name__)
+
+OffloadDevice = Literal["none", "cpu", "nvme"]
+
+
+def _adam_hyper(opt: torch.optim.Optimizer, group: dict[str, Any]) -> AdamHyper:
+    name = type(opt).__name__.lower()
+    if name not in ("adam", "adamw") or group.get("amsgrad"):
+        raise ConfigError(
+            f"optimizer offload steps Adam/AdamW in the kernel provider; got {type(opt).__name__}"
+            f"{' with amsgrad' if group.get('amsgrad') else ''}. Use Adam or AdamW, or set "
+            "zero_optimization.offload_optimizer.device to 'none'"
+        )
+    b1, b2 = group["betas"]
+    return AdamHyper(
+        lr=float(group["lr"]),
+        beta1=float(b1),
+        beta2=float(b2),
+        eps=float(group["eps"]),
+        weight_decay=float(group["weight_decay"]),
+        adamw_mode=name == "adamw" or bool(group.get("decoupled_weight_decay")),
+        bias_correction=True,
+    )
+
+
+class Stage3Optimizer:
+    """Owns gradient partitions and the update of parameter partitions."""
+
+    def __init__(
+        self,
+        partitioner: Stage3Partitioner,
+        optimizer: torch.optim.Optimizer,
+        *,
+        offload: OffloadDevice = "none",
+        kernels: KernelProvider | None = None,
+        nvme_path: str | None = None,
+        aio: AioSettings | None = None,
+        gradient_clipping: float = 0.0,
+    ) -> None:
+        self.part = partitioner
+        self.optimizer = optimizer
+        self.offload = offload
+        self.kernels = kernels
+        self.clip = gradient_clipping
+        self.step_count = 0
+        self._masters: dict[int, torch.nn.Parameter] = {}  # ds_id -> fp32 master partition
+        self._hyper_groups: list[tuple[dict[str, Any], list[torch.nn.Parameter]]] = []
+        known = {id(p) for p in partitioner.params}
+        for group in optimizer.param_groups:
+            originals = list(group["params"])
+            masters = []
+            for p in originals:
+                if id(p) not in known:
+                    raise ConfigError(
+                        "the optimizer holds a parameter the stage-3 engine does not manage; build "
+                        "the optimizer over engine.module.parameters()"
+                    )
+                s = shard_of(p)
+                m = self._master(s)
+                masters.append(m)
+            group["params"] = masters
+            self._hyper_groups.append((group, originals))
+        optimizer.state.clear()
+        self._moments: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._swap: SwapFile | None = None
+        if offload == "nvme":
+            if not nvme_path:
+                raise ConfigError(
+                    "zero_optimization.offload_optimizer.nvme_path is required when "
+                    "offload_optimizer.device is 'nvme'; set it to a directory on local disk"
+                )
+            handle = open_aio(kernels, aio or AioSettings())
+            rank = partitioner.coll.rank
+            self._swap = SwapFile(handle, os.path.join(nvme_path, f"ds_zero3_optim_rank{rank}.swp"))
+            self._init_nvme()
+        elif offload == "cpu" and kernels is None:
+            log.warning(
+                "offload_optimizer.device=cpu without a kernel provider: the client optimizer "
+                "steps the host partitions; install ds-ops-kernels for the fused CPU Adam"
+            )
+
+    # -- state ---------------------------------------------------------------------------------
+    def _master(self, s: Any) -> torch.nn.Parameter:
+        m = self._masters.get(s.ds_id)
+        if m is None:
+            if s.swapped:
+                self.part.swapper.swap_in(s)  # type: ignore[union-attr]
+                src = s.shard.float().clone()
+                self.part.swapper.drop(s)  # type: ignore[union-attr]
+            elif s.dtype == torch.float32:
+                src = s.shard  # the partition itself is the master: no second copy
+            else:
+                src = s.shard.float()
+            m = torch.nn.Parameter(src, requires_grad=True)
+            self._masters[s.ds_id] = m
+        return m
+
+    def _init_nvme(self) -> None:
+        assert self._swap is not None
+        for _, originals in self._hyper_groups:
+            for p in originals:
+                s = shard_of(p)
+                m = self._masters[s.ds_id]
+                zeros = torch.zeros_like(m.data)
+                self._swap.write((s.ds_id, "m"), m.data)
+                self._swap.write((s.ds_id, "v"), zeros)
+                self._swap.write((s.ds_id, "w"), zeros)
+                self._swap.handle.wait()
+                # The master lives on NVMe; only the working partition stays in memory.
+                if m.data.data_ptr() != s.shard.data_ptr():
+                    m.data = torch.empty(0)
+
+    # -- step ----------------------------------------------------------------------------------
+    def zero_grad(self) -> None:
+        for p in self.part.params:
+            shard_of(p).grad = None
+
+    def grad_norm(self) -> float:
+        sq = torch.zeros(1, dtype=torch.float64)
+        for p in self.part.params:
+            g = shard_of(p).grad
+            if g is not None:
+                sq += g.double().pow(2).sum()
+        self.part.coll.all_reduce_sum(sq)
+        return math.sqrt(float(sq))
+
+    def step(self) -> float | None:
+        """Update every partition from its reduced gradient; return the pre-clip grad norm."""
+        norm = None
+        if self.clip > 0:
+            norm = self.grad_norm()
+            coef = self.clip / (norm + 1e-6)
+            if coef < 1:
+                for p in self.part.params:
+                    g = shard_of(p).grad
+                    if g is not None:
+                        g.mul_(coef)
+        self.step_count += 1
+        if self.offload == "nvme":
+            self._step_nvme()
+        elif self.offload == "cpu" and self.kernels is not None:
+            self._step_kernels()
+        else:
+            self._step_torch()
+        self.zero_grad()
+        self.part.refresh_persistent()
+        return norm
+
+    def _write_back(self, s: Any, master: torch.Tensor) -> None:
+        if self.part.swapper is not None and s.swapped:
+            self.part.swapper.write_back(s, master.to(s.dtype))
+        elif master.data_ptr() != s.shard.data_ptr():
+            s.shard.copy_(master)
+
+    def _step_torch(self) -> None:
+        for _, originals in self._hyper_groups:
+            for p in originals:
+                s = shard_of(p)
+                self._masters[s.ds_id].grad = s.grad
+        self.optimizer.step()
+        for _, originals in self._hyper_groups:
+            for p in originals:
+                s = shard_of(p)
+                m = self._masters[s.ds_id]
+                m.grad = None
+                self._write_back(s, m.data)
+
+    def _step_kernels(self) -> None:
+        assert self.kernels is not None
+        for group, originals in self._hyper_groups:
+            hyper = _adam_hyper(self.optimizer, group)
+            for p in originals:
+                s = shard_of(p)
+                if s.grad is None:
+                    continue
+                m = self._masters[s.ds_id]
+                mom = self._moments.get(s.ds_id)
+                if mom is None:
+                    mom = (torch.zeros_like(m.data), torch.zeros_like(m.data))
+                    self._moments[s.ds_id] = mom
+                self.kernels.adam_step(self.step_count, hyper, m.data, s.grad, mom[0], mom[1])
+                self._write_back(s, m.data)
+
+    def _step_nvme(self) -> None:
+        assert self._swap is not None and self.kernels is not None
+        work = [
+            (group, shard_of(p))
+            for group, originals in self._hyper_groups
+            for p in originals
+            if shard_of(p).grad is not None
+        ]
+        swap = self._swap
+
+        def load(s: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            bufs = tuple(torch.empty(s.shard_numel, dtype=torch.float32) for _ in range(3))
+            for key, b in zip("mvw", bufs):
+                swap.read((s.ds_id, key), b, async_op=True)
+            return bufs  # type: ignore[return-value]
+
+        nxt = load(work[0][1]) if work else None
+        for i, (group, s) in enumerate(work):
+            swap.handle.wait()  # this partition's reads (and the previous one's writes) are done
+            cur = nxt
+            assert cur is not None
+            nxt = load(work[i + 1][1]) if i + 1 < len(work) else None
+            m, v, w = cur
+            hyper = _adam_hyper(self.optimizer, group)
+            self.kernels.adam_step(self.step_count, hyper, m, s.grad, v, w)
+            for key, b in zip("mvw", cur):
+                swap.write((s.ds_id, key), b, async_op=True)
+            self._write_back(s, m)
+        swap.handle.wait()
+
+    # -- checkpoint support --------------------------------------------------------------------
+    def moments(self, s: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """This rank's (exp_avg, exp_avg_sq) partitions of a parameter, if it has stepped."""
+        if self.offload == "nvme":
+            assert self._swap is not None
+            v = torch.empty(s.shard_numel, dtype=torch.float32)
+            w = torch.empty(s.shard_numel, dtype=torch.float32)
+            self._swap.read((s.ds_id, "v"), v)
+            self._swap.read((s.ds_id, "w"), w)
+            return v, w
+        if self.offload == "cpu" and self.kernels is not None:
+            return self._moments.get(s.ds_id)
+        st = self.optimizer.state.get(self._masters[s.ds_id])
+        if not st or "exp_avg" not in st:
+            return None
+        return st["exp_avg"], st["exp_avg_sq"]
+
+    def close(self) -> None:
+        if self._swap is not None:
+            self._swap.handle.wait()
+            self._swap.close()

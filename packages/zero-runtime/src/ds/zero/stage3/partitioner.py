@@ -1,0 +1,381 @@
+"""Gather-before-use / release-after-use of stage-3 parameters, driven by module hooks.
+
+Forward: a pre-hook gathers a module's own parameters (and prefetches the next modules' along a
+recorded trace), a post-hook releases them. Backward: a multi-grad hook on the module's outputs
+gathers again just before the module's backward runs; each parameter's post-accumulate-grad hook
+reduce-scatters its gradient into this rank's partition and releases the full data.
+
+The trace is the order in which modules fetched parameters during the first forward+backward; it
+is replayed on later steps to prefetch and is invalidated (and re-recorded) the moment a step
+departs from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ds.interfaces.logging import get_logger
+from ds.zero.stage3.collectives import Collectives, PendingGather
+from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
+from ds.zero.stage3.swap import ParamSwapper
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Stage3Limits:
+    """The stage3_* knobs, in parameter elements (as DeepSpeed counts them)."""
+
+    prefetch_bucket_size: int = 50_000_000
+    max_live_parameters: int = 1_000_000_000
+    max_reuse_distance: int = 1_000_000_000
+    param_persistence_threshold: int = 100_000
+    reduce_bucket_size: int = 500_000_000
+
+
+@dataclass
+class Accounting:
+    """Bytes of parameter data this rank holds, kept by the partitioner itself."""
+
+    partition_bytes: int = 0  # every shard resident in memory (excludes NVMe-swapped shards)
+    live_bytes: int = 0  # full parameters currently gathered (or being gathered)
+    peak_live_bytes: int = 0
+    peak_resident_bytes: int = 0
+    total_bytes: int = 0  # the whole model, unsharded
+    fetched_numel: int = 0  # parameter elements gathered since construction
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.partition_bytes + self.live_bytes
+
+    def bump(self) -> None:
+        self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
+        self.peak_resident_bytes = max(self.peak_resident_bytes, self.resident_bytes)
+
+
+def register_external_parameter(module: torch.nn.Module, param: torch.nn.Parameter) -> None:
+    """Declare that ``module``'s forward uses ``param`` although another module owns it (for
+    example a tied output head reading the embedding weight); stage 3 then gathers it for both.
+    Call before the stage-3 engine is built."""
+    ext = module.__dict__.setdefault("_ds_external_params", [])
+    if all(p is not param for p in ext):
+        ext.append(param)
+
+
+def external_parameters(root: torch.nn.Module) -> dict[torch.nn.Module, list[torch.nn.Parameter]]:
+    return {
+        m: m.__dict__["_ds_external_params"]
+        for m in root.modules()
+        if "_ds_external_params" in m.__dict__
+    }
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+class Stage3Partitioner:
+    """Partitions ``module``'s parameters across ranks and manages their gathered lifetime."""
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        collectives: Collectives,
+        limits: Stage3Limits | None = None,
+        swapper: ParamSwapper | None = None,
+        leaf_modules: Sequence[type[torch.nn.Module]] = (),
+    ) -> None:
+        self.module = module
+        # Modules whose forward reads their children's parameters without calling the children
+        # (MultiheadAttention reads out_proj.weight directly) gather their whole subtree at once.
+        self.leaf_types: tuple[type[torch.nn.Module], ...] = (
+            torch.nn.MultiheadAttention,
+            *leaf_modules,
+        )
+        self._external: dict[int, list[torch.nn.Parameter]] = {
+            id(m): list(ps) for m, ps in external_parameters(module).items()
+        }
+        self.coll = collectives
+        self.limits = limits or Stage3Limits()
+        self.swapper = swapper
+        self.acct = Accounting()
+        self.params: list[torch.nn.Parameter] = []
+        seen: set[int] = set()
+        for name, p in module.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            s = partition_param(
+                p, collectives.rank, collectives.world, self.limits.param_persistence_threshold
+            )
+            if s.world != collectives.world:
+                raise ValueError(
+                    f"parameter {name} was partitioned for world size {s.world} but the engine "
+                    f"runs at world size {collectives.world}; build the model under ds.zero.Init "
+                    "with the same data-parallel group as the engine"
+                )
+            s.persistent = s.numel <= self.limits.param_persistence_threshold
+            s.name = name
+            s.extra["coll"] = collectives
+            self.params.append(p)
+        self.by_name = {shard_of(p).name: p for p in self.params}
+        self._live: dict[int, torch.nn.Parameter] = {}  # id(param) -> param, gathered
+        self._in_use: dict[int, int] = {}  # id(param) -> how many running modules use it
+        self._bucket: list[tuple[ShardState, torch.Tensor]] = []
+        self._bucket_numel = 0
+        self._trace: list[torch.nn.Module] | None = None
+        self._recording: list[torch.nn.Module] = []
+        self._pos = 0
+        self._direct: dict[int, list[torch.nn.Parameter]] = {}
+        self._hooks: list[Any] = []
+        self.acct.total_bytes = sum(shard_of(p).full_bytes for p in self.params)
+        for p in self.params:
+            s = shard_of(p)
+            if swapper is not None and not s.persistent:
+                swapper.register(s)
+            if not s.swapped:
+                self.acct.partition_bytes += s.shard_bytes
+            if s.status is ParamStatus.AVAILABLE:
+                self._add_live(p)
+        self._register_hooks()
+        # Persistent parameters created on the meta device (or swapped) need one gather now.
+        missing = [p for p in self.params if shard_of(p).persistent and id(p) not in self._live]
+        if missing:
+            self._gather(missing).wait()
+        self.release_all()  # anything left whole by construction that is not persistent
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def _register_hooks(self) -> None:
+        stack = [self.module]
+        while stack:
+            m = stack.pop()
+            leaf = isinstance(m, self.leaf_types)
+            if not leaf:
+                stack.extend(reversed(list(m.children())))
+            own = [p for p in m.parameters(recurse=leaf) if hasattr(p, "ds_shard")]
+            own += self._external.get(id(m), [])
+            if not own:
+                continue
+            self._direct[id(m)] = list(dict.fromkeys(own))
+            self._hooks.append(m.register_forward_pre_hook(self._pre_forward))
+            self._hooks.append(m.register_forward_hook(self._post_forward))
+        for p in self.params:
+            if p.requires_grad:
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+
+    def remove_hooks(self) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+
+    def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
+        self.fetch(module, "forward")
+        for p in self._direct[id(module)]:
+            self._in_use[id(p)] = self._in_use.get(id(p), 0) + 1
+
+    def _post_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        for p in self._direct[id(module)]:
+            self._in_use[id(p)] -= 1
+        if not self._reused_soon(module):
+            self.release(self._direct[id(module)])
+        if torch.is_grad_enabled():
+            outs = [t for t in _tensors(output) if t.requires_grad]
+            if outs:
+                torch.autograd.graph.register_multi_grad_hook(
+                    outs, lambda _grads: self.fetch(module, "backward"), mode="any"
+                )
+
+    def _on_grad(self, p: torch.Tensor) -> None:
+        s = shard_of(p)
+        g = p.grad
+        p.grad = None
+        if g is None:
+            return
+        flat = g.reshape(-1)
+        if s.padded_numel != s.numel:
+            flat = torch.nn.functional.pad(flat, (0, s.padded_numel - s.numel))
+        self._bucket.append((s, flat))
+        self._bucket_numel += s.padded_numel
+        if self._bucket_numel >= self.limits.reduce_bucket_size:
+            self.flush_grads()
+        if not self._in_use.get(id(p)):
+            self.release([p])  # type: ignore[list-item]
+
+    # -- gathering -----------------------------------------------------------------------------
+    def _add_live(self, p: torch.nn.Parameter) -> None:
+        if id(p) not in self._live:
+            self._live[id(p)] = p
+            self.acct.live_bytes += shard_of(p).full_bytes
+            self.acct.bump()
+
+    def _gather(
+        self, params: Sequence[torch.nn.Parameter], async_op: bool = False
+    ) -> PendingGather:
+        if self.swapper is not None:
+            for p in params:
+                s = shard_of(p)
+                if s.swapped:
+                    self.swapper.swap_in(s)
+        pending = self.coll.gather(params, async_op=async_op)
+        for p in params:
+            self._add_live(p)
+            self.acct.fetched_numel += shard_of(p).numel
+        if self.swapper is not None:
+            for p in params:
+                s = shard_of(p)
+                if s.swapped:
+                    self.swapper.drop(s)
+        return pending
+
+    def fetch(self, module: torch.nn.Module, phase: str) -> None:
+        """Make ``module``'s own parameters whole (called by the hooks)."""
+        self.coll.context = f"{phase} of {type(module).__name__}"
+        self._follow_trace(module)
+        own = self._direct.get(id(module), [])
+        need = [p for p in own if shard_of(p).status is ParamStatus.NOT_AVAILABLE]
+        if need:
+            self._make_room(sum(shard_of(p).numel for p in need))
+            self._gather(need).wait()
+        for p in own:
+            pending = shard_of(p).pending
+            if pending is not None:
+                pending.wait()
+        self._prefetch()
+
+    def gather_all(self, params: Iterable[torch.nn.Parameter] | None = None) -> None:
+        """Gather the given (default: all) parameters in one collective, e.g. for generation."""
+        todo = list(self.params if params is None else params)
+        need = [p for p in todo if shard_of(p).status is ParamStatus.NOT_AVAILABLE]
+        if need:
+            self._gather(need).wait()
+        for p in todo:
+            if shard_of(p).pending is not None:
+                shard_of(p).pending.wait()
+
+    def release(self, params: Iterable[torch.nn.Parameter]) -> None:
+        for p in params:
+            s = shard_of(p)
+            if s.persistent or self._in_use.get(id(p)):
+                continue
+            if s.pending is not None:
+                s.pending.wait()
+            if s.status is ParamStatus.AVAILABLE:
+                p.data = torch.empty(0, dtype=s.dtype, device=s.shard.device)
+                s.status = ParamStatus.NOT_AVAILABLE
+            if self._live.pop(id(p), None) is not None:
+                self.acct.live_bytes -= s.full_bytes
+
+    def release_all(self) -> None:
+        self.release(list(self._live.values()))
+
+    def _make_room(self, numel: int) -> None:
+        limit = self.limits.max_live_parameters
+        live = sum(shard_of(p).numel for p in self._live.values() if not shard_of(p).persistent)
+        if live + numel <= limit:
+            return
+        for p in list(self._live.values()):
+            s = shard_of(p)
+            if s.persistent or self._in_use.get(id(p)) or s.pending is not None:
+                continue
+            self.release([p])
+            live -= s.numel
+            if live + numel <= limit:
+                return
+
+    # -- trace and prefetch --------------------------------------------------------------------
+    def _follow_trace(self, module: torch.nn.Module) -> None:
+        if len(self._recording) <= 16 * len(self._direct) + 64:
+            self._recording.append(module)
+        if self._trace is None:
+            return
+        if self._pos < len(self._trace) and self._trace[self._pos] is module:
+            self._pos += 1
+            return
+        log.debug("stage3 module trace invalidated", position=self._pos)
+        self._trace = None
+
+    def _prefetch(self) -> None:
+        budget = self.limits.prefetch_bucket_size
+        if self._trace is None or budget <= 0:
+            return
+        live = sum(shard_of(p).numel for p in self._live.values() if not shard_of(p).persistent)
+        picked: list[torch.nn.Parameter] = []
+        seen: set[int] = set()
+        numel = 0
+        for m in self._trace[self._pos :]:
+            for p in self._direct[id(m)]:
+                s = shard_of(p)
+                if id(p) in seen or s.status is not ParamStatus.NOT_AVAILABLE:
+                    continue
+                if live + numel + s.numel > self.limits.max_live_parameters:
+                    break
+                seen.add(id(p))
+                picked.append(p)
+                numel += s.numel
+            if numel >= budget:
+                break
+        if picked:
+            self._gather(picked, async_op=True)
+
+    def _reused_soon(self, module: torch.nn.Module) -> bool:
+        if self._trace is None:
+            return False
+        distance = 0
+        for m in self._trace[self._pos :]:
+            if m is module:
+                return True
+            distance += sum(shard_of(p).numel for p in self._direct[id(m)])
+            if distance > self.limits.max_reuse_distance:
+                return False
+        return False
+
+    # -- gradients -----------------------------------------------------------------------------
+    def flush_grads(self) -> None:
+        if not self._bucket:
+            return
+        states = [s for s, _ in self._bucket]
+        grads = [g for _, g in self._bucket]
+        self._bucket, self._bucket_numel = [], 0
+        self.coll.context = "gradient reduce-scatter"
+        parts = self.coll.reduce_scatter(states, grads)
+        for s, part in zip(states, parts):
+            part = part.float()
+            if s.grad is None:
+                s.grad = part
+            else:
+                s.grad.add_(part)
+
+    def after_backward(self) -> None:
+        """Finish a backward pass: reduce the last gradients, release everything, keep the trace."""
+        self.flush_grads()
+        for p in list(self._live.values()):
+            if shard_of(p).pending is not None:
+                shard_of(p).pending.wait()
+        self._in_use.clear()
+        self.release_all()
+        self.end_trace()
+
+    def end_trace(self) -> None:
+        fits = 0 < len(self._recording) <= 16 * len(self._direct) + 64
+        if fits and (self._trace is None or self._pos != len(self._trace)):
+            self._trace = self._recording
+        self._recording = []
+        self._pos = 0
+
+    def refresh_persistent(self) -> None:
+        """Re-gather the small always-whole parameters after their shards changed."""
+        pers = [p for p in self.params if shard_of(p).persistent]
+        if pers:
+            for p in pers:
+                shard_of(p).status = ParamStatus.NOT_AVAILABLE
+            self._gather(pers).wait()

@@ -1,0 +1,148 @@
+"""Per-parameter shard state for ZeRO stage 3.
+
+Each parameter is sharded on its own (not packed into flat buckets): its flattened data is padded
+to a multiple of the data-parallel world size and rank ``r`` keeps elements
+``[r * shard_numel, (r + 1) * shard_numel)``. Per-parameter shards make the unit of gathering the
+unit of use (a module's own parameters), let ``ds.zero.Init`` partition each tensor the moment it
+is created, and map one-to-one onto checkpoint tensors so that resharding to another world size
+is a matter of element ranges. Coalescing several parameters into one collective is done at
+gather/reduce time instead (see ``collectives.py``), so the per-parameter layout costs no extra
+collectives.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_ids = itertools.count()
+
+
+class ParamStatus(enum.Enum):
+    NOT_AVAILABLE = "not_available"  # only this rank's shard is resident
+    INFLIGHT = "inflight"  # an asynchronous gather is running
+    AVAILABLE = "available"  # full data resident in ``param.data``
+
+
+@dataclass(eq=False)
+class ShardState:
+    """Everything stage 3 knows about one parameter; stored as ``param.ds_shard``."""
+
+    ds_id: int
+    shape: torch.Size
+    dtype: torch.dtype
+    numel: int
+    world: int
+    rank: int
+    shard: torch.Tensor  # (shard_numel,) this rank's slice, padded with zeros at the end
+    name: str = ""
+    persistent: bool = False  # small parameter kept whole on every rank
+    status: ParamStatus = ParamStatus.NOT_AVAILABLE
+    pending: Any = None  # the in-flight gather this parameter's data comes from
+    grad: torch.Tensor | None = None  # (shard_numel,) fp32 reduced gradient partition
+    swapped: bool = False  # shard lives on NVMe; ``shard`` is empty until swapped in
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shard_numel(self) -> int:
+        return -(-self.numel // self.world)
+
+    @property
+    def padded_numel(self) -> int:
+        return self.shard_numel * self.world
+
+    @property
+    def offset(self) -> int:
+        """First flattened element of the full tensor that this rank's shard holds."""
+        return self.rank * self.shard_numel
+
+    @property
+    def valid_numel(self) -> int:
+        """How many of this rank's shard elements are real (the rest is padding)."""
+        return max(0, min(self.shard_numel, self.numel - self.offset))
+
+    @property
+    def full_bytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    @property
+    def shard_bytes(self) -> int:
+        return self.shard_numel * self.dtype.itemsize
+
+
+def shard_of(param: torch.Tensor) -> ShardState:
+    state = getattr(param, "ds_shard", None)
+    if state is None:
+        raise AttributeError(
+            f"parameter of shape {tuple(param.shape)} is not partitioned by ZeRO stage 3; "
+            "build the module under ds.zero.Init() or hand it to the stage-3 engine first"
+        )
+    return state  # type: ignore[no-any-return]
+
+
+def is_partitioned(param: torch.Tensor) -> bool:
+    return getattr(param, "ds_shard", None) is not None
+
+
+def empty_like_param(state: ShardState, device: torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=state.dtype, device=device)
+
+
+def partition_param(
+    param: torch.nn.Parameter, rank: int, world: int, persistence_threshold: int = 0
+) -> ShardState:
+    """Cut ``param`` into its stage-3 shard for ``rank`` and drop the full data (unless small).
+
+    Parameters on the ``meta`` device get an uninitialised shard: their values come from a later
+    load (the ``from_pretrained`` pattern) through :class:`ds.zero.GatheredParameters`.
+    """
+    existing = getattr(param, "ds_shard", None)
+    if existing is not None:
+        return existing  # type: ignore[no-any-return]
+    data = param.data
+    numel = data.numel()
+    shard_numel = -(-numel // world)
+    device = torch.device("cpu") if data.device.type == "meta" else data.device
+    shard = torch.zeros(shard_numel, dtype=data.dtype, device=device)
+    if data.device.type != "meta":
+        flat = data.reshape(-1)
+        lo = rank * shard_numel
+        hi = min(numel, lo + shard_numel)
+        if hi > lo:
+            shard[: hi - lo].copy_(flat[lo:hi])
+    state = ShardState(
+        ds_id=next(_ids),
+        shape=data.shape,
+        dtype=data.dtype,
+        numel=numel,
+        world=world,
+        rank=rank,
+        shard=shard,
+        persistent=numel <= persistence_threshold,
+    )
+    if data.device.type == "meta":
+        # A meta tensor cannot take CPU data in place: the caller swaps in ``meta_replacement``.
+        state.extra["meta"] = True
+        return state
+    param.ds_shard = state  # type: ignore[attr-defined]
+    if state.persistent:
+        state.status = ParamStatus.AVAILABLE
+        if data.device != device:
+            param.data = data.to(device)
+    else:
+        param.data = empty_like_param(state, device)
+    return state
+
+
+def meta_replacement(param: torch.nn.Parameter, state: ShardState) -> torch.nn.Parameter:
+    """A real (empty) parameter carrying ``state``, to stand in for a ``meta`` parameter."""
+    new = torch.nn.Parameter(
+        torch.empty(0, dtype=state.dtype, device=state.shard.device),
+        requires_grad=param.requires_grad,
+    )
+    new.ds_shard = state  # type: ignore[attr-defined]
+    return new

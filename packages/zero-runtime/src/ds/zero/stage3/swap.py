@@ -1,0 +1,133 @@
+"""NVMe residence of stage-3 parameter shards and optimizer state, through the kernel provider's
+asynchronous file I/O handle (``KernelProvider.aio_handle``).
+
+Each rank owns one swap file per kind under ``nvme_path``; every tensor has a fixed, block-aligned
+region in it, so a shard is written once per step and read whenever its parameter is gathered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.kernels import AsyncIOHandle, KernelProvider
+from ds.zero.stage3.shard import ShardState
+
+
+@dataclass(frozen=True)
+class AioSettings:
+    """The ``aio`` config section."""
+
+    block_size: int = 1 << 20
+    queue_depth: int = 8
+    thread_count: int = 1
+    single_submit: bool = False
+    overlap_events: bool = True
+    use_o_direct: bool = False
+
+
+def open_aio(kernels: KernelProvider | None, aio: AioSettings) -> AsyncIOHandle:
+    if kernels is None:
+        raise ProviderNotFoundError(
+            "NVMe offload needs the asynchronous file I/O of a kernel provider and none was "
+            "given; install ds-ops-kernels (pip install ds-ops-kernels), which registers the "
+            "'cpu' provider in the 'ds.kernels' group, or set offload device to 'cpu'"
+        )
+    return kernels.aio_handle(
+        block_size=aio.block_size,
+        queue_depth=aio.queue_depth,
+        intra_op_parallelism=aio.thread_count,
+        single_submit=aio.single_submit,
+        overlap_events=aio.overlap_events,
+        use_o_direct=aio.use_o_direct,
+    )
+
+
+def _align(n: int, block: int) -> int:
+    return -(-n // block) * block
+
+
+class SwapFile:
+    """Fixed regions of one file, addressed by key."""
+
+    def __init__(self, handle: AsyncIOHandle, path: str, align: int = 4096) -> None:
+        self.handle = handle
+        self.path = path
+        self.align = align
+        self.regions: dict[Any, tuple[int, int]] = {}  # key -> (offset, nbytes)
+        self.size = 0
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb"):
+            pass
+
+    def region(self, key: Any, nbytes: int) -> tuple[int, int]:
+        if key not in self.regions:
+            self.regions[key] = (self.size, nbytes)
+            self.size += _align(nbytes, self.align)
+        return self.regions[key]
+
+    def write(self, key: Any, t: torch.Tensor, async_op: bool = False) -> None:
+        off, _ = self.region(key, t.numel() * t.element_size())
+        if async_op:
+            self.handle.async_pwrite(t, self.path, off)
+        else:
+            self.handle.sync_pwrite(t, self.path, off)
+
+    def read(self, key: Any, out: torch.Tensor, async_op: bool = False) -> None:
+        off, _ = self.regions[key]
+        if async_op:
+            self.handle.async_pread(out, self.path, off)
+        else:
+            self.handle.sync_pread(out, self.path, off)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.remove(self.path)
+
+
+class ParamSwapper:
+    """Keeps stage-3 parameter shards on NVMe, the first ``max_in_cpu`` elements excepted."""
+
+    def __init__(
+        self, handle: AsyncIOHandle, nvme_path: str, rank: int, max_in_cpu: int = 0
+    ) -> None:
+        if not nvme_path:
+            raise ConfigError(
+                "zero_optimization.offload_param.nvme_path is required when "
+                "offload_param.device is 'nvme'; set it to a directory on a fast local disk"
+            )
+        self.file = SwapFile(handle, os.path.join(nvme_path, f"ds_zero3_params_rank{rank}.swp"))
+        self.max_in_cpu = max_in_cpu
+        self.in_cpu = 0
+        self.swapped_bytes = 0
+
+    def register(self, s: ShardState) -> None:
+        if self.in_cpu + s.shard_numel <= self.max_in_cpu:
+            self.in_cpu += s.shard_numel
+            return
+        self.file.write(s.ds_id, s.shard.contiguous())
+        s.extra["swap_device"] = s.shard.device
+        s.shard = torch.empty(0, dtype=s.dtype, device=s.shard.device)
+        s.swapped = True
+        self.swapped_bytes += s.shard_bytes
+
+    def swap_in(self, s: ShardState) -> None:
+        if s.shard.numel() == s.shard_numel:
+            return
+        buf = torch.empty(s.shard_numel, dtype=s.dtype, device=s.extra["swap_device"])
+        self.file.read(s.ds_id, buf)
+        s.shard = buf
+
+    def drop(self, s: ShardState) -> None:
+        s.shard = torch.empty(0, dtype=s.dtype, device=s.extra["swap_device"])
+
+    def write_back(self, s: ShardState, new_shard: torch.Tensor) -> None:
+        self.file.write(s.ds_id, new_shard.contiguous())
+
+    def close(self) -> None:
+        self.file.close()
