@@ -91,3 +91,34 @@ def test_report_text() -> None:
     )
     assert out.stdout.startswith("python\n  version: ")
     assert "\ntorch\n" in out.stdout and "\ncpu\n" in out.stdout
+
+
+def test_launcher_parent_never_imports_torch_or_structlog(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "job.py"
+    script.write_text("print('hello')\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "ds.launcher.cli",
+            "run",
+            "--nproc",
+            "1",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "[rank0] hello" in proc.stdout
+    parent = [
+        ln.rsplit("|", 1)[-1].strip()
+        for ln in proc.stderr.splitlines()
+        if ln.startswith("import time:")
+    ]
+    assert "ds.launcher.run_cmd" in parent
+    assert "torch" not in parent and "structlog" not in parent
