@@ -5,6 +5,7 @@ from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.partitioner import Accounting, Stage3Limits, Stage3Partitioner
 from ds.zero.stage3.runtime import OffloadSettings, Stage3Runtime
 from ds.zero.stage3.shard import ParamStatus, ShardState, is_partitioned, shard_of
+from ds.zero.stage3.strategy import Stage3Strategy
 from ds.zero.stage3.swap import AioSettings
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Stage3Optimizer",
     "Stage3Partitioner",
     "Stage3Runtime",
+    "Stage3Strategy",
     "is_partitioned",
     "shard_of",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -53,7 +54,8 @@ class Stage3Optimizer:
     def __init__(
         self,
         partitioner: Stage3Partitioner,
-        optimizer: torch.optim.Optimizer,
+        groups: list[dict[str, Any]],
+        build: Callable[[list[dict[str, Any]]], torch.optim.Optimizer],
         *,
         offload: OffloadDevice = "none",
         kernels: KernelProvider | None = None,
@@ -61,8 +63,9 @@ class Stage3Optimizer:
         aio: AioSettings | None = None,
         gradient_clipping: float = 0.0,
     ) -> None:
+        """``groups``: torch-style parameter groups over the module's parameters; ``build`` makes
+        the optimizer from the same groups with ``params`` replaced by the master partitions."""
         self.part = partitioner
-        self.optimizer = optimizer
         self.offload = offload
         self.kernels = kernels
         self.clip = gradient_clipping
@@ -70,21 +73,24 @@ class Stage3Optimizer:
         self._masters: dict[int, torch.nn.Parameter] = {}  # ds_id -> fp32 master partition
         self._hyper_groups: list[tuple[dict[str, Any], list[torch.nn.Parameter]]] = []
         known = {id(p) for p in partitioner.params}
-        for group in optimizer.param_groups:
+        master_groups = []
+        originals_of = []
+        for group in groups:
             originals = list(group["params"])
-            masters = []
             for p in originals:
                 if id(p) not in known:
                     raise ConfigError(
                         "the optimizer holds a parameter the stage-3 engine does not manage; build "
                         "the optimizer over engine.module.parameters()"
                     )
-                s = shard_of(p)
-                m = self._master(s)
-                masters.append(m)
-            group["params"] = masters
+            master_groups.append(
+                {**group, "params": [self._master(shard_of(p)) for p in originals]}
+            )
+            originals_of.append(originals)
+        optimizer = build(master_groups)
+        self.optimizer = optimizer
+        for group, originals in zip(optimizer.param_groups, originals_of):
             self._hyper_groups.append((group, originals))
-        optimizer.state.clear()
         self._moments: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._swap: SwapFile | None = None
         if offload == "nvme":
@@ -111,6 +117,8 @@ class Stage3Optimizer:
                 self.part.swapper.swap_in(s)  # type: ignore[union-attr]
                 src = s.shard.float().clone()
                 self.part.swapper.drop(s)  # type: ignore[union-attr]
+            elif "master_src" in s.extra:
+                src = s.extra.pop("master_src")  # fp32 values from before a precision cast
             elif s.dtype == torch.float32:
                 src = s.shard  # the partition itself is the master: no second copy
             else:
@@ -252,7 +260,52 @@ class Stage3Optimizer:
             return None
         return st["exp_avg"], st["exp_avg_sq"]
 
+    def restore(
+        self,
+        s: Any,
+        master: torch.Tensor,
+        moments: list[torch.Tensor | None],
+        scalars: dict[str, Any],
+    ) -> None:
+        """Load one parameter's fp32 master partition and optimizer moments (checkpoint load)."""
+        m = self._masters[s.ds_id]
+        v, w = moments
+        if self._swap is not None:
+            zeros = torch.zeros_like(master)
+            self._swap.write((s.ds_id, "m"), master)
+            self._swap.write((s.ds_id, "v"), v if v is not None else zeros)
+            self._swap.write((s.ds_id, "w"), w if w is not None else zeros)
+            self._swap.handle.wait()
+        if m.data.numel() == master.numel():
+            m.data.copy_(master)
+        self._write_back(s, master)
+        if v is None or w is None:
+            return
+        if self.offload == "cpu" and self.kernels is not None:
+            self._moments[s.ds_id] = (v, w)
+        elif self._swap is None:
+            state = {
+                k: (t.clone() if isinstance(t, torch.Tensor) else t) for k, t in scalars.items()
+            }
+            self.optimizer.state[m] = {**state, "exp_avg": v, "exp_avg_sq": w}
+
     def close(self) -> None:
         if self._swap is not None:
             self._swap.handle.wait()
             self._swap.close()
+
+
+def repoint(
+    optimizer: torch.optim.Optimizer,
+) -> Callable[[list[dict[str, Any]]], torch.optim.Optimizer]:
+    """A ``build`` that re-points an existing optimizer's groups at the master partitions, keeping
+    the object (and any LR scheduler attached to it)."""
+
+    def build(groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+        optimizer.state.clear()
+        optimizer.param_groups.clear()
+        for g in groups:
+            optimizer.add_param_group(g)
+        return optimizer
+
+    return build

@@ -7,13 +7,14 @@ from typing import Any
 
 import torch
 
-from ds.interfaces.checkpoint import ShardedStateDict, ShardedTensor, TensorMeta
+from ds.interfaces.checkpoint import ShardedStateDict
 from ds.interfaces.comm import Communicator
 from ds.interfaces.kernels import KernelProvider
 from ds.zero.stage3.collectives import Collectives
-from ds.zero.stage3.optimizer import OffloadDevice, Stage3Optimizer
+from ds.zero.stage3.consolidate import consolidated_state_dict
+from ds.zero.stage3.optimizer import OffloadDevice, Stage3Optimizer, repoint
 from ds.zero.stage3.partitioner import Stage3Limits, Stage3Partitioner
-from ds.zero.stage3.shard import ParamStatus, shard_of
+from ds.zero.stage3.state import load_state, save_state
 from ds.zero.stage3.swap import AioSettings, ParamSwapper, open_aio
 
 
@@ -57,7 +58,8 @@ class Stage3Runtime:
         self.partitioner = Stage3Partitioner(module, self.coll, limits, swapper)
         self.optimizer = Stage3Optimizer(
             self.partitioner,
-            optimizer,
+            [dict(g) for g in optimizer.param_groups],
+            repoint(optimizer),
             offload=offload.optimizer_device,
             kernels=kernels,
             nvme_path=offload.optimizer_nvme_path,
@@ -82,57 +84,16 @@ class Stage3Runtime:
 
     # -- weights -------------------------------------------------------------------------------
     def consolidated_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-        """Full module state dict (parameters gathered one at a time, buffers as they are).
-
-        Every rank must call it (it gathers); every rank receives the full tensors.
-        """
-        out: dict[str, torch.Tensor] = {}
-        for name, p in self.module.named_parameters():
-            s = shard_of(p)
-            was = s.status
-            if was is not ParamStatus.AVAILABLE:
-                self.partitioner.gather_all([p])
-            t = p.data.detach().clone()
-            out[name] = t.to(dtype) if dtype is not None else t
-            if was is not ParamStatus.AVAILABLE:
-                self.partitioner.release([p])
-        for name, b in self.module.named_buffers():
-            out[name] = b.detach().clone()
-        return out
+        """Full module state dict; every rank must call it (it gathers) and receives it all."""
+        return consolidated_state_dict(self.partitioner, dtype)
 
     # -- checkpoints ---------------------------------------------------------------------------
     def sharded_state(self) -> ShardedStateDict:
-        """This rank's parameter and Adam-moment partitions as element ranges of full tensors."""
-        sd = ShardedStateDict()
-        for p in self.partitioner.params:
-            s = shard_of(p)
-            n = s.valid_numel
-            master = self.optimizer._masters[s.ds_id].data
-            if master.numel() == 0 or s.swapped:
-                master = self._master_copy(s)
-            dt = str(torch.float32).removeprefix("torch.")
-            meta = TensorMeta(f"module.{s.name}", tuple(s.shape), dt)
-            sd.tensors[meta.name] = ShardedTensor(meta, s.offset, master[:n].detach().clone())
-            mom = self.optimizer.moments(s)
-            if mom is not None:
-                for key, t in zip(("exp_avg", "exp_avg_sq"), mom):
-                    m2 = TensorMeta(f"optimizer.{key}.{s.name}", tuple(s.shape), dt)
-                    sd.tensors[m2.name] = ShardedTensor(m2, s.offset, t[:n].detach().clone())
-        for name, b in self.module.named_buffers():
-            sd.objects[f"buffer.{name}"] = b.detach().clone()
-        sd.objects["optimizer.step"] = self.optimizer.step_count
-        return sd
+        """This rank's weight and optimizer partitions as element ranges of full tensors."""
+        return save_state(self.optimizer)
 
-    def _master_copy(self, s: Any) -> torch.Tensor:
-        if self.optimizer._swap is not None:
-            buf = torch.empty(s.shard_numel, dtype=torch.float32)
-            self.optimizer._swap.read((s.ds_id, "m"), buf)
-            return buf
-        assert self.partitioner.swapper is not None
-        self.partitioner.swapper.swap_in(s)
-        out = s.shard.float().clone()
-        self.partitioner.swapper.drop(s)
-        return out
+    def load_sharded_state(self, state: ShardedStateDict) -> None:
+        load_state(self.optimizer, state)
 
     def close(self) -> None:
         self.optimizer.close()

@@ -1,0 +1,160 @@
+"""Stage 3 as a :class:`ds.zero.stages.base.ZeroStrategy`: what the engine drives at stage 3."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
+from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.optimizer import Stage3Optimizer
+from ds.zero.stage3.partitioner import Stage3Limits, Stage3Partitioner
+from ds.zero.stage3.shard import is_partitioned, partition_param, shard_of
+from ds.zero.stage3.state import load_requests, load_state, save_state
+from ds.zero.stage3.swap import AioSettings, ParamSwapper, open_aio
+from ds.zero.stages.base import MemoryReport, StrategyContext, ZeroStrategy
+
+_DEFAULTS = Stage3Limits()
+
+
+def _int(value: Any, default: int) -> int:
+    return default if value in (None, "auto") else int(value)
+
+
+def limits_from(zero: Any, reduce_bucket_size: int) -> Stage3Limits:
+    return Stage3Limits(
+        prefetch_bucket_size=_int(zero.prefetch_bucket_size, _DEFAULTS.prefetch_bucket_size),
+        max_live_parameters=_int(zero.max_live_parameters, _DEFAULTS.max_live_parameters),
+        max_reuse_distance=_int(zero.max_reuse_distance, _DEFAULTS.max_reuse_distance),
+        param_persistence_threshold=_int(
+            zero.param_persistence_threshold, _DEFAULTS.param_persistence_threshold
+        ),
+        reduce_bucket_size=reduce_bucket_size,
+    )
+
+
+def aio_from(aio: Any) -> AioSettings:
+    return AioSettings(
+        block_size=int(aio.block_size),
+        queue_depth=int(aio.queue_depth),
+        thread_count=int(aio.intra_op_parallelism),
+        single_submit=bool(aio.single_submit),
+        overlap_events=bool(aio.overlap_events),
+    )
+
+
+class Stage3Strategy(ZeroStrategy):
+    """Parameters, gradients and optimizer state all partitioned per parameter across ranks."""
+
+    stage = 3
+
+    def __init__(self, ctx: StrategyContext) -> None:
+        super().__init__(ctx)
+        cfg = ctx.config
+        zero = cfg.zero
+        self.coll = Collectives(ctx.comm, ctx.group)
+        self.limits = limits_from(zero, cfg.reduce_bucket_size)
+        module = ctx.module
+        # Parameters cast to a lower precision after ds.zero.Init partitioned them: cast the
+        # shards too, keeping the fp32 values as the master copy.
+        for p in module.parameters():
+            if is_partitioned(p):
+                s = shard_of(p)
+                if s.dtype != p.dtype:
+                    if s.dtype == torch.float32:
+                        s.extra["master_src"] = s.shard
+                    s.shard = s.shard.to(p.dtype)
+                    s.dtype = p.dtype
+            else:
+                partition_param(p, self.coll.rank, self.coll.world, 0)
+        aio = aio_from(cfg.raw.aio)
+        swapper = None
+        if zero.offload_param_device == "nvme":
+            op = zero.offload_param
+            assert op is not None
+            swapper = ParamSwapper(
+                open_aio(ctx.kernels, aio),
+                op.nvme_path or "",
+                self.coll.rank,
+                max_in_cpu=int(op.max_in_cpu) if op.max_in_cpu < 1_000_000_000 else 0,
+            )
+        self.partitioner = Stage3Partitioner(module, self.coll, self.limits, swapper)
+        # offload_optimizer=cpu: the engine's factory already returns the kernel-provider
+        # optimizer, which steps the (host-resident) master partitions directly.
+        oo = zero.offload_optimizer
+        device = zero.offload_optimizer_device
+        self.opt = Stage3Optimizer(
+            self.partitioner,
+            ctx.param_groups,
+            ctx.optimizer_factory,
+            offload="nvme" if device == "nvme" else "none",
+            kernels=ctx.kernels,
+            nvme_path=oo.nvme_path if oo is not None else None,
+            aio=aio,
+        )
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.opt.optimizer
+
+    # -- backward --------------------------------------------------------------------------------
+    def begin_micro_step(self, boundary: bool, no_sync: bool = False) -> None:
+        # Stage 3 never holds whole gradients, so every backward reduces into the partitions
+        # (summing reduced micro-batch gradients equals reducing their sum).
+        return None
+
+    def end_backward(self) -> None:
+        self.partitioner.after_backward()
+
+    def local_grad_shards(self) -> Sequence[torch.Tensor]:
+        return [g for g in (shard_of(p).grad for p in self.partitioner.params) if g is not None]
+
+    def step(self) -> None:
+        self.opt.step()
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad()
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> ShardedStateDict:
+        return save_state(self.opt)
+
+    def load_requests(self, metadata: dict[str, TensorMeta]) -> list[LoadRequest]:
+        return load_requests(self.opt, metadata)
+
+    def load_state_dict(self, state: ShardedStateDict) -> None:
+        load_state(self.opt, state)
+
+    # -- introspection ---------------------------------------------------------------------------
+    def memory_report(self) -> MemoryReport:
+        rep = MemoryReport()
+        acct = self.partitioner.acct
+        rep.parameter_bytes = acct.partition_bytes
+        rep.details["live_parameter_bytes"] = acct.live_bytes
+        rep.details["peak_live_parameter_bytes"] = acct.peak_live_bytes
+        rep.details["peak_resident_parameter_bytes"] = acct.peak_resident_bytes
+        for p in self.partitioner.params:
+            s = shard_of(p)
+            if s.grad is not None:
+                rep.gradient_bytes += s.grad.numel() * s.grad.element_size()
+            m = self.opt._masters[s.ds_id].data
+            if m.data_ptr() != s.shard.data_ptr():
+                rep.master_weight_bytes += m.numel() * m.element_size()
+            st = self.opt.optimizer.state.get(self.opt._masters[s.ds_id], {})
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and v.numel() > 1:
+                    rep.optimizer_state_bytes += v.numel() * v.element_size()
+        return rep
+
+    def consolidated_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        from ds.zero.stage3.consolidate import consolidated_state_dict
+
+        return consolidated_state_dict(self.partitioner, dtype)
+
+    def release(self) -> None:
+        self.partitioner.remove_hooks()
+        self.opt.close()
+        if self.partitioner.swapper is not None:
+            self.partitioner.swapper.close()
