@@ -1,1 +1,8 @@
-"""ds.full: the composition root that wires every ds distribution together."""
+"""ds.full: the composition root that wires every ds distribution together.
+
+``import ds.full as ds; engine, optimizer, loader, scheduler = ds.initialize(model=..., config=...)``
+"""
+
+from ds.full.training import init_distributed, initialize
+
+__all__ = ["init_distributed", "initialize"]

@@ -1,0 +1,165 @@
+"""The training composition root: ``initialize`` resolves every collaborator and builds the engine.
+
+The accelerator, communicator, CPU kernels, checkpoint engine, run ledger and readiness gate come
+from the plug-in registry (``ds.accelerators``, ``ds.comm_backends``, ``ds.kernels``,
+``ds.checkpoint_engines``, ``ds.ledgers``, ``ds.gates``); ds.zero's engine receives them as
+constructor arguments and never imports them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from ds.interfaces import registry
+from ds.interfaces.errors import ConfigError
+from ds.interfaces.logging import get_logger
+from ds.interfaces.telemetry import EventBus, StepMetrics
+
+log = get_logger(__name__)
+
+
+def init_distributed(dist_backend: str | None = None, **kwargs: Any) -> Any:
+    """Create the default process group from the environment (launcher, torchrun, MPI, SLURM)."""
+    from ds import comm
+
+    return comm.init_distributed(dist_backend=dist_backend, **kwargs)
+
+
+def initialize(
+    args: Any = None,
+    model: torch.nn.Module | None = None,
+    optimizer: Any = None,
+    model_parameters: Iterable[Any] | None = None,
+    training_data: Any = None,
+    lr_scheduler: Any = None,
+    distributed_port: int = 29500,
+    mpu: Any = None,
+    dist_init_required: bool | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    config: Any = None,
+    config_params: Any = None,
+    *,
+    ledger: Any = None,
+    ledger_path: str | None = None,
+    readiness_gate: bool | None = None,
+) -> tuple[Any, Any, Any, Any]:
+    """Build the training engine; returns ``(engine, optimizer, training_dataloader, lr_scheduler)``.
+
+    ``config`` is a path to a DeepSpeed-style JSON file, a dict or a JSON string (``config_params``
+    and ``args.deepspeed_config`` are accepted as in DeepSpeed). ``ledger_path`` (or the environment
+    variable ``DS_LEDGER_PATH``) records the run in a tamper-evident ledger; with a ledger, a
+    readiness gate scores the run's step telemetry (``readiness_gate=False`` turns it off).
+    """
+    from ds.zero.config import load_config
+    from ds.zero.engine import ZeroEngine
+
+    if model is None:
+        raise ConfigError("initialize() needs model=: the torch.nn.Module to train")
+    if mpu is not None:
+        raise ConfigError("mpu= (model parallelism) is not supported by ds; leave it unset")
+    source = config if config is not None else config_params
+    if source is None and args is not None:
+        source = getattr(args, "deepspeed_config", None) or getattr(args, "ds_config", None)
+    if source is None:
+        raise ConfigError("initialize() needs config=: a JSON path, a dict or a JSON string")
+    cfg = load_config(source)
+
+    init_distributed(
+        distributed_port=distributed_port,
+        dist_init_required=dist_init_required,
+        config=cfg.model_dump(include={"comms_logger"}),
+    )
+    from ds import comm as dist
+
+    communicator = dist.get_communicator()
+
+    accelerator = registry.get(registry.ACCELERATORS, _accelerator_name())()
+    device = accelerator.current_device_name()
+    if str(next(iter(model.parameters()), torch.empty(0)).device) != device:
+        model.to(device)
+
+    kernels = None
+    if cfg.zero_optimization.offload_optimizer_device == "cpu":
+        kernels = registry.get(registry.KERNELS, "cpu")()
+
+    events = EventBus()
+    ledger_obj = ledger if ledger is not None else _ledger(ledger_path, communicator)
+    ckpt_factory = registry.get(registry.CHECKPOINT_ENGINES, "default")
+    checkpoint_engine = ckpt_factory(
+        communicator, ledger=ledger_obj, events=events, async_save=cfg.checkpoint.async_save
+    )
+    engine = ZeroEngine(
+        model,
+        cfg,
+        comm=communicator,
+        kernels=kernels,
+        checkpoint_engine=checkpoint_engine,
+        optimizer=optimizer,
+        lr_scheduler=lr_scheduler,
+        model_parameters=model_parameters,
+        training_data=training_data,
+        collate_fn=collate_fn,
+        events=events,
+    )
+    engine.accelerator = accelerator  # type: ignore[attr-defined]
+    engine.ledger = ledger_obj  # type: ignore[attr-defined]
+    engine.gate = None  # type: ignore[attr-defined]
+    if ledger_obj is not None:
+        _record_run(engine, ledger_obj, cfg)
+        if readiness_gate is not False and registry.has_provider(registry.GATES, "default"):
+            gate = registry.get(registry.GATES, "default")(ledger=ledger_obj)
+            gate.attach(events)
+            engine.gate = gate  # type: ignore[attr-defined]
+    elif readiness_gate:
+        gate = registry.get(registry.GATES, "default")()
+        gate.attach(events)
+        engine.gate = gate  # type: ignore[attr-defined]
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
+
+
+def _accelerator_name() -> str:
+    name = os.environ.get("DS_ACCELERATOR")
+    if name:
+        return name
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _ledger(path: str | None, communicator: Any) -> Any:
+    path = path or os.environ.get("DS_LEDGER_PATH")
+    if not path:
+        return None
+    return registry.get(registry.LEDGERS, "default")(path, comm=communicator)
+
+
+def _record_run(engine: Any, ledger: Any, cfg: Any) -> None:
+    if engine.rank == 0:
+        ledger.record_training_event(
+            "run_start",
+            {
+                "world_size": engine.world_size,
+                "zero_stage": engine.zero_optimization_stage(),
+                "train_batch_size": engine.train_batch_size(),
+                "config": cfg.model_dump(mode="json", exclude_defaults=True, by_alias=True),
+            },
+        )
+    every = cfg.steps_per_print or 10
+
+    def record(metrics: StepMetrics) -> None:
+        if metrics.rank == 0 and metrics.step % every == 0:
+            ledger.record_training_event(
+                "train_step",
+                {
+                    "step": metrics.step,
+                    "loss": metrics.loss,
+                    "lr": metrics.lr,
+                    "step_time_s": metrics.step_time_s,
+                    "grad_norm": metrics.grad_norm,
+                    "overflow": metrics.overflow,
+                },
+            )
+
+    engine.events.subscribe(record, StepMetrics)
