@@ -150,3 +150,62 @@ def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _results(proc.stdout) == {0: "3", 1: "3"}, proc.stdout
     assert proc.stdout.count("foo=remote") == 2
+
+
+@pytest.mark.timeout(120)
+def test_ssh_agents_stop_ranks_when_launcher_is_killed(  # type: ignore[no-untyped-def]
+    scripts: Path, env_for, tmp_path: Path, loopback_sshd
+) -> None:
+    import signal
+    import sys
+
+    import psutil
+
+    port, opts = loopback_sshd
+    hf = tmp_path / "hostfile"
+    hf.write_text("127.0.0.1 slots=2\n")
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    exe = Path(sys.executable).parent / "ds"
+    ds = [str(exe)] if exe.exists() else [sys.executable, "-m", "ds.launcher.cli"]
+    launcher = subprocess.Popen(
+        [
+            *ds,
+            "run",
+            "--hostfile",
+            str(hf),
+            "--launcher",
+            "ssh",
+            "--ssh_port",
+            str(port),
+            "--launcher_args",
+            " ".join(opts),
+            "--env",
+            f"PID_DIR={pid_dir}",
+            str(scripts / "tree.py"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env_for(),
+        cwd=tmp_path,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(pid_dir.glob("rank*.pids"))) < 2 and time.monotonic() < deadline:
+        assert launcher.poll() is None, "launcher exited early"
+        time.sleep(0.1)
+    time.sleep(0.2)
+    pids = [int(p) for f in pid_dir.glob("rank*.pids") for p in f.read_text().split()]
+    assert len(pids) == 6
+    clients = [p.pid for p in psutil.Process(launcher.pid).children()]
+    launcher.send_signal(signal.SIGKILL)  # no chance to clean up: the remote side must
+    launcher.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    left = pids + clients
+    while left and time.monotonic() < deadline:
+        left = [
+            p
+            for p in left
+            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+        ]
+        time.sleep(0.1)
+    assert left == [], f"still running after the launcher died: {left}"
