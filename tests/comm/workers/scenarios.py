@@ -53,11 +53,7 @@ def skip_collective(out: Path) -> None:
     big = torch.ones(1 << 20)  # 4 MiB of fp32
     if rank == world - 1:
         # The faulty rank skips #3 and waits (bounded) until the others have reported.
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            if all((out / f"rank{r}.json").exists() for r in range(world - 1)):
-                break
-            time.sleep(0.1)
+        _wait_for(out, range(world - 1), 40)
         _write(out, rank, {"skipped": True})
         os._exit(0)
     t0 = time.monotonic()
@@ -68,7 +64,18 @@ def skip_collective(out: Path) -> None:
         payload = {"error": str(exc), "type": type(exc).__name__}
     payload["elapsed"] = time.monotonic() - t0
     _write(out, rank, payload)
+    # Rank 0 hosts the rendezvous store the others read peers' positions from: stay up until
+    # every rank has reported.
+    _wait_for(out, range(world), 30)
     os._exit(0)  # the group is unusable after a timeout; do not wait in destroy
+
+
+def _wait_for(out: Path, ranks: range, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if all((out / f"rank{r}.json").exists() for r in ranks):
+            return
+        time.sleep(0.1)
 
 
 def timeout_without_watchdog(out: Path) -> None:
