@@ -128,3 +128,25 @@ def test_comms_logger_rows_events_and_summary(tmp_path):
         assert s["plain_after_off"] is True
     assert "Comms summary (rank 0)" in res[0].stdout
     assert "Comms summary" not in res[1].stdout
+
+
+# Quantization error bound per element, relative to the largest |value| of a group, per rank.
+_REL_ERR = {"int8_sym": 1 / 127, "int8_asym": 1 / 255, "int4_sym": 1 / 7, "fp8_e4m3": 1 / 8}
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("world", [2, 3])
+def test_quantized_all_to_all_reduce_with_kernel_provider(tmp_path, world):
+    res = launch("scenarios.py", world, args=["quant", str(tmp_path)], timeout=110)
+    ok_or_report(res)
+    chunk = -(-1000 // world)
+    for s in _read(tmp_path, world):
+        assert "KernelProvider" in s["no_provider"] and "ds-ops-kernels" in s["no_provider"]
+        for key, r in ((k, v) for k, v in s.items() if "/" in k):
+            scheme = key.split("/")[0]
+            assert r["shape"] == [chunk], key
+            assert r["matches_local"], key
+            # Inputs are N(0, 1) so group maxima stay below ~4.5; the error of each rank's
+            # rounding adds up over the world.
+            assert r["max_err"] <= world * 4.5 * _REL_ERR[scheme], (key, r)

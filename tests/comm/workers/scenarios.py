@@ -165,6 +165,57 @@ def telemetry(out: Path) -> None:
     dist.destroy_process_group()
 
 
+def quant(out: Path) -> None:
+    from ds import comm as dist
+    from ds.interfaces.comm import ReduceOp
+    from ds.interfaces.errors import ConfigError
+    from ds.interfaces.kernels import QuantizedTensor
+    from ds.interfaces.registry import get
+
+    dist.init_distributed(verbose=False)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    kernels = get("ds.kernels", "cpu")()
+    n = 1000  # not a multiple of world * group_size: exercises the padding
+    xs = [torch.randn(n, generator=torch.Generator().manual_seed(10 + r)) for r in range(world)]
+    chunk = -(-n // world)
+    report: dict = {}
+    for scheme in ("int8_sym", "int8_asym", "int4_sym", "fp8_e4m3"):
+        for op in (ReduceOp.SUM, ReduceOp.AVG):
+            got = dist.all_to_all_quant_reduce(xs[rank], kernels, scheme, 64, op)
+            exact = torch.stack(xs).double().sum(0)
+            if op == ReduceOp.AVG:
+                exact = exact / world
+            full = torch.zeros(world * chunk, dtype=torch.float64)
+            full[:n] = exact
+            want = full[rank * chunk : (rank + 1) * chunk]
+            # The same arithmetic done locally with the same kernels must match bit for bit.
+            local = torch.zeros(chunk)
+            for r in range(world):
+                part = torch.zeros(world * chunk)
+                part[:n] = xs[r]
+                piece = part[rank * chunk : (rank + 1) * chunk]
+                padded = torch.zeros(-(-chunk // 64) * 64)
+                padded[:chunk] = piece
+                q = kernels.quantize(padded, scheme, 64)
+                q = QuantizedTensor(q.data, q.scales, q.zero_points, q.shape, 64, q.scheme)
+                local += kernels.dequantize(q, torch.float32)[:chunk]
+            if op == ReduceOp.AVG:
+                local = local / world
+            report[f"{scheme}/{op.value}"] = {
+                "shape": list(got.shape),
+                "max_err": (got.double() - want).abs().max().item(),
+                "max_abs": want.abs().max().item(),
+                "matches_local": bool(torch.equal(got, local)),
+            }
+    try:
+        dist.all_to_all_quant_reduce(xs[rank], None)
+        report["no_provider"] = None
+    except ConfigError as exc:
+        report["no_provider"] = str(exc)
+    _write(out, rank, report)
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     if scenario == "discovery":

@@ -482,3 +482,17 @@ def reduce_scatter_coalesced(
 ) -> Any:
     """See :func:`ds.comm.coalesced.reduce_scatter_coalesced`."""
     return _comm.reduce_scatter_coalesced(tensors, op, group, async_op)
+
+
+def all_to_all_quant_reduce(
+    tensor: torch.Tensor,
+    kernels: Any,
+    scheme: str = "int8_sym",
+    group_size: int = 128,
+    op: ReduceOp = ReduceOp.SUM,
+    group: Any = None,
+) -> torch.Tensor:
+    """See :func:`ds.comm.quantized.all_to_all_quant_reduce`."""
+    from ds.comm.quantized import all_to_all_quant_reduce as _impl
+
+    return _impl(_comm, tensor, kernels, scheme, group_size, op, group)
