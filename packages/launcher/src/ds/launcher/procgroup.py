@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from ds.interfaces.errors import LaunchError
 from ds.launcher.proctree import (

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 
 def become_subreaper() -> bool:
@@ -36,7 +36,7 @@ def reap(procs: list[psutil.Process]) -> None:
 
 def descendants(pid: int) -> list[psutil.Process]:
     try:
-        return psutil.Process(pid).children(recursive=True)
+        return list(psutil.Process(pid).children(recursive=True))
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
 

@@ -7,6 +7,7 @@ never a crash of the whole command.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -60,7 +61,7 @@ def accelerator_info() -> dict[str, Any]:
     out: dict[str, Any] = {"registered": sorted(providers)}
     details: dict[str, Any] = {}
     for name in sorted(providers):
-        details[name] = _safe(lambda n=name: _one_accelerator(n))
+        details[name] = _safe(functools.partial(_one_accelerator, name))
     out["devices"] = details
     return out
 
@@ -95,7 +96,7 @@ def kernels_info() -> dict[str, Any]:
         return {"error": "no kernel provider in 'ds.kernels' (pip install ds-ops-kernels)"}
     out: dict[str, Any] = {}
     for name in sorted(providers):
-        out[name] = _safe(lambda n=name: _one_kernel(n))
+        out[name] = _safe(functools.partial(_one_kernel, name))
     return out
 
 
@@ -119,14 +120,14 @@ def comm_info() -> dict[str, Any]:
             for b in ("gloo", "nccl", "mpi", "ucc")
         }
     out["runners"] = {
-        name: _safe(lambda n=name: bool(_runner(n).backend_exists()))
+        name: _safe(functools.partial(_runner_installed, name))
         for name in sorted(registry.list_providers(registry.RUNNERS))
     }
     return out
 
 
-def _runner(name: str) -> Any:
-    return registry.get(registry.RUNNERS, name)()
+def _runner_installed(name: str) -> bool:
+    return bool(registry.get(registry.RUNNERS, name)().backend_exists())
 
 
 def shm_info() -> dict[str, Any]:
@@ -141,7 +142,7 @@ def shm_info() -> dict[str, Any]:
 
 
 def cpu_info() -> dict[str, Any]:
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     info: dict[str, Any] = {
         "logical_cores": psutil.cpu_count(logical=True),

@@ -58,7 +58,7 @@ def slots_per_node(args: Namespace) -> int | None:
         raise UsageError(
             f"--num_gpus {args.num_gpus} and --nproc {args.nproc} conflict; pass only one"
         )
-    n = args.num_gpus if args.num_gpus is not None else args.nproc
+    n: int | None = args.num_gpus if args.num_gpus is not None else args.nproc
     if n is not None and n < 1:
         raise UsageError(f"--num_gpus/--nproc {n}: must be >= 1")
     return n
