@@ -1,0 +1,116 @@
+"""The engine in one process: accumulation boundaries, no_sync, accessors, telemetry, errors."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.telemetry import StepMetrics
+from ds.interfaces.training import TrainingEngine
+from ds.zero.engine import ZeroEngine
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.Tanh(), torch.nn.Linear(12, 3))
+
+
+def _cfg(stage: int, **kw: object) -> dict[str, object]:
+    return {
+        "train_micro_batch_size_per_gpu": 4,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+        "zero_optimization": {"stage": stage, "reduce_bucket_size": 50},
+        **kw,
+    }
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_accumulation_matches_one_big_batch(stage: int) -> None:
+    model = _model()
+    ref = copy.deepcopy(model)
+    engine = ZeroEngine(model, _cfg(stage, gradient_accumulation_steps=3))
+    assert isinstance(engine, TrainingEngine)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=False)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x, y = torch.randn(12, 6, generator=g), torch.randn(12, 3, generator=g)
+        for k in range(3):
+            assert engine.is_gradient_accumulation_boundary() == (k == 2)
+            loss = torch.nn.functional.mse_loss(engine(x[4 * k : 4 * k + 4]), y[4 * k : 4 * k + 4])
+            engine.backward(loss)
+            engine.step()
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        opt.step()
+    assert engine.global_steps == 4 and engine.micro_steps == 12
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_no_sync_accumulates_then_reduces(stage: int) -> None:
+    model, ref = _model(), _model()
+    engine = ZeroEngine(model, _cfg(stage, gradient_accumulation_steps=2))
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=False)
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+    with engine.no_sync():
+        engine.backward(torch.nn.functional.mse_loss(engine(x[:4]), y[:4]))
+    engine.step()
+    engine.backward(torch.nn.functional.mse_loss(engine(x[4:]), y[4:]))
+    engine.step()
+    torch.nn.functional.mse_loss(ref(x), y).backward()
+    opt.step()
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_accessors_and_telemetry() -> None:
+    engine = ZeroEngine(
+        _model(), _cfg(1, gradient_clipping=0.5, steps_per_print=1, wall_clock_breakdown=True)
+    )
+    seen: list[StepMetrics] = []
+    engine.events.subscribe(seen.append, StepMetrics)
+    assert engine.train_batch_size() == 4 and engine.train_micro_batch_size_per_gpu() == 4
+    assert engine.gradient_accumulation_steps() == 1 and engine.zero_optimization_stage() == 1
+    assert engine.get_lr() == [1e-2] and engine.gradient_clipping() == 0.5
+    loss = engine(torch.randn(4, 6)).pow(2).mean()
+    engine.backward(loss)
+    engine.step()
+    assert len(seen) == 1
+    m = seen[0]
+    assert m.step == 1 and m.loss == pytest.approx(float(loss.detach())) and m.samples == 4
+    assert m.grad_norm is not None and m.grad_norm > 0
+    assert m.step_time_s > 0 and m.peak_host_rss_bytes > 0 and not m.overflow
+
+
+def test_offload_without_a_kernel_provider_names_the_distribution() -> None:
+    cfg = _cfg(2, zero_optimization={"stage": 2, "offload_optimizer": {"device": "cpu"}})
+    with pytest.raises(ProviderNotFoundError, match="ds-ops-kernels"):
+        ZeroEngine(_model(), cfg, kernels=None)
+
+
+def test_optimizer_sources_are_exclusive() -> None:
+    model = _model()
+    with pytest.raises(ConfigError, match="no optimizer"):
+        ZeroEngine(model, {"train_batch_size": 4})
+    with pytest.raises(ConfigError, match="remove one"):
+        ZeroEngine(_model(), _cfg(0), optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_checkpoint_needs_an_engine() -> None:
+    engine = ZeroEngine(_model(), _cfg(0))
+    with pytest.raises(ProviderNotFoundError, match="checkpoint"):
+        engine.save_checkpoint("/tmp/nowhere")
+
+
+def test_bf16_keeps_fp32_master_weights() -> None:
+    engine = ZeroEngine(_model(), _cfg(2, bf16={"enabled": True}))
+    assert next(engine.module.parameters()).dtype == torch.bfloat16
+    report = engine.memory_report()
+    assert report.master_weight_bytes == 4 * sum(p.numel() for p in engine.module.parameters())
+    engine.backward(engine(torch.randn(4, 6, dtype=torch.bfloat16)).float().pow(2).mean())
+    engine.step()
+    assert engine.global_steps == 1
