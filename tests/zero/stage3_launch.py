@@ -21,7 +21,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(case: dict[str, Any], world: int, out_dir: Path, timeout: float = 120) -> list[Any]:
+def run_ranks(
+    cases: list[dict[str, Any]], world: int, out_dir: Path, timeout: float = 180
+) -> list[Any]:
     """Run ``world`` ranks; return per-rank results or raise with the ranks' stderr."""
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -33,7 +35,7 @@ def run_ranks(case: dict[str, Any], world: int, out_dir: Path, timeout: float = 
                 str(r),
                 str(world),
                 str(port),
-                json.dumps(case),
+                json.dumps(cases),
                 str(out_dir),
             ],
             stdout=subprocess.PIPE,

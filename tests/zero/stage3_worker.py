@@ -7,7 +7,6 @@ Writes OUT_DIR/rank{RANK}.pt with the losses, final consolidated weights and acc
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from typing import Any
@@ -100,87 +99,102 @@ def reference(case: dict[str, Any]) -> tuple[list[float], dict[str, torch.Tensor
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def main() -> None:
-    rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    case = json.loads(sys.argv[4])
-    out_dir = sys.argv[5]
-    torch.set_num_threads(1)
-    from ds.interfaces.registry import get
-    from ds.zero.init import Init
-    from ds.zero.stage3 import AioSettings, OffloadSettings, Stage3Limits, Stage3Runtime
+def ds_config(case: dict[str, Any], world: int, nvme: str) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": 3, **case.get("zero", {})}
+    off = case.get("offload", {})
+    if "param" in off:
+        zero["offload_param"] = {
+            "device": off["param"],
+            "nvme_path": nvme,
+            **off.get("param_extra", {}),
+        }
+    if "optimizer" in off:
+        zero["offload_optimizer"] = {"device": off["optimizer"], "nvme_path": nvme}
+    cfg: dict[str, Any] = {
+        "train_batch_size": case["global_batch"],
+        "train_micro_batch_size_per_gpu": case["global_batch"] // world,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": case.get("lr", 3e-3), "weight_decay": 0.01},
+        },
+        "zero_optimization": zero,
+        "aio": {"block_size": 4096, "queue_depth": 4},
+    }
+    if "activation_checkpointing" in case:
+        cfg["activation_checkpointing"] = case["activation_checkpointing"]
+    return cfg
 
-    comm = get("ds.comm_backends", "torch")()
-    comm.init_process_group(
-        "gloo", f"tcp://127.0.0.1:{port}", rank, world, case.get("pg_timeout", 60)
-    )
+
+def run_case(
+    case: dict[str, Any], comm: Any, rank: int, world: int, out_dir: str
+) -> dict[str, Any]:
+    from ds.interfaces.registry import get
+    from ds.zero.engine import ZeroEngine
+    from ds.zero.init import Init
+
     torch.manual_seed(case.get("seed", 0))
     kw = model_kwargs(case)
-    if case.get("checkpointing"):
-        from ds.zero.checkpointing import checkpoint, configure
+    if "activation_checkpointing" in case:
+        from ds.zero import checkpointing
 
-        configure(comm=comm, **case["checkpointing"])
-        kw["ckpt"] = checkpoint
-    if case.get("init", False):
+        checkpointing.configure(comm=comm, **case["activation_checkpointing"])
+        kw["ckpt"] = checkpointing.checkpoint
+    if case.get("init", True):
         with Init(comm=comm):
             model = TinyGPT(**kw)
     else:
         model = TinyGPT(**kw)
-    opt = torch.optim.AdamW(model.parameters(), lr=case.get("lr", 3e-3), weight_decay=0.01)
-    kernels = None
-    if case.get("kernels"):
-        kernels = get("ds.kernels", case["kernels"])()
-    nvme = os.path.join(out_dir, "nvme")
-    off = case.get("offload", {})
-    offload = OffloadSettings(
-        param_device=off.get("param", "none"),
-        optimizer_device=off.get("optimizer", "none"),
-        param_nvme_path=nvme,
-        optimizer_nvme_path=nvme,
-        max_in_cpu=off.get("max_in_cpu", 1_000_000_000),
-        aio=AioSettings(block_size=4096, queue_depth=4, use_o_direct=False),
-    )
-    rt = Stage3Runtime(
-        model,
-        opt,
-        comm,
-        limits=Stage3Limits(**case.get("limits", {})),
-        offload=offload,
-        kernels=kernels,
-    )
+    nvme = os.path.join(out_dir, f"nvme-{case['name']}")
+    kernels = get("ds.kernels", "cpu")()
+    engine = ZeroEngine(model, ds_config(case, world, nvme), comm=comm, kernels=kernels)
     per = case["global_batch"] // world
     losses = []
-    dynamic = case.get("dynamic")
     for step, idx in enumerate(batches(case["steps"], case["global_batch"])):
         local = idx[rank * per : (rank + 1) * per]
-        if dynamic and step == 1 and rank == 1:
-            # Rank 1 takes a different path through the model on this step only.
-            x = model.tok(local[:, :-1]) + model.pos(torch.arange(local.shape[1] - 1))
-            for b in reversed(model.blocks):
-                x = b(x)
-            logits = model.head(model.ln(x))
-            loss = nn.functional.cross_entropy(logits.reshape(-1, 64), local[:, 1:].reshape(-1))
+        if case.get("dynamic") and step == 1 and rank == 1:
+            # Rank 1 runs the blocks in a different order on this step only.
+            blocks = list(engine.module.blocks)
+            engine.module.blocks = torch.nn.ModuleList(reversed(blocks))
+            loss = loss_of(engine, local)
+            engine.module.blocks = torch.nn.ModuleList(blocks)
         else:
-            loss = loss_of(model, local)
-        rt.backward(loss)
-        rt.step()
+            loss = loss_of(engine, local)
+        engine.backward(loss)
+        engine.step()
         avg = loss.detach().clone()
         comm.all_reduce(avg)
         losses.append(float(avg) / world)
-    full = rt.consolidated_state_dict()
-    acct = rt.accounting
-    torch.save(
-        {
-            "losses": losses,
-            "weights": full,
-            "acct": vars(acct).copy(),
-            "max_live": rt.partitioner.limits.max_live_parameters,
-        },
-        os.path.join(out_dir, f"rank{rank}.pt"),
-    )
-    rt.close()
+    strategy = engine.strategy
+    result = {
+        "losses": losses,
+        "weights": strategy.consolidated_state_dict(),  # type: ignore[attr-defined]
+        "acct": vars(strategy.partitioner.acct).copy(),  # type: ignore[attr-defined]
+        "limits": vars(strategy.limits).copy() if hasattr(strategy.limits, "__dict__") else {},
+    }
+    strategy.release()
+    return result
+
+
+def main() -> None:
+    rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    cases = json.loads(sys.argv[4])
+    out_dir = sys.argv[5]
+    torch.set_num_threads(1)
+    from ds.interfaces.registry import get
+
+    comm = get("ds.comm_backends", "torch")()
+    comm.init_process_group("gloo", f"tcp://127.0.0.1:{port}", rank, world, 60)
+    results: dict[str, Any] = {}
+    for case in cases:
+        try:
+            results[case["name"]] = run_case(case, comm, rank, world, out_dir)
+        except Exception as e:  # reported to the test, which decides whether it was expected
+            results[case["name"]] = {"error": f"{type(e).__name__}: {e}"}
+            if not case.get("expect_error"):
+                raise
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     comm.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
-    _ = math  # keep import for scenario extensions

@@ -33,15 +33,24 @@ def _check(results: list[Any], case: dict[str, Any]) -> None:
             assert err <= 1e-5, f"{name}: relative error {err:.2e}"
 
 
+BASE = {
+    "steps": STEPS,
+    "global_batch": 6,
+    "zero": {"stage3_param_persistence_threshold": 64, "stage3_prefetch_bucket_size": 5000},
+}
+CASES = [
+    {**BASE, "name": "stage3"},
+    {**BASE, "name": "cpu_offload", "offload": {"param": "cpu", "optimizer": "cpu"}},
+    {**BASE, "name": "nvme_offload", "offload": {"param": "nvme", "optimizer": "nvme"}},
+]
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("world", [2, 3])
 def test_stage3_matches_adamw(world: int, tmp_path: Path) -> None:
-    case = {
-        "steps": STEPS,
-        "global_batch": 6,
-        "init": True,
-        "limits": {"param_persistence_threshold": 64, "prefetch_bucket_size": 5000},
-    }
-    _check(launch.run_ranks(case, world, tmp_path), case)
+    """Stage 3, + cpu param/optimizer offload, + nvme offload: 30 steps equal AdamW."""
+    results = launch.run_ranks(CASES, world, tmp_path)
+    for case in CASES:
+        _check([r[case["name"]] for r in results], case)

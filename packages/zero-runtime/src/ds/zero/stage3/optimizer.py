@@ -123,7 +123,8 @@ class Stage3Optimizer:
                 src = s.shard  # the partition itself is the master: no second copy
             else:
                 src = s.shard.float()
-            m = torch.nn.Parameter(src, requires_grad=True)
+            # No autograd on masters: they are stepped in place by optimizers and kernels.
+            m = torch.nn.Parameter(src, requires_grad=False)
             self._masters[s.ds_id] = m
         return m
 
