@@ -8,6 +8,12 @@
 
 namespace ds::quant {
 
+const float* fp8_table(Fp8Format f);
+
+// Internal linkage: every ISA variant gets its own copy compiled with its own flags, so the
+// linker can never hand the baseline code an AVX-512 instance of a shared inline function.
+namespace {
+
 inline uint32_t f32_bits(float v) {
   uint32_t b;
   std::memcpy(&b, &v, 4);
@@ -42,6 +48,6 @@ inline uint8_t encode_fp8(float y) {
   return static_cast<uint8_t>(sign | code);
 }
 
-const float* fp8_table(Fp8Format f);
+}  // namespace
 
 }  // namespace ds::quant

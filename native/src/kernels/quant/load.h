@@ -6,6 +6,7 @@
 #include "fp8_impl.h"
 
 namespace ds::quant {
+namespace {  // internal linkage per ISA variant (see fp8_impl.h)
 
 struct LoadF32 {
   using T = float;
@@ -36,4 +37,5 @@ struct LoadF16 {
   }
 };
 
+}  // namespace
 }  // namespace ds::quant

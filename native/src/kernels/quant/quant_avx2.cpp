@@ -1,0 +1,6 @@
+// Quantization kernels for the AVX2 (8 lanes), compiled with that ISA's flags only for this file.
+// No FP-exception traps are observed, so float compares may be if-converted and the loops
+// vectorised; results are unchanged (IEEE arithmetic, no reassociation, no contraction).
+#pragma GCC optimize("no-trapping-math")
+#define DS_QUANT_NS avx2
+#include "quant_impl.h"
