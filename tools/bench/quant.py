@@ -1,0 +1,78 @@
+"""Quantizer throughput: ds native kernels vs the pure-torch reference (same function, same bytes).
+
+For each scheme, quantize and dequantize of a float32 tensor far larger than the caches, both
+implementations interleaved round-robin (the machine's bandwidth drifts). GB/s counts the bytes
+that must move: the float32 input plus the codes and per-group scales written (quantize), or read
+plus the float32 output (dequantize).
+
+    python tools/bench/quant.py [--mib 64] [--group-size 128] [--threads 1 2] [--rounds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import Bench
+
+from ds.ops import _C
+from ds.ops.quant import SCHEMES, native, reference
+
+
+def _qbytes(q) -> int:  # type: ignore[no-untyped-def]
+    zp = q.zero_points.numel() * 4 if q.zero_points is not None else 0
+    return q.data.numel() * q.data.element_size() + q.scales.numel() * 4 + zp
+
+
+def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: list[str]) -> Bench:
+    n = mib * 1024 * 1024 // 4
+    x = torch.randn(n)
+    bench = Bench("quant", peer="torch-reference", unit="ms")
+    for t in threads:
+        torch.set_num_threads(t)
+        _C.set_num_threads(t)
+        for scheme in schemes:
+            q = native.quantize(x, scheme, group_size)
+            q_bytes = _qbytes(q)
+            case = f"quantize {scheme} {mib} MiB g{group_size} {t}t"
+            bench.interleave(
+                case,
+                {
+                    "ds-native": lambda s=scheme: native.quantize(x, s, group_size),
+                    "torch-reference": lambda s=scheme: reference.quantize(x, s, group_size),
+                },
+                rounds=rounds,
+                warmup=1,
+                work_bytes=n * 4 + q_bytes,
+            )
+            case = f"dequantize {scheme} {mib} MiB g{group_size} {t}t"
+            bench.interleave(
+                case,
+                {
+                    "ds-native": lambda q=q: native.dequantize(q),
+                    "torch-reference": lambda q=q: reference.dequantize(q),
+                },
+                rounds=rounds,
+                warmup=1,
+                work_bytes=n * 4 + q_bytes,
+            )
+    return bench
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--mib", type=int, default=64, help="float32 input size in MiB")
+    ap.add_argument("--group-size", type=int, default=128)
+    ap.add_argument("--threads", type=int, nargs="+", default=sorted({1, os.cpu_count() or 1}))
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
+    a = ap.parse_args()
+    run(a.mib, a.group_size, a.threads, a.rounds, a.schemes).report()
+
+
+if __name__ == "__main__":
+    main()
