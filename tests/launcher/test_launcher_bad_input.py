@@ -57,7 +57,7 @@ def test_bad_hostfile_and_filters(  # type: ignore[no-untyped-def]
         (["--nproc", "0"], "must be >= 1"),
         (["--env", "NOEQUALS"], "expected KEY=VAL"),
         (["--max_restarts", "-1"], "must be >= 0"),
-        (["--launcher", "tcp"], "invalid choice: 'tcp'"),
+        (["--launcher", "tcp"], "--launcher 'tcp': unknown runner (available: impi, mpich"),
         (["--bogus"], "unrecognized arguments"),
     ],
 )

@@ -132,6 +132,7 @@ def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
     port, opts = loopback_sshd
     hf = tmp_path / "hostfile"
     hf.write_text("127.0.0.1 slots=2\n")
+    (tmp_path / ".deepspeed_env").write_text("FROM_ENV_FILE=yes\n")  # propagated to every node
     env = env_for(PDSH_SSH_ARGS_APPEND=" ".join(opts))
     extra = ["--launcher_args", " ".join(opts)] if runner == "ssh" else []
     proc = run_ds(
@@ -150,6 +151,7 @@ def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _results(proc.stdout) == {0: "3", 1: "3"}, proc.stdout
     assert proc.stdout.count("foo=remote") == 2
+    assert proc.stdout.count("envfile=yes") == 2
 
 
 @pytest.mark.timeout(120)

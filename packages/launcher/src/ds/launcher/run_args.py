@@ -81,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     multi = p.add_argument_group("multi-node")
     multi.add_argument(
         "--launcher",
-        choices=RUNNERS,
         default=None,
-        help="multi-node runner (default: pdsh when several hosts are used)",
+        metavar="{" + ",".join(RUNNERS) + "}",
+        help="multi-node runner, or any name registered in 'ds.runners' "
+        "(default: pdsh when several hosts are used)",
     )
     multi.add_argument(
         "--launcher_args",

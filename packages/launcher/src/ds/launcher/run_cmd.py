@@ -102,6 +102,11 @@ def agent_args(args: Namespace, log_dir: Path | None, visible: list[str]) -> lis
 def make_runner(name: str, args: Namespace, agent: list[str]) -> object:
     from ds.interfaces import registry
 
+    known = registry.list_providers(registry.RUNNERS)
+    if name not in known:
+        raise UsageError(
+            f"--launcher {name!r}: unknown runner (available: {', '.join(sorted(known))})"
+        )
     cls = registry.get(registry.RUNNERS, name)
     if name in ("pdsh", "ssh"):
         return cls(agent_args=agent, ssh_port=args.ssh_port)
