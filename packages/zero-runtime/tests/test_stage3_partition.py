@@ -157,3 +157,37 @@ def test_max_live_parameters_bounds_gathered_bytes() -> None:
     # Nested modules can hold their parameters while a child runs: allow one module on top.
     assert rt.accounting.peak_live_bytes <= (limit + 4 * biggest) * 4
     assert rt.accounting.peak_live_bytes < rt.accounting.total_bytes
+
+
+def _greedy(model: nn.Module, prompt: torch.Tensor, new: int) -> torch.Tensor:
+    out = prompt
+    for _ in range(new):
+        nxt = model(out)[:, -1].argmax(-1, keepdim=True)
+        out = torch.cat([out, nxt], dim=1)
+    return out
+
+
+def test_generation_gathers_once() -> None:
+    from ds.zero.generation import generate
+
+    torch.manual_seed(0)
+    ref = TinyLM()
+    model = copy.deepcopy(ref)
+    rt = Stage3Runtime(
+        model,
+        torch.optim.AdamW(model.parameters()),
+        None,
+        limits=Stage3Limits(param_persistence_threshold=0),
+    )
+    prompt = torch.randint(0, 37, (2, 3))
+    expect = _greedy(ref, prompt, 6)
+    before = rt.coll.gathers
+    with torch.no_grad():
+        per_token = _greedy(model, prompt, 6)
+    per_token_gathers = rt.coll.gathers - before
+    before = rt.coll.gathers
+    once = generate(model, prompt, 6, fn=lambda p, n: _greedy(model, p, n))
+    assert rt.coll.gathers - before == 1
+    assert per_token_gathers >= 6
+    assert torch.equal(once, expect) and torch.equal(per_token, expect)
+    assert rt.accounting.live_bytes == 0 and all(p.numel() == 0 for p in model.parameters())

@@ -12,7 +12,8 @@ departs from it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,7 +148,9 @@ class Stage3Partitioner:
                 self.acct.partition_bytes += s.shard_bytes
             if s.status is ParamStatus.AVAILABLE:
                 self._add_live(p)
+        self._held = 0
         self._register_hooks()
+        module.__dict__["_ds_stage3"] = self  # found by ds.zero.generation
         # Persistent parameters created on the meta device (or swapped) need one gather now.
         missing = [p for p in self.params if shard_of(p).persistent and id(p) not in self._live]
         if missing:
@@ -177,6 +180,7 @@ class Stage3Partitioner:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
+        self.module.__dict__.pop("_ds_stage3", None)
 
     def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
         self.fetch(module, "forward")
@@ -237,8 +241,23 @@ class Stage3Partitioner:
                     self.swapper.drop(s)
         return pending
 
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Gather every parameter in one collective and keep all of them whole inside the block
+        (per-module fetch and release become no-ops); release everything at exit."""
+        self.gather_all()
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            if not self._held:
+                self.release_all()
+
     def fetch(self, module: torch.nn.Module, phase: str) -> None:
         """Make ``module``'s own parameters whole (called by the hooks)."""
+        if self._held:
+            return
         self.coll.context = f"{phase} of {type(module).__name__}"
         self._follow_trace(module)
         own = self._direct.get(id(module), [])
@@ -263,6 +282,8 @@ class Stage3Partitioner:
                 shard_of(p).pending.wait()
 
     def release(self, params: Iterable[torch.nn.Parameter]) -> None:
+        if self._held:
+            return
         for p in params:
             s = shard_of(p)
             if s.persistent or self._in_use.get(id(p)):
