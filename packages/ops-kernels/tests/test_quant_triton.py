@@ -17,7 +17,8 @@ from ds.interfaces.errors import KernelError
 from ds.ops import quant
 from ds.ops.quant import native, reference
 
-triton_quant = pytest.importorskip("ds.ops.triton.quant", reason="triton is not installed")
+pytest.importorskip("triton", reason="triton is not installed (pip install ds-ops-kernels[triton])")
+from ds.ops.triton import quant as triton_quant
 
 SCHEMES = list(quant.SCHEMES)
 interpreted = pytest.mark.skipif(

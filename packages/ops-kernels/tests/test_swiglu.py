@@ -15,7 +15,9 @@ import pytest
 from ds.interfaces.errors import KernelError
 from ds.ops.triton import swiglu_reference as ref
 
-fused = pytest.importorskip("ds.ops.triton.swiglu", reason="triton is not installed")
+pytest.importorskip("triton", reason="triton is not installed (pip install ds-ops-kernels[triton])")
+from ds.ops.triton import swiglu as fused
+
 interpreted = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 to run on CPU"
 )
