@@ -155,14 +155,19 @@ def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(120)
-def test_ssh_agents_stop_ranks_when_launcher_is_killed(  # type: ignore[no-untyped-def]
-    scripts: Path, env_for, tmp_path: Path, loopback_sshd
+@pytest.mark.parametrize(("runner", "sig"), [("ssh", "SIGKILL"), ("pdsh", "SIGTERM")])
+def test_remote_ranks_stop_when_launcher_goes(  # type: ignore[no-untyped-def]
+    scripts: Path, env_for, tmp_path: Path, loopback_sshd, runner: str, sig: str
 ) -> None:
+    """ssh: the launcher is SIGKILLed (no clean-up at all); pdsh: it is stopped with SIGTERM and
+    stops pdsh. Either way the remote agents notice the lost connection and stop their ranks."""
     import signal
     import sys
 
     import psutil
 
+    if shutil.which(runner) is None:
+        pytest.skip(f"needs {runner} (apt-get install {runner})")
     port, opts = loopback_sshd
     hf = tmp_path / "hostfile"
     hf.write_text("127.0.0.1 slots=2\n")
@@ -170,6 +175,7 @@ def test_ssh_agents_stop_ranks_when_launcher_is_killed(  # type: ignore[no-untyp
     pid_dir.mkdir()
     exe = Path(sys.executable).parent / "ds"
     ds = [str(exe)] if exe.exists() else [sys.executable, "-m", "ds.launcher.cli"]
+    extra = ["--launcher_args", " ".join(opts)] if runner == "ssh" else []
     launcher = subprocess.Popen(
         [
             *ds,
@@ -177,19 +183,18 @@ def test_ssh_agents_stop_ranks_when_launcher_is_killed(  # type: ignore[no-untyp
             "--hostfile",
             str(hf),
             "--launcher",
-            "ssh",
+            runner,
             "--ssh_port",
             str(port),
-            "--launcher_args",
-            " ".join(opts),
+            *extra,
             "--env",
             f"PID_DIR={pid_dir}",
             str(scripts / "tree.py"),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env=env_for(),
         cwd=tmp_path,
+        env=env_for(PDSH_SSH_ARGS_APPEND=" ".join(opts)),
     )
     deadline = time.monotonic() + 60
     while len(list(pid_dir.glob("rank*.pids"))) < 2 and time.monotonic() < deadline:
@@ -198,9 +203,9 @@ def test_ssh_agents_stop_ranks_when_launcher_is_killed(  # type: ignore[no-untyp
     time.sleep(0.2)
     pids = [int(p) for f in pid_dir.glob("rank*.pids") for p in f.read_text().split()]
     assert len(pids) == 6
-    clients = [p.pid for p in psutil.Process(launcher.pid).children()]
-    launcher.send_signal(signal.SIGKILL)  # no chance to clean up: the remote side must
-    launcher.wait(timeout=10)
+    clients = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
+    launcher.send_signal(getattr(signal, sig))
+    launcher.wait(timeout=30)
     deadline = time.monotonic() + 15
     left = pids + clients
     while left and time.monotonic() < deadline:
@@ -210,4 +215,4 @@ def test_ssh_agents_stop_ranks_when_launcher_is_killed(  # type: ignore[no-untyp
             if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
         ]
         time.sleep(0.1)
-    assert left == [], f"still running after the launcher died: {left}"
+    assert left == [], f"still running after the launcher went: {left}"

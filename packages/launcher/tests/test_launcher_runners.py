@@ -68,6 +68,7 @@ def test_pdsh_argv() -> None:
         "--master_addr=n0",
         "--master_port=29600",
         "--terminate_timeout=3.0",
+        "--watch_output",
         "--",
         *USER,
     ]
@@ -82,7 +83,7 @@ def test_ssh_argv_one_per_node() -> None:
         assert cmd[:6] == ["ssh", "-o", "BatchMode=yes", "-p", "2200", host]
         agent = shlex.split(cmd[6].split("; ")[-1])
         assert f"--node_rank={node_rank}" in agent
-        assert "--watch_stdin" in agent
+        assert "--watch_stdin" in agent and "--watch_output" in agent
         assert agent[agent.index("--") + 1 :] == USER
 
 

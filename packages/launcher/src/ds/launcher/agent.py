@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ds.launcher.node import NodePlan, build_members
@@ -32,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local_rank_arg", action="store_true")
     p.add_argument("--terminate_timeout", type=float, default=3.0)
     p.add_argument("--watch_stdin", action="store_true")
+    p.add_argument("--watch_output", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)
     return p
 
@@ -65,6 +68,30 @@ def parse_core_list(text: str) -> list[int]:
     return out
 
 
+def _watch_stdin(stop: Callable[[], None]) -> None:
+    """ssh forwards the launcher's stdin pipe: EOF means the launcher is gone."""
+    # Raw reads: a daemon thread blocked inside sys.stdin's buffered reader aborts the
+    # interpreter at shutdown.
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    stop()
+
+
+def _watch_output(stop: Callable[[], None]) -> None:
+    """When the connection to the launching node drops (pdsh or ssh killed), sshd closes our
+    stdout; poll reports that as POLLHUP/POLLERR without anything being written."""
+    poller = select.poll()
+    poller.register(1, 0)  # no events requested: only error/hang-up conditions are reported
+    while True:
+        events = poller.poll()
+        if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _fd, ev in events):
+            stop()
+            return
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -88,21 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         report_dir=plan.log_dir,
         name=f"ds agent {plan.host}",
     )
+
+    def stop() -> None:
+        group = sup.group
+        if group is not None:
+            group.request_stop(signal.SIGTERM)
+
     if args.watch_stdin:
-
-        def watch() -> None:
-            # Raw reads: a daemon thread blocked inside sys.stdin's buffered reader aborts the
-            # interpreter at shutdown.
-            try:
-                while os.read(0, 4096):
-                    pass
-            except OSError:
-                pass
-            group = sup.group
-            if group is not None:
-                group.request_stop(signal.SIGTERM)
-
-        threading.Thread(target=watch, daemon=True).start()
+        threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+    if args.watch_output:
+        threading.Thread(target=_watch_output, args=(stop,), daemon=True).start()
     return sup.run()
 
 

@@ -31,7 +31,9 @@ class PdshRunner:
     def get_cmd(self, spec: LaunchSpec) -> list[list[str]]:
         # %h is replaced by pdsh with each host name; the agent finds its node rank from it, which
         # stays right whatever order pdsh contacts the hosts in.
-        agent = agent_command(spec, "--node_host=%h", self.agent_args, self.python)
+        agent = agent_command(
+            spec, "--node_host=%h", [*self.agent_args, "--watch_output"], self.python
+        )
         cmd = ["pdsh", "-S", "-f", "1024", "-R", "ssh", "-w", ",".join(spec.hosts)]
         cmd += list(spec.launcher_args)
         cmd.append(remote_shell(spec.env, agent, self.cwd))

@@ -37,7 +37,7 @@ class SshRunner:
             agent = agent_command(
                 spec,
                 f"--node_rank={node_rank}",
-                [*self.agent_args, "--watch_stdin"],
+                [*self.agent_args, "--watch_stdin", "--watch_output"],
                 self.python,
             )
             cmd = ["ssh", "-o", "BatchMode=yes"]
