@@ -123,6 +123,9 @@ class ShardedCheckpointEngine:
         self._boundary = boundary
         self._default_async = async_save
         self._pending: _SaveJob | None = None
+        # Host buffers of the last async save, reused by the next one (same shapes every step):
+        # no page faults on fresh memory while training waits. Safe: a save waits for the last.
+        self._staging: dict[str, torch.Tensor] = {}
         self._lock = threading.Lock()
         atexit.register(self._at_exit)
 
@@ -168,7 +171,7 @@ class ShardedCheckpointEngine:
         job = _SaveJob(directory, tag, tmp)
         step = state.objects.get("step", 0)
         job.step = int(step) if isinstance(step, int) else 0
-        pieces, layout = _layout(state, copy=use_async)
+        pieces, layout = _layout(state, self._staging if use_async else None)
         objects = _pickle_bytes(state.objects) if self.rank == 0 else None
         rank_objects = _pickle_bytes(state.rank_objects)
         if not use_async:
@@ -516,11 +519,13 @@ def _validate(state: ShardedStateDict) -> None:
 
 
 def _layout(
-    state: ShardedStateDict, copy: bool
+    state: ShardedStateDict, staging: dict[str, torch.Tensor] | None
 ) -> tuple[list[tuple[int, torch.Tensor]], dict[str, dict[str, Any]]]:
     """Byte layout of this rank's shard file: tensors by name, each 64-byte aligned.
 
-    ``copy`` stages every shard in host memory (asynchronous saves) so the caller may keep training.
+    With ``staging`` (asynchronous saves) every shard is copied to host memory first, into the
+    buffer of the same name when one of the same size and dtype is there, so the caller may keep
+    training while the copy is written.
     """
     pieces: list[tuple[int, torch.Tensor]] = []
     layout: dict[str, dict[str, Any]] = {}
@@ -528,10 +533,15 @@ def _layout(
     for name in sorted(state.tensors):
         st = state.tensors[name]
         local = st.local.detach()
-        if local.device.type != "cpu":
-            local = local.to("cpu")  # a fresh host copy already
-        elif copy:
-            local = local.clone()
+        if staging is not None:
+            buf = staging.get(name)
+            if buf is None or buf.numel() != local.numel() or buf.dtype != local.dtype:
+                buf = torch.empty(local.numel(), dtype=local.dtype)
+                staging[name] = buf
+            buf.copy_(local.reshape(-1))
+            local = buf
+        elif local.device.type != "cpu":
+            local = local.to("cpu")
         local = local.contiguous()
         raw = local.view(torch.uint8) if local.numel() else torch.empty(0, dtype=torch.uint8)
         pos = fmt.align_up(pos)
@@ -544,4 +554,6 @@ def _layout(
             "byte_offset": pos,
         }
         pos += int(raw.numel())
+    for stale in set(staging or ()) - set(state.tensors):
+        del staging[stale]  # type: ignore[union-attr]
     return pieces, layout
