@@ -45,6 +45,11 @@ struct AdamConfig {
   bool adamw_mode = true;   // decoupled decay (AdamW); false: L2 term added to the gradient
   float step_size = 1e-3f;  // lr / (1 - beta1^t), or lr without bias correction
   float inv_sqrt_bc2 = 1.f; // 1 / sqrt(1 - beta2^t), or 1 without bias correction
+  // Derived coefficients, computed in double by the caller (1 - float(beta) would be off by up
+  // to 1e-5 relative for beta2 = 0.999 and bias every second moment).
+  float one_minus_beta1 = 0.1f;
+  float one_minus_beta2 = 0.001f;
+  float decay = 1.f;  // 1 - lr * weight_decay
 };
 
 struct AdagradConfig {
@@ -58,6 +63,12 @@ struct LionConfig {
   float beta1 = 0.9f;
   float beta2 = 0.99f;
   float weight_decay = 0.f;
+  float one_minus_beta1 = 0.1f;  // computed in double by the caller
+  float one_minus_beta2 = 0.01f;
+  // lr * weight_decay (double product). The decayed param is formed as p + (-lr*wd*p - lr*sign)
+  // with one rounding of p, rather than p * float(1 - lr*wd), whose representation error
+  // (up to 6e-8 relative, the same sign every step) would accumulate over many steps.
+  float lr_wd = 0.f;
 };
 
 bool supported(const Types& t);

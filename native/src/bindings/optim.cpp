@@ -148,6 +148,9 @@ ds::optim::AdamConfig adam_config(int64_t step, double lr, double beta1, double 
   c.eps = static_cast<float>(eps);
   c.weight_decay = static_cast<float>(weight_decay);
   c.adamw_mode = adamw_mode;
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.decay = static_cast<float>(1.0 - lr * weight_decay);
   // Bias corrections in double: beta^step underflows gracefully and loses nothing.
   const double t = static_cast<double>(step);
   const double bc1 = bias_correction ? 1.0 - std::pow(beta1, t) : 1.0;
@@ -171,6 +174,9 @@ ds::optim::LionConfig lion_config(double lr, double beta1, double beta2, double 
   c.beta1 = static_cast<float>(beta1);
   c.beta2 = static_cast<float>(beta2);
   c.weight_decay = static_cast<float>(weight_decay);
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.lr_wd = static_cast<float>(lr * weight_decay);
   return c;
 }
 

@@ -78,10 +78,10 @@ inline void store(typename D::T* x, typename V::reg v) {
 template <class P, class G, class S, class L>
 void adam_typed(const AdamConfig& c, const Buffers& b, int64_t begin, int64_t end) {
   using R = typename V::reg;
-  const R b1 = V::set1(c.beta1), omb1 = V::set1(1.f - c.beta1);
-  const R b2 = V::set1(c.beta2), omb2 = V::set1(1.f - c.beta2);
+  const R b1 = V::set1(c.beta1), omb1 = V::set1(c.one_minus_beta1);
+  const R b2 = V::set1(c.beta2), omb2 = V::set1(c.one_minus_beta2);
   const R eps = V::set1(c.eps), wd = V::set1(c.weight_decay);
-  const R decay = V::set1(1.f - c.lr * c.weight_decay);
+  const R decay = V::set1(c.decay);
   const R neg_step = V::set1(-c.step_size), ibc2 = V::set1(c.inv_sqrt_bc2);
   const bool l2 = !c.adamw_mode && c.weight_decay != 0.f;
   const bool decoupled = c.adamw_mode && c.weight_decay != 0.f;
@@ -122,17 +122,15 @@ void adagrad_typed(const AdagradConfig& c, const Buffers& b, int64_t begin, int6
 template <class P, class G, class S, class L>
 void lion_typed(const LionConfig& c, const Buffers& b, int64_t begin, int64_t end) {
   using R = typename V::reg;
-  const R b1 = V::set1(c.beta1), omb1 = V::set1(1.f - c.beta1);
-  const R b2 = V::set1(c.beta2), omb2 = V::set1(1.f - c.beta2);
-  const R neg_lr = V::set1(-c.lr), decay = V::set1(1.f - c.lr * c.weight_decay);
-  const bool decoupled = c.weight_decay != 0.f;
+  const R b1 = V::set1(c.beta1), omb1 = V::set1(c.one_minus_beta1);
+  const R b2 = V::set1(c.beta2), omb2 = V::set1(c.one_minus_beta2);
+  const R neg_lr = V::set1(-c.lr), neg_lr_wd = V::set1(-c.lr_wd);
   for_blocks<P, G, S, L>(b, begin, end, false, [&](auto* p, auto* g, auto* m, auto*, auto* o) {
     R pv = load<P>(p);
     R gv = load<G>(g);
     R mv = load<S>(m);
     R dir = V::sign(V::fma(b1, mv, V::mul(omb1, gv)));
-    if (decoupled) pv = V::mul(pv, decay);
-    pv = V::fma(neg_lr, dir, pv);
+    pv = V::add(pv, V::fma(neg_lr, dir, V::mul(neg_lr_wd, pv)));
     mv = V::fma(b2, mv, V::mul(omb2, gv));
     store<P>(p, pv);
     store<S>(m, mv);

@@ -95,6 +95,15 @@ def addresses(
     lists: dict[str, Sequence[torch.Tensor]],
 ) -> tuple[list[int], dict[str, list[int]], list[int]]:
     """Check every tensor of ``lists`` and return (dtype codes, addresses per list, numels)."""
+    try:
+        return _addresses(lists)
+    except (AttributeError, TypeError, RuntimeError) as e:  # not tensors, sparse layouts, ...
+        raise diagnose(lists) or KernelError(f"invalid kernel arguments: {e}") from e
+
+
+def _addresses(
+    lists: dict[str, Sequence[torch.Tensor]],
+) -> tuple[list[int], dict[str, list[int]], list[int]]:
     codes = dtype_codes()
     params = lists["params"]
     numels = [p.numel() for p in params]

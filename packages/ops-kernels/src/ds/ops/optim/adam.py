@@ -1,0 +1,81 @@
+"""CPUAdam: Adam/AdamW on CPU parameters through the fused native kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ds.interfaces.errors import ConfigError
+from ds.ops import cpu_optim
+from ds.ops.optim._base import CPUOptimizerBase, check_betas, check_nonneg
+
+
+class CPUAdam(CPUOptimizerBase):
+    """Adam with decoupled weight decay (``adamw_mode=True``, the default, i.e. AdamW) or with L2
+    decay added to the gradient (``adamw_mode=False``).
+
+    ``fp32_optimizer_states=False`` keeps the moments in the parameter dtype (bf16/fp16) to halve
+    their memory; the update is always computed in fp32.
+    """
+
+    _state_names = ("exp_avg", "exp_avg_sq")
+
+    def __init__(
+        self,
+        model_params: Iterable[Any],
+        lr: float = 1e-3,
+        bias_correction: bool = True,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        adamw_mode: bool = True,
+        fp32_optimizer_states: bool = True,
+    ) -> None:
+        if amsgrad:
+            raise ConfigError(
+                "amsgrad=True is not supported by CPUAdam (the fused kernel keeps no max of the "
+                "second moment); use amsgrad=False or torch.optim.AdamW(amsgrad=True)"
+            )
+        defaults = {
+            "lr": check_nonneg("lr", lr),
+            "bias_correction": bool(bias_correction),
+            "betas": check_betas(betas),
+            "eps": check_nonneg("eps", eps),
+            "weight_decay": check_nonneg("weight_decay", weight_decay),
+            "amsgrad": False,
+            "adamw_mode": bool(adamw_mode),
+            "fp32_optimizer_states": bool(fp32_optimizer_states),
+        }
+        super().__init__(model_params, defaults)
+
+    def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
+        dtype = self._state_dtype(p, group)
+        state["exp_avg"] = torch.zeros(p.shape, dtype=dtype)
+        state["exp_avg_sq"] = torch.zeros(p.shape, dtype=dtype)
+
+    def _run(
+        self,
+        group: dict[str, Any],
+        step: int,
+        params: list[torch.Tensor],
+        grads: list[torch.Tensor],
+        states: list[list[torch.Tensor]],
+    ) -> None:
+        beta1, beta2 = group["betas"]
+        cpu_optim.adam_step(
+            params,
+            grads,
+            states[0],
+            states[1],
+            step=step,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            adamw_mode=group["adamw_mode"],
+            bias_correction=group["bias_correction"],
+        )
