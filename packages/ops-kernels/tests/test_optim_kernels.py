@@ -452,7 +452,7 @@ def test_rejects_other_bad_arguments() -> None:
         _adam(_z(), _z(), _z(), _z(), low_precision_out=_z())
     with pytest.raises(KernelError, match="step must be >= 1"):
         _adam(_z(), _z(), _z(), _z(), step=0)
-    with pytest.raises(KernelError, match="not a torch.Tensor"):
+    with pytest.raises(KernelError, match=r"not a torch\.Tensor"):
         _adam([_z(), "x"], [_z(), _z()], [_z(), _z()], [_z(), _z()])
     with pytest.raises(KernelError, match="low-precision copy"):
         _adam(
