@@ -3,7 +3,8 @@
 For each scheme, quantize and dequantize of a float32 tensor far larger than the caches, both
 implementations interleaved round-robin (the machine's bandwidth drifts). GB/s counts the bytes
 that must move: the float32 input plus the codes and per-group scales written (quantize), or read
-plus the float32 output (dequantize).
+plus the float32 output (dequantize). ``ds-native out=`` decodes into a reused buffer: no fresh
+64 MiB allocation, so no page faults (the allocating calls of both implementations pay them).
 
     python tools/bench/quant.py [--mib 64] [--group-size 128] [--threads 1 2] [--rounds 7]
 """
@@ -50,10 +51,12 @@ def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: lis
                 work_bytes=n * 4 + q_bytes,
             )
             case = f"dequantize {scheme} {mib} MiB g{group_size} {t}t"
+            out = torch.empty(n)
             bench.interleave(
                 case,
                 {
                     "ds-native": lambda q=q: native.dequantize(q),
+                    "ds-native out=": lambda q=q, out=out: native.dequantize(q, out=out),
                     "torch-reference": lambda q=q: reference.dequantize(q),
                 },
                 rounds=rounds,

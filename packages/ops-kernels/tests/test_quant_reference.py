@@ -149,3 +149,16 @@ def test_round_trip_bound_hypothesis(x: np.ndarray, scheme: str, group_size: int
     q = quant.quantize(t, scheme, group_size)
     err = (t.double() - quant.dequantize(q).double()).abs()
     assert bool((err <= bound(t, q)).all())
+
+
+@pytest.mark.parametrize("impl", ["reference", "native"])
+def test_dequantize_into_out(impl: str) -> None:
+    x = torch.randn(3, 50)
+    q = quant.quantize(x, "int4_sym", 32)
+    out = torch.full((150,), float("nan"))
+    y = quant.dequantize(q, impl=impl, out=out)  # type: ignore[arg-type]
+    assert y.shape == (3, 50) and y.data_ptr() == out.data_ptr()
+    assert torch.equal(y, quant.dequantize(q))
+    for bad in (torch.empty(149), torch.empty(150, dtype=torch.float64), torch.empty(300)[::2]):
+        with pytest.raises(KernelError, match="out must be"):
+            quant.dequantize(q, impl=impl, out=bad)  # type: ignore[arg-type]

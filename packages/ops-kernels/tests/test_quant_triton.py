@@ -56,6 +56,8 @@ def test_triton_equals_native_and_reference(scheme: str, n: int, group_size: int
     assert _same(t, reference.quantize(x, scheme, group_size))
     assert _same(t, native.quantize(x, scheme, group_size))
     assert torch.equal(triton_quant.dequantize(t), native.dequantize(t))
+    out = torch.empty(n)
+    assert torch.equal(triton_quant.dequantize(t, out=out), native.dequantize(t))
 
 
 @interpreted

@@ -49,8 +49,15 @@ def quantize(
 
 
 def dequantize(
-    q: QuantizedTensor, dtype: torch.dtype | None = None, *, impl: Impl = "auto"
+    q: QuantizedTensor,
+    dtype: torch.dtype | None = None,
+    *,
+    impl: Impl = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Decode ``q`` back to a tensor of its original shape (float32 unless ``dtype``)."""
+    """Decode ``q`` back to a tensor of its original shape (float32 unless ``dtype``).
+
+    ``out``: a contiguous float32 tensor of ``q``'s element count to decode into (reused
+    buffers avoid page faults on large outputs); the float32 result is a view of it."""
     device = q.data.device if isinstance(q, QuantizedTensor) else torch.device("cpu")
-    return _pick(impl, device).dequantize(q, dtype)  # type: ignore[no-any-return]
+    return _pick(impl, device).dequantize(q, dtype, out=out)  # type: ignore[no-any-return]

@@ -50,3 +50,16 @@ def check_quantized(q: QuantizedTensor) -> Scheme:
     elif q.zero_points is not None:
         raise KernelError(f"{q.scheme} is symmetric and takes no zero_points; pass None")
     return s
+
+
+def check_out(out: torch.Tensor, n: int, shape: tuple[int, ...], device: torch.device) -> None:
+    """``out=`` of dequantize: float32, contiguous, ``n`` elements, on the data's device."""
+    if not isinstance(out, torch.Tensor):
+        raise KernelError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != torch.float32 or not out.is_contiguous() or out.numel() != n:
+        raise KernelError(
+            f"out must be a contiguous float32 tensor of {n} elements (shape {shape}), got "
+            f"{out.dtype} {tuple(out.shape)}{'' if out.is_contiguous() else ' non-contiguous'}"
+        )
+    if out.device != device:
+        raise KernelError(f"out is on {out.device} but the quantized data is on {device}")

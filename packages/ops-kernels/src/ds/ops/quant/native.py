@@ -15,7 +15,7 @@ from ds.ops.quant._schemes import (
     get_scheme,
     num_groups,
 )
-from ds.ops.quant._validate import check_quantized
+from ds.ops.quant._validate import check_out, check_quantized
 
 _NATIVE_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -71,12 +71,19 @@ def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
     )
 
 
-def dequantize(q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def dequantize(
+    q: QuantizedTensor, dtype: torch.dtype | None = None, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
     s = check_quantized(q)
     for t, what in ((q.data, "data"), (q.scales, "scales")):
         _require_cpu(t, what)
     n = math.prod(q.shape)
-    out = torch.empty(n, dtype=torch.float32)
+    if out is None:
+        out = torch.empty(n, dtype=torch.float32)
+    else:
+        check_out(out, n, q.shape, q.data.device)
+    given = out
+    out = out.view(-1)
     data = q.data.contiguous().view(torch.uint8)
     scales = q.scales.contiguous()
     lib = _lib()
@@ -85,5 +92,5 @@ def dequantize(q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Te
         lib.dequant_int(data, scales, zps, q.group_size, s.bits, s.asym, s.qmin, s.qmax, out)
     else:
         lib.dequant_fp8(data, scales, q.group_size, 4 if q.scheme == "fp8_e4m3" else 5, out)
-    out = out.view(q.shape)
+    out = given.view(q.shape)
     return out if dtype in (None, torch.float32) else out.to(dtype)

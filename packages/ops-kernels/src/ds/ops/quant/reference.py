@@ -23,7 +23,7 @@ from ds.ops.quant._schemes import (
     get_scheme,
     num_groups,
 )
-from ds.ops.quant._validate import check_quantized
+from ds.ops.quant._validate import check_out, check_quantized
 
 
 def _grouped(x: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,15 +109,21 @@ def _codes(q: QuantizedTensor, s: Scheme, g: int) -> torch.Tensor:
     return codes
 
 
-def dequantize(q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def dequantize(
+    q: QuantizedTensor, dtype: torch.dtype | None = None, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
     s = check_quantized(q)
     n = 1
     for d in q.shape:
         n *= d
+    if out is not None:
+        check_out(out, n, q.shape, q.data.device)
     g = num_groups(n, q.group_size)
     if s.kind == "int":
         vals = _codes(q, s, g) * q.scales[:, None]
     else:
         vals = q.data.view(g, q.group_size).to(torch.float32) * q.scales[:, None]
-    out = vals.reshape(-1)[:n].reshape(q.shape)
-    return out.to(dtype or torch.float32)
+    result = vals.reshape(-1)[:n].reshape(q.shape)
+    if out is not None:
+        result = out.view(q.shape).copy_(result)
+    return result.to(dtype or torch.float32)

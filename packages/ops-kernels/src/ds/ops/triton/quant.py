@@ -20,7 +20,7 @@ from ds.ops.quant._schemes import (
     get_scheme,
     num_groups,
 )
-from ds.ops.quant._validate import check_quantized
+from ds.ops.quant._validate import check_out, check_quantized
 
 # (mantissa bits, exponent bias, e4m3fn-style NaN encoding) per fp8 scheme.
 _FP8 = {"fp8_e4m3": (3, 7, True), "fp8_e5m2": (2, 15, False)}
@@ -172,11 +172,16 @@ def _dequant_launch(q: QuantizedTensor, s: Scheme, out: torch.Tensor, n: int) ->
         )
 
 
-def dequantize(q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+def dequantize(
+    q: QuantizedTensor, dtype: torch.dtype | None = None, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
     s = check_quantized(q)
     _check_device(q.data)
     n = math.prod(q.shape)
-    out = torch.empty(n, dtype=torch.float32, device=q.data.device)
+    if out is None:
+        out = torch.empty(n, dtype=torch.float32, device=q.data.device)
+    else:
+        check_out(out, n, q.shape, q.data.device)
     _dequant_launch(q, s, out, n)
     out = out.view(q.shape)
     return out if dtype in (None, torch.float32) else out.to(dtype)
