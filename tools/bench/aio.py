@@ -35,7 +35,7 @@ def _fsync(path: str) -> None:
 
 def run(mib: int, rounds: int, threads: list[int], directory: str) -> Bench:
     nbytes = mib * 1024 * 1024
-    bench = Bench("aio", peer="python-write", unit="ms")
+    bench = Bench("aio", peer="python-file", unit="ms")
     handles = {
         t: {
             "direct": AsyncIOHandle(intra_op_parallelism=t, use_o_direct=True),
@@ -86,7 +86,7 @@ def run(mib: int, rounds: int, threads: list[int], directory: str) -> Bench:
             if durable:
                 _fsync(tensor_path)
 
-        fns["python-write"] = py
+        fns["python-file"] = py
         fns["torch.save"] = ts
         case = f"write {mib} MiB {'durable' if durable else 'cache'}"
         bench.interleave(case, fns, rounds=rounds, warmup=1, work_bytes=nbytes)
@@ -103,7 +103,7 @@ def run(mib: int, rounds: int, threads: list[int], directory: str) -> Bench:
         with open(path, "rb", buffering=0) as f:
             f.readinto(memoryview(out.numpy()))
 
-    fns["python-write"] = python_read  # the peer column: plain Python file I/O
+    fns["python-file"] = python_read
     fns["torch.load"] = lambda: torch.load(tensor_path)
     bench.interleave(f"read {mib} MiB", fns, rounds=rounds, warmup=1, work_bytes=nbytes)
     for hs in handles.values():
