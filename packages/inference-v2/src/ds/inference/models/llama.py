@@ -101,7 +101,8 @@ class LlamaModel:
             if not config.get("tie_word_embeddings", True):
                 raise ConfigError("checkpoint has no lm_head.weight and tie_word_embeddings=false")
             head = self.embed
-        self.lm_head = make(head, None)
+        # The output head stays dense: it is small next to the layers and most sensitive.
+        self.lm_head = DenseLinear(head, None)
         self.norm = w.pop("norm.weight")
         self.layers = [_Layer(w, f"layers.{i}.", make) for i in range(self.num_layers)]
         leftover = [k for k in w if "rotary_emb" not in k]

@@ -1,0 +1,67 @@
+"""Weight-only group-wise int8/int4 quantization of the linear layers through a kernel provider.
+
+Weights are stored quantized (int8: ~1/4, int4: ~1/8 of fp32 plus one fp32 scale per group) and
+dequantized right before each matmul; activations stay in the model dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ds.inference.config import QuantizationConfig
+from ds.interfaces import registry
+from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.kernels import KernelProvider, QuantizedTensor
+
+
+class QuantizedLinear:
+    __slots__ = ("bias", "dtype", "provider", "weight")
+
+    def __init__(
+        self,
+        provider: KernelProvider,
+        weight: QuantizedTensor,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+    ) -> None:
+        self.provider = provider
+        self.weight = weight
+        self.bias = bias
+        self.dtype = dtype
+
+    @property
+    def nbytes(self) -> int:
+        w = self.weight
+        zp = (
+            w.zero_points.numel() * w.zero_points.element_size() if w.zero_points is not None else 0
+        )
+        return w.data.numel() * w.data.element_size() + w.scales.numel() * 4 + zp
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.provider.dequantize(self.weight, self.dtype), self.bias)
+
+
+def load_provider(name: str) -> KernelProvider:
+    try:
+        factory = registry.get(registry.KERNELS, name)
+    except ProviderNotFoundError as exc:
+        raise ConfigError(
+            f"quantization needs a kernel provider named {name!r} (ds.kernels group): {exc}"
+        ) from exc
+    provider: KernelProvider = factory()
+    return provider
+
+
+def quantized_linear_factory(config: QuantizationConfig) -> Any:
+    provider = load_provider(config.provider)
+
+    def make(weight: torch.Tensor, bias: torch.Tensor | None) -> QuantizedLinear:
+        q = provider.quantize(
+            weight.detach().float().cpu().contiguous(), config.scheme, config.group_size
+        )
+        return QuantizedLinear(provider, q, bias, weight.dtype)
+
+    return make
