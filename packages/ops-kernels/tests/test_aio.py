@@ -173,8 +173,8 @@ def test_enospc_on_a_tiny_tmpfs(tiny_tmpfs: Path) -> None:
     path = str(tiny_tmpfs / "big.bin")
     with AsyncIOHandle(block_size=16384, intra_op_parallelism=2) as h:
         small = _random_bytes(8192, 4)
-        h.async_pwrite(small, str(tiny_tmpfs / "small.bin"), 0)
-        h.async_pwrite(_random_bytes(1 << 20, 5), path, 0)  # 1 MiB into 64 KiB
+        assert h.sync_pwrite(small, str(tiny_tmpfs / "small.bin"), 0) == 8192
+        h.async_pwrite(_random_bytes(1 << 20, 5), path, 0)  # 1 MiB into what is left of 64 KiB
         with pytest.raises(AsyncIOError, match=r"big\.bin") as exc:
             h.wait()
         assert exc.value.errno == 28
