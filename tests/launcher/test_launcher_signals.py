@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -114,3 +115,20 @@ def test_failure_of_one_rank_kills_other_trees(tmp_path: Path, scripts: Path, en
     assert proc.returncode == 137
     assert "rank 1 (pid" in err and "killed by signal SIGKILL" in err
     assert _gone(pids, within_s=5) == []
+
+
+@pytest.mark.timeout(90)
+def test_ranks_die_with_a_killed_launcher(tmp_path: Path, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = _start(tmp_path, scripts, env_for(PID_DIR=str(pid_dir)))
+    _wait_pids(pid_dir, proc)
+    ranks = [int(f.read_text().split()[0]) for f in pid_dir.glob("rank*.pids")]
+    proc.kill()  # SIGKILL: the launcher gets no chance to stop anything
+    proc.communicate(timeout=30)
+    assert _gone(ranks, within_s=5) == []
+    # The ranks' own children are reparented; clean them up for the next tests.
+    for f in pid_dir.glob("rank*.pids"):
+        for pid in map(int, f.read_text().split()[1:]):
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()

@@ -30,6 +30,7 @@ from ds.launcher.proctree import (
     alive,
     become_subreaper,
     descendants,
+    parent_death_signal,
     reap,
     signal_name,
     signal_tree,
@@ -136,6 +137,8 @@ class ProcessGroup:
         self._console = _Console()
         # Only a process whose sole children are the members may sweep all its descendants.
         self.adopt_orphans = adopt_orphans and become_subreaper()
+        # Ranks die with the launcher even when it is SIGKILLed and cannot stop them itself.
+        self._pdeathsig = parent_death_signal()
 
     # signals -----------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
@@ -160,6 +163,7 @@ class ProcessGroup:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                preexec_fn=self._pdeathsig,  # a single C call, resolved before fork
             )
         except OSError as exc:
             if log is not None:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 import psutil  # type: ignore[import-untyped]
 
@@ -25,6 +26,27 @@ def become_subreaper() -> bool:
         return int(libc.prctl(36, 1, 0, 0, 0)) == 0  # 36 = PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         return False
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A pre-exec hook that makes a child receive SIGKILL when the launcher dies (Linux).
+
+    The prctl function is resolved here, in the parent, so the hook run between fork and exec is a
+    single C call.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def hook() -> None:
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+
+    return hook
 
 
 def reap(procs: list[psutil.Process]) -> None:
