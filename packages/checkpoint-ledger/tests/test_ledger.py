@@ -270,3 +270,31 @@ def test_corrupt_ledger_refuses_to_open(tmp_path) -> None:
     Path(path).write_bytes(bytes(data))
     with pytest.raises(LedgerError, match="record 0"):
         TechnicalDueDiligenceLedger(path)
+
+
+def test_attach_records_steps_config_and_checkpoint_loads(tmp_path) -> None:
+    import torch
+
+    from ds.checkpoint.engine import ShardedCheckpointEngine
+    from ds.checkpoint.sharding import shard_state
+    from ds.interfaces.checkpoint import LoadRequest
+    from ds.interfaces.telemetry import ConfigEvent, EventBus, StepMetrics
+
+    bus = EventBus()
+    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+        led.attach(bus)
+        bus.publish(ConfigEvent({"zero_optimization": {"stage": 3}}, {"NCCL_ALGO": "ring"}))
+        bus.publish(StepMetrics(step=1, loss=2.0, lr=0.1, step_time_s=0.3))
+        eng = ShardedCheckpointEngine(ledger=led, events=bus)
+        state = shard_state({"w": torch.arange(4.0)}, 0, 1)
+        state.objects = {"step": 1}
+        eng.save(str(tmp_path / "ck"), "s1", state)
+        eng.load(str(tmp_path / "ck"), None, [LoadRequest("w", 0, 4)])
+        assert led.verify_ledger_integrity().ok
+    recs = [json.loads(x) for x in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in recs] == ["config", "step", "checkpoint_save", "checkpoint_load"]
+    assert recs[0]["payload"]["env"] == {"NCCL_ALGO": "ring"}
+    assert recs[1]["payload"]["loss"] == 2.0
+    assert recs[2]["payload"]["manifest_sha256"] == recs[3]["payload"]["manifest_sha256"]
+    assert recs[3]["payload"]["step"] == 1
+    assert bus.errors == []

@@ -452,12 +452,25 @@ class ShardedCheckpointEngine:
                     rank=self.rank,
                     saved_world_size=manifest["world_size"],
                 )
+        step = out.objects.get("step", 0)
+        step = int(step) if isinstance(step, int) else 0
+        if self._ledger is not None and self.rank == 0:
+            self._ledger.record_training_event(
+                "checkpoint_load",
+                {
+                    "directory": os.path.abspath(directory),
+                    "tag": manifest["tag"],
+                    "step": step,
+                    "saved_world_size": manifest["world_size"],
+                    "world_size": self.world_size,
+                    "manifest_sha256": _sha256_file(os.path.join(root, fmt.MANIFEST)),
+                },
+            )
         if self._events is not None:
             from ds.interfaces.telemetry import CheckpointEvent
 
-            step = out.objects.get("step", 0) if isinstance(out.objects, dict) else 0
             self._events.publish(
-                CheckpointEvent("load", os.path.abspath(directory), manifest["tag"], int(step or 0))
+                CheckpointEvent("load", os.path.abspath(directory), manifest["tag"], step)
             )
         return out
 

@@ -247,6 +247,20 @@ class TechnicalDueDiligenceLedger:
             self._prev = h
             return index
 
+    def attach(self, bus: Any, *, steps: bool = True) -> None:
+        """Record the engine's telemetry: every StepMetrics (when ``steps``) and ConfigEvent.
+
+        Checkpoint saves and loads are recorded by the checkpoint engine itself (with digests).
+        """
+        from ds.interfaces.telemetry import ConfigEvent, StepMetrics
+
+        if steps:
+            bus.subscribe(lambda m: self.record_training_event("step", asdict(m)), StepMetrics)
+        bus.subscribe(
+            lambda e: self.record_training_event("config", {"config": e.config, "env": e.env}),
+            ConfigEvent,
+        )
+
     # ------------------------------------------------------------------ commitments
     def __len__(self) -> int:
         if self._client is not None:
