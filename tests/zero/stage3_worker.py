@@ -125,6 +125,36 @@ def ds_config(case: dict[str, Any], world: int, nvme: str) -> dict[str, Any]:
     return cfg
 
 
+def partition_activations_case(comm: Any) -> dict[str, Any]:
+    """Ranks holding identical activations split the saved inputs and gather them in backward."""
+    from ds.zero import checkpointing
+    from ds.zero.checkpointing.stash import stash
+
+    settings = checkpointing.configure(
+        comm=comm, partition_activations=True, cpu_checkpointing=True
+    )
+    torch.manual_seed(7)
+    layer = nn.Sequential(nn.Linear(10, 30), nn.GELU(), nn.Linear(30, 10))
+    x = torch.randn(6, 10, requires_grad=True)
+    # backward(), not autograd.grad(): recomputation runs its own backward (reentrant).
+    plain = layer(x).pow(2).sum()
+    plain.backward()
+    gp = [t.grad.clone() for t in (x, *layer.parameters())]  # type: ignore[union-attr]
+    for t in (x, *layer.parameters()):
+        t.grad = None
+    ck = checkpointing.checkpoint(layer, x).pow(2).sum()
+    ck.backward()
+    gc = [t.grad for t in (x, *layer.parameters())]
+    saved = stash(x, settings, 0)
+    checkpointing.configure()
+    return {
+        "loss_equal": bool(torch.equal(plain, ck)),
+        "max_grad_diff": max(float((a - b).abs().max()) for a, b in zip(gp, gc)),
+        "stash_numel": int(saved.data.numel()),
+        "full_numel": int(x.numel()),
+    }
+
+
 def run_case(
     case: dict[str, Any], comm: Any, rank: int, world: int, out_dir: str
 ) -> dict[str, Any]:
@@ -132,12 +162,18 @@ def run_case(
     from ds.zero.engine import ZeroEngine
     from ds.zero.init import Init
 
+    if case.get("kind") == "partition_activations":
+        return partition_activations_case(comm)
+    if case.get("kind") == "load":
+        return load_case(case, comm, rank, world, out_dir)
+
     torch.manual_seed(case.get("seed", 0))
     kw = model_kwargs(case)
     if "activation_checkpointing" in case:
         from ds.zero import checkpointing
 
-        checkpointing.configure(comm=comm, **case["activation_checkpointing"])
+        # Data-parallel ranks hold different activations: nothing to partition across here.
+        checkpointing.configure(deepspeed_config=case["activation_checkpointing"])
         kw["ckpt"] = checkpointing.checkpoint
     if case.get("init", True):
         with Init(comm=comm):
@@ -146,10 +182,19 @@ def run_case(
         model = TinyGPT(**kw)
     nvme = os.path.join(out_dir, f"nvme-{case['name']}")
     kernels = get("ds.kernels", "cpu")()
-    engine = ZeroEngine(model, ds_config(case, world, nvme), comm=comm, kernels=kernels)
+    ckpt_engine = get("ds.checkpoint_engines", "default")(comm)
+    engine = ZeroEngine(
+        model,
+        ds_config(case, world, nvme),
+        comm=comm,
+        kernels=kernels,
+        checkpoint_engine=ckpt_engine,
+    )
     per = case["global_batch"] // world
     losses = []
     for step, idx in enumerate(batches(case["steps"], case["global_batch"])):
+        if step == case.get("save_at"):
+            engine.save_checkpoint(case["save_dir"], "t")
         local = idx[rank * per : (rank + 1) * per]
         if case.get("dynamic") and step == 1 and rank == 1:
             # Rank 1 runs the blocks in a different order on this step only.
@@ -173,6 +218,46 @@ def run_case(
     }
     strategy.release()
     return result
+
+
+def load_case(
+    case: dict[str, Any], comm: Any, rank: int, world: int, out_dir: str
+) -> dict[str, Any]:
+    """Load a checkpoint written at another world size/stage and continue training."""
+    from ds.interfaces.registry import get
+    from ds.zero.engine import ZeroEngine
+    from ds.zero.init import Init
+
+    torch.manual_seed(123)  # deliberately different init: every weight must come from the file
+    if case["stage"] == 3:
+        with Init(comm=comm):
+            model = TinyGPT(**model_kwargs(case))
+    else:
+        model = TinyGPT(**model_kwargs(case))
+    cfg = ds_config(case, world, "")
+    cfg["zero_optimization"]["stage"] = case["stage"]
+    engine = ZeroEngine(
+        model,
+        cfg,
+        comm=comm,
+        kernels=get("ds.kernels", "cpu")(),
+        checkpoint_engine=get("ds.checkpoint_engines", "default")(comm),
+    )
+    engine.load_checkpoint(case["save_dir"], "t")
+    per = case["global_batch"] // world
+    losses = []
+    for step, idx in enumerate(batches(case["steps"], case["global_batch"])):
+        if step < case["save_at"]:
+            continue
+        local = idx[rank * per : (rank + 1) * per]
+        loss = loss_of(engine, local)
+        engine.backward(loss)
+        engine.step()
+        avg = loss.detach().clone()
+        comm.all_reduce(avg)
+        losses.append(float(avg) / world)
+    engine.strategy.release()
+    return {"losses": losses}
 
 
 def main() -> None:

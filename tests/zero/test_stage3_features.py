@@ -1,0 +1,119 @@
+"""Stage 3 at gloo world 2: activation checkpointing, the no-hang guarantee, memory bounds by the
+partitioner's own accounting, and checkpoints resharded to world 1 and 3 and into stage 2."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "stage3_launch", Path(__file__).with_name("stage3_launch.py")
+)
+assert _spec is not None and _spec.loader is not None
+launch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(launch)
+
+BASE: dict[str, Any] = {
+    "steps": 12,
+    "global_batch": 6,  # divisible by 1, 2 and 3: the same global batch at every world size
+    "zero": {"stage3_param_persistence_threshold": 64},
+}
+AC = {
+    "partition_activations": True,
+    "cpu_checkpointing": True,
+    "contiguous_memory_optimization": True,
+    "number_checkpoints": 2,
+}
+# The memory model: 8 blocks; each rank's parameter budget is a quarter of the model.
+MEM_MODEL = {"vocab": 128, "d": 48, "layers": 8, "heads": 2}
+MEM_LIMITS = {
+    "stage3_param_persistence_threshold": 100,
+    "stage3_max_live_parameters": 20_000,
+    "stage3_prefetch_bucket_size": 10_000,
+    "stage3_max_reuse_distance": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
+    out = tmp_path_factory.mktemp("stage3-world2")
+    save_dir = out / "ckpt"
+    cases = [
+        {**BASE, "name": "plain", "save_at": 7, "save_dir": str(save_dir)},
+        {**BASE, "name": "ac", "activation_checkpointing": AC},
+        {"name": "partition_acts", "kind": "partition_activations"},
+        {"name": "memory", "steps": 3, "global_batch": 4, "model": MEM_MODEL, "zero": MEM_LIMITS},
+        # Last: after the expected failure the ranks carry on with nothing else to do.
+        {**BASE, "name": "dynamic", "dynamic": True, "expect_error": True},
+    ]
+    return launch.run_ranks(cases, 2, out, timeout=300), save_dir
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_activation_checkpointing_identical_losses(world2: Any) -> None:
+    results, _ = world2
+    for r in results:
+        assert r["ac"]["losses"] == r["plain"]["losses"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_partition_activations_split_and_exact(world2: Any) -> None:
+    results, _ = world2
+    for r in results:
+        pa = r["partition_acts"]
+        assert pa["loss_equal"] and pa["max_grad_diff"] == 0.0
+        assert pa["stash_numel"] == pa["full_numel"] // 2
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_ranks_disagreeing_on_module_order_fail_clearly(world2: Any) -> None:
+    results, _ = world2
+    for r in results:
+        err = r["dynamic"]["error"]
+        assert err.startswith("ModuleOrderError")
+        assert "disagree on the order" in err and "rank 0:" in err and "rank 1:" in err
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_resident_parameter_bytes_bounded(world2: Any) -> None:
+    results, _ = world2
+    for r in results:
+        acct = r["memory"]["acct"]
+        total = acct["total_bytes"]
+        lim = MEM_LIMITS
+        # Live window: the max_live budget, plus one module in use beyond it, plus the small
+        # parameters kept whole on every rank.
+        biggest_module = 4 * MEM_MODEL["d"] * MEM_MODEL["d"] + 4 * MEM_MODEL["d"]
+        persistent = 2 * (MEM_MODEL["layers"] * 2 + 1) * MEM_MODEL["d"]
+        window = 4 * (lim["stage3_max_live_parameters"] + biggest_module + persistent)
+        budget = total // 4
+        assert acct["partition_bytes"] <= total // 2 + 4 * 2 * 64  # + per-parameter padding
+        assert acct["peak_resident_bytes"] <= total // 2 + window
+        assert acct["peak_resident_bytes"] < 3 * budget < total  # never near the whole model
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_checkpoint_reshards_to_world_1_and_3_and_stage2(world2: Any, tmp_path: Path) -> None:
+    results, save_dir = world2
+    expect = results[0]["plain"]["losses"][7:]
+    load = {**BASE, "kind": "load", "save_at": 7, "save_dir": str(save_dir)}
+    one = launch.run_ranks(
+        [{**load, "name": "s3", "stage": 3}, {**load, "name": "s2", "stage": 2}], 1, tmp_path
+    )
+    three = launch.run_ranks([{**load, "name": "s3", "stage": 3}], 3, tmp_path)
+    assert len(expect) == BASE["steps"] - 7
+    for got in (one[0]["s3"]["losses"], one[0]["s2"]["losses"], three[0]["s3"]["losses"]):
+        assert got == pytest.approx(expect, rel=1e-5)
