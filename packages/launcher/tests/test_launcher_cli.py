@@ -122,3 +122,39 @@ def test_launcher_parent_never_imports_torch_or_structlog(tmp_path) -> None:  # 
     ]
     assert "ds.launcher.run_cmd" in parent
     assert "torch" not in parent and "structlog" not in parent
+
+
+def test_report_reads_kernel_and_accelerator_providers() -> None:
+    from ds.launcher import report
+
+    try:
+        from ds.ops.provider import CpuKernelProvider
+    except ImportError as exc:  # pragma: no cover - depends on the installed distributions
+        pytest.skip(f"ds-ops-kernels is not importable here: {exc}")
+    registry.register(registry.KERNELS, "cpu", lambda: CpuKernelProvider)
+    try:
+        kernels = report.kernels_info()
+    finally:
+        registry.unregister(registry.KERNELS, "cpu")
+    assert kernels["cpu"]["simd_level"] in {"scalar", "avx2", "avx512", "neon"}
+    assert "build_flags" in kernels["cpu"]
+    acc = report.accelerator_info()
+    if "error" not in acc:  # ds-accel-abstraction installed: the cpu accelerator is always there
+        assert acc["devices"]["cpu"]["available"] is True
+        assert acc["devices"]["cpu"]["comm_backend"] == "gloo"
+
+
+def test_report_survives_a_broken_provider() -> None:
+    from ds.launcher import report
+
+    def broken() -> object:
+        raise RuntimeError("driver exploded")
+
+    registry.register(registry.KERNELS, "zz-broken", broken)
+    try:
+        kernels = report.kernels_info()
+    finally:
+        registry.unregister(registry.KERNELS, "zz-broken")
+    assert kernels["zz-broken"] == {"error": "RuntimeError: driver exploded"}
+    text = report.render_text({"kernels": kernels})
+    assert "error: RuntimeError: driver exploded" in text
