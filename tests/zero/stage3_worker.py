@@ -155,6 +155,21 @@ def partition_activations_case(comm: Any) -> dict[str, Any]:
     }
 
 
+def modifier_case(comm: Any, rank: int) -> dict[str, Any]:
+    """GatheredParameters(modifier_rank=0): rank 0's edit lands in every rank's shard."""
+    from ds.zero.init import GatheredParameters, Init
+
+    with Init(comm=comm):
+        lin = nn.Linear(5, 3)
+    with GatheredParameters(list(lin.parameters()), modifier_rank=0), torch.no_grad():
+        seen_whole = tuple(lin.weight.shape)
+        lin.weight.copy_(torch.arange(15.0).view(3, 5) * (1 if rank == 0 else -7))
+        lin.bias.fill_(rank + 1.0)
+    with GatheredParameters(list(lin.parameters())):
+        weight, bias = lin.weight.detach().clone(), lin.bias.detach().clone()
+    return {"seen": seen_whole, "weight": weight, "bias": bias, "after": lin.weight.numel()}
+
+
 def run_case(
     case: dict[str, Any], comm: Any, rank: int, world: int, out_dir: str
 ) -> dict[str, Any]:
@@ -162,6 +177,8 @@ def run_case(
     from ds.zero.engine import ZeroEngine
     from ds.zero.init import Init
 
+    if case.get("kind") == "modifier":
+        return modifier_case(comm, rank)
     if case.get("kind") == "partition_activations":
         return partition_activations_case(comm)
     if case.get("kind") == "load":

@@ -45,6 +45,7 @@ def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
         {**BASE, "name": "plain", "save_at": 7, "save_dir": str(save_dir)},
         {**BASE, "name": "ac", "activation_checkpointing": AC},
         {"name": "partition_acts", "kind": "partition_activations"},
+        {"name": "modifier", "kind": "modifier"},
         {"name": "memory", "steps": 3, "global_batch": 4, "model": MEM_MODEL, "zero": MEM_LIMITS},
         # Last: after the expected failure the ranks carry on with nothing else to do.
         {**BASE, "name": "dynamic", "dynamic": True, "expect_error": True},
@@ -117,3 +118,17 @@ def test_checkpoint_reshards_to_world_1_and_3_and_stage2(world2: Any, tmp_path: 
     assert len(expect) == BASE["steps"] - 7
     for got in (one[0]["s3"]["losses"], one[0]["s2"]["losses"], three[0]["s3"]["losses"]):
         assert got == pytest.approx(expect, rel=1e-5)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_gathered_parameters_modifier_rank_broadcasts(world2: Any) -> None:
+    import torch
+
+    results, _ = world2
+    for r in results:
+        m = r["modifier"]
+        assert m["seen"] == (3, 5) and m["after"] == 0
+        assert torch.equal(m["weight"], torch.arange(15.0).view(3, 5))
+        assert torch.equal(m["bias"], torch.ones(3))

@@ -175,6 +175,21 @@ class Stage3Partitioner:
         for p in self.params:
             if p.requires_grad:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+        self._hooks.append(self.module._register_state_dict_hook(self._full_state_dict))
+
+    def _full_state_dict(
+        self, module: torch.nn.Module, state: dict[str, Any], prefix: str, meta: Any
+    ) -> None:
+        # module.state_dict() returns whole weights under stage 3 (it gathers one parameter at a
+        # time, so every rank must call it).
+        for name, p in module.named_parameters(remove_duplicate=False):
+            key = prefix + name
+            s = getattr(p, "ds_shard", None)
+            if s is None or key not in state or s.status is ParamStatus.AVAILABLE:
+                continue
+            self.gather_all([p])
+            state[key] = p.data.detach().clone()
+            self.release([p])
 
     def remove_hooks(self) -> None:
         for h in self._hooks:

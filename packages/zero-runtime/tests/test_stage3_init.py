@@ -1,0 +1,124 @@
+"""ds.zero.Init, GatheredParameters, meta-device construction and consolidated weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import ds.zero
+from ds.zero.init import load_state_dict_into_shards
+from ds.zero.stage3 import Stage3Limits, Stage3Runtime, shard_of
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(11, 6)
+        self.body = nn.Sequential(nn.Linear(6, 6), nn.Tanh())
+        self.head = nn.Linear(6, 11, bias=False)
+        self.head.weight = self.emb.weight  # tied, as in most language models
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(self.emb(idx)))
+
+
+class Custom(nn.Linear):
+    """A subclass that edits its weights after the parent's __init__ (must see them whole)."""
+
+    def __init__(self) -> None:
+        super().__init__(4, 4)
+        with torch.no_grad():
+            self.weight.fill_(0.5)
+
+
+def test_init_partitions_as_created() -> None:
+    torch.manual_seed(0)
+    ref = Tied()
+    torch.manual_seed(0)
+    with ds.zero.Init():
+        model = Tied()
+        custom = Custom()
+    assert all(p.numel() == 0 for p in model.parameters())
+    assert model.head.weight is model.emb.weight
+    assert shard_of(custom.weight).shard[:16].eq(0.5).all()
+    with ds.zero.GatheredParameters(list(model.parameters())):
+        for p, q in zip(model.parameters(), ref.parameters()):
+            assert torch.equal(p, q)
+    assert all(p.numel() == 0 for p in model.parameters())
+    # Classes defined and modules built after the context exits are left alone.
+    assert nn.Linear(2, 2).weight.numel() == 4
+
+
+def test_gathered_parameters_modifier_writes_back() -> None:
+    with ds.zero.Init():
+        model = nn.Linear(3, 2)
+    with ds.zero.GatheredParameters(model.weight, modifier_rank=0), torch.no_grad():
+        model.weight.copy_(torch.arange(6.0).view(2, 3))
+    assert model.weight.numel() == 0
+    assert torch.equal(shard_of(model.weight).shard[:6], torch.arange(6.0))
+
+
+def test_meta_construction_then_load_like_from_pretrained() -> None:
+    torch.manual_seed(1)
+    pretrained = Tied()
+    with torch.device("meta"), ds.zero.Init():
+        model = Tied()
+    assert model.head.weight is model.emb.weight and model.emb.weight.device.type == "cpu"
+    load_state_dict_into_shards(model, pretrained.state_dict())
+    rt = Stage3Runtime(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        None,
+        limits=Stage3Limits(param_persistence_threshold=0),
+    )
+    idx = torch.randint(0, 11, (3, 5))
+    torch.testing.assert_close(model(idx), pretrained(idx), rtol=0, atol=0)
+    sd = model.state_dict()  # consolidated by the stage-3 state_dict hook
+    for k, v in pretrained.state_dict().items():
+        assert torch.equal(sd[k], v), k
+    assert rt.accounting.live_bytes == 0
+
+
+def test_engine_trains_init_model_like_plain() -> None:
+    torch.manual_seed(2)
+    ref = Tied()
+    torch.manual_seed(2)
+    with ds.zero.Init():
+        model = Tied()
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    rt = Stage3Runtime(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=1e-2),
+        None,
+        limits=Stage3Limits(param_persistence_threshold=8),
+    )
+    for step in range(5):
+        idx = torch.randint(0, 11, (4, 5), generator=torch.Generator().manual_seed(step))
+        opt_ref.zero_grad()
+        a = ref(idx).logsumexp(-1).mean()
+        a.backward()
+        opt_ref.step()
+        b = model(idx).logsumexp(-1).mean()
+        rt.backward(b)
+        rt.step()
+        assert torch.allclose(a, b, rtol=1e-6)
+    full = rt.consolidated_state_dict()
+    for k, v in ref.state_dict().items():
+        torch.testing.assert_close(full[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_nvme_offload_without_provider_names_the_distribution(tmp_path: object) -> None:
+    from ds.interfaces.errors import ProviderNotFoundError
+    from ds.zero.stage3 import OffloadSettings
+
+    model = nn.Linear(4, 4)
+    with pytest.raises(ProviderNotFoundError, match="ds-ops-kernels"):
+        Stage3Runtime(
+            copy.deepcopy(model),
+            torch.optim.AdamW(model.parameters()),
+            None,
+            offload=OffloadSettings(param_device="nvme", param_nvme_path=str(tmp_path)),
+        )
