@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ from ds.ops.quant._validate import check_out, check_quantized
 _NATIVE_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _lib():  # type: ignore[no-untyped-def]
+def _lib() -> Any:
     try:
         from ds.ops import _C
     except ImportError as e:  # pragma: no cover - only without a built extension

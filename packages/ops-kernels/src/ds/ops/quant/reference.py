@@ -51,7 +51,9 @@ def _inverse(scale: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, one / torch.where(scale > 0, scale, one), torch.zeros_like(scale))
 
 
-def _quantize_int(xg: torch.Tensor, mask: torch.Tensor, s: Scheme) -> tuple[torch.Tensor, ...]:
+def _quantize_int(
+    xg: torch.Tensor, mask: torch.Tensor, s: Scheme
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     if s.asym:
         hi = torch.where(mask, xg, torch.zeros_like(xg)).amax(dim=1).clamp(min=0.0)
         lo = torch.where(mask, xg, torch.zeros_like(xg)).amin(dim=1).clamp(max=0.0)
@@ -74,7 +76,7 @@ def _quantize_int(xg: torch.Tensor, mask: torch.Tensor, s: Scheme) -> tuple[torc
     return data, scale, (zp if s.asym else None)
 
 
-def _quantize_fp8(xg: torch.Tensor, s: Scheme) -> tuple[torch.Tensor, ...]:
+def _quantize_fp8(xg: torch.Tensor, s: Scheme) -> tuple[torch.Tensor, torch.Tensor, None]:
     scale = _normal(xg.abs().amax(dim=1) / s.fp8_max)
     inv = _inverse(scale)
     y = (xg * inv[:, None]).clamp(-s.fp8_max, s.fp8_max)

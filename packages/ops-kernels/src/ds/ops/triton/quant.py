@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def _kernels():  # type: ignore[no-untyped-def]
+def _kernels() -> Any:
     try:
         from ds.ops.triton import quant_kernels
     except ImportError as e:

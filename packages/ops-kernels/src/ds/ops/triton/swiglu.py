@@ -78,5 +78,5 @@ class _SwiGLU(torch.autograd.Function):
 def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``silu(a) * b`` in one pass (forward and backward), in a's dtype and shape."""
     _check(a, b)
-    out: torch.Tensor = _SwiGLU.apply(a, b)
+    out: torch.Tensor = _SwiGLU.apply(a, b)  # type: ignore[no-untyped-call]
     return out
