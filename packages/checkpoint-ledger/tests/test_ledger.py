@@ -298,3 +298,31 @@ def test_attach_records_steps_config_and_checkpoint_loads(tmp_path) -> None:
     assert recs[2]["payload"]["manifest_sha256"] == recs[3]["payload"]["manifest_sha256"]
     assert recs[3]["payload"]["step"] == 1
     assert bus.errors == []
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.text(min_size=1),
+    st.dictionaries(st.text(), _json_values, max_size=5),
+    st.integers(0, 2**40),
+    st.integers(0, 4096),
+    st.floats(0, 4e9, allow_nan=False),
+)
+def test_fast_encoding_is_the_canonical_form(kind, payload, index, rank, t) -> None:
+    line, h = _records.encode(index, t, kind, rank, payload, _records.GENESIS)
+    got, problem, rec = _records.check(line, index, _records.GENESIS)
+    assert problem is None and got == h
+    assert rec["kind"] == kind and rec["payload"] == payload

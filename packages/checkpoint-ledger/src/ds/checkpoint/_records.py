@@ -25,15 +25,23 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_default)
+_encode_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
 def canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_default)
+    return _ENCODER.encode(obj)
 
 
 def encode(
     index: int, t: float, kind: str, rank: int, payload: Mapping[str, Any], prev: str
 ) -> tuple[bytes, str]:
-    body = canonical(
-        {"i": index, "kind": kind, "payload": payload, "prev": prev, "rank": rank, "t": t}
+    # The append hot path: the outer keys are formatted directly, in sorted order, exactly as
+    # canonical() would (ints and finite floats by repr, strings ASCII-escaped); only the
+    # payload goes through the encoder. check() re-derives the body with canonical().
+    body = (
+        f'{{"i":{int(index)},"kind":{_encode_str(kind)},"payload":{_ENCODER.encode(payload)},'
+        f'"prev":{_encode_str(prev)},"rank":{int(rank)},"t":{float(t)!r}}}'
     )
     h = hashlib.sha256(body.encode()).hexdigest()
     return f'{{"hash":"{h}",{body[1:]}'.encode(), h
