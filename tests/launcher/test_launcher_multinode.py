@@ -216,3 +216,31 @@ def test_remote_ranks_stop_when_launcher_goes(  # type: ignore[no-untyped-def]
         ]
         time.sleep(0.1)
     assert left == [], f"still running after the launcher went: {left}"
+
+
+@pytest.mark.timeout(180)
+def test_openmpi_job_restarts_with_the_attempt_number(  # type: ignore[no-untyped-def]
+    run_ds, scripts: Path, env_for, tmp_path: Path
+) -> None:
+    if mpi_flavor("mpirun") != "openmpi":
+        pytest.skip("needs OpenMPI's mpirun (apt-get install openmpi-bin)")
+    env = env_for(
+        CRASH_STAMP=str(tmp_path / "t"), CRASH_UNTIL_RESTART="1", OMPI_MCA_plm_rsh_agent="false"
+    )
+    proc = run_ds(
+        "--launcher",
+        "openmpi",
+        "--nproc",
+        "2",
+        "--max_restarts",
+        "1",
+        "--log_dir",
+        str(tmp_path / "logs"),
+        str(scripts / "crash.py"),
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "restarting the whole group (1/1)" in proc.stderr
+    assert "rank 1 succeeded on attempt 1" in proc.stdout
+    assert "giving up on attempt 0" in (tmp_path / "logs" / "openmpi.log").read_text()
+    assert "succeeded on attempt 1" in (tmp_path / "logs" / "openmpi.restart1.log").read_text()

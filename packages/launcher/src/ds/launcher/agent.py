@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         log_dir=Path(args.log_dir) if args.log_dir else None,
         local_rank_arg=args.local_rank_arg,
     )
+    attempt = int(os.environ.get("DS_RESTART_COUNT", "0") or 0)
     sup = Supervisor(
-        lambda restart: build_members(plan, restart, os.environ),
+        # The launching node restarts the whole job and says which attempt this is.
+        lambda _restart: build_members(plan, attempt, os.environ),
         max_restarts=0,  # the launching node restarts the whole job across nodes
         grace_s=args.terminate_timeout,
         report_dir=plan.log_dir,

@@ -9,6 +9,7 @@ import shutil
 import socket
 import sys
 from argparse import Namespace
+from dataclasses import replace
 from pathlib import Path
 
 from ds.interfaces.errors import ConfigError, DsError, LaunchError
@@ -177,18 +178,25 @@ def prepare(argv: list[str]) -> Supervisor:
         env={**envfile.exported(os.environ), **extra_env},
         launcher_args=shlex.split(args.launcher_args),
     )
-    argvs = runner.get_cmd(spec)  # type: ignore[attr-defined]
+    runner.get_cmd(spec)  # type: ignore[attr-defined]  # surface runner errors before starting
     parent_env = dict(os.environ)
     if hasattr(runner, "env"):
         parent_env.update(runner.env())
     hosts = list(resources)
 
     def runner_members(restart: int) -> list[Member]:
-        env = {**parent_env, "DS_RESTART_COUNT": str(restart)}
+        # The restart count travels in the exported env, so the command lines are rebuilt.
+        attempt = replace(spec, env={**spec.env, "DS_RESTART_COUNT": str(restart)})
+        argvs = runner.get_cmd(attempt)  # type: ignore[attr-defined]
         out = []
         for i, argv in enumerate(argvs):
             label = f"{name} (node {hosts[i]})" if len(argvs) > 1 else name
-            out.append(Member(label, argv, env, stdin_pipe=(name == "ssh")))
+            log_path = None
+            if log_dir is not None and name not in ("pdsh", "ssh"):
+                # MPI/SLURM ranks print through the runner; agents keep per-rank logs themselves.
+                suffix = f".restart{restart}" if restart else ""
+                log_path = log_dir / f"{name}{suffix}.log"
+            out.append(Member(label, argv, parent_env, log_path=log_path, stdin_pipe=name == "ssh"))
         return out
 
     return Supervisor(runner_members, args.max_restarts, args.terminate_timeout, log_dir)
