@@ -33,7 +33,7 @@ def test_accumulation_matches_one_big_batch(stage: int) -> None:
     ref = copy.deepcopy(model)
     engine = ZeroEngine(model, _cfg(stage, gradient_accumulation_steps=3))
     assert isinstance(engine, TrainingEngine)
-    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=False)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.0, foreach=False)
     g = torch.Generator().manual_seed(1)
     for _ in range(4):
         x, y = torch.randn(12, 6, generator=g), torch.randn(12, 3, generator=g)
@@ -54,7 +54,7 @@ def test_accumulation_matches_one_big_batch(stage: int) -> None:
 def test_no_sync_accumulates_then_reduces(stage: int) -> None:
     model, ref = _model(), _model()
     engine = ZeroEngine(model, _cfg(stage, gradient_accumulation_steps=2))
-    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, foreach=False)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.0, foreach=False)
     x, y = torch.randn(8, 6), torch.randn(8, 3)
     with engine.no_sync():
         engine.backward(torch.nn.functional.mse_loss(engine(x[:4]), y[:4]))

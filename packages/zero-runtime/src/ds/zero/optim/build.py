@@ -10,6 +10,7 @@ import torch
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.zero.config.sections import OptimizerConfig
+from ds.zero.optim import flat
 from ds.zero.optim.lion import Lion
 
 ClientOptimizer = torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer]
@@ -67,7 +68,7 @@ class OptimizerFactory:
             return [dict(g) for g in client.param_groups]
         return module_groups
 
-    def __call__(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    def __call__(self, groups: list[dict[str, Any]]) -> Any:
         client = self.client
         if isinstance(client, torch.optim.Optimizer):
             if self.offload:
@@ -118,12 +119,11 @@ class OptimizerFactory:
         if kind in ("adam", "adamw"):
             if not bias_correction:
                 raise ConfigError("optimizer.params.bias_correction=false needs offload_optimizer")
-            cls = torch.optim.AdamW if adamw_mode else torch.optim.Adam
-            return cls(groups, foreach=False, **params)
+            return flat.Adam(groups, adamw_mode=adamw_mode, **params)
         if kind == "adagrad":
-            return torch.optim.Adagrad(groups, foreach=False, **params)
+            return flat.Adagrad(groups, **params)
         if kind == "sgd":
-            return torch.optim.SGD(groups, foreach=False, **params)
+            return flat.SGD(groups, **params)
         if kind == "lion":
             return Lion(groups, **params)
         raise ConfigError(f"unknown optimizer type {kind!r}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from ds.zero.optim.base import FlatOptimizer, next_step
 
-class Lion(torch.optim.Optimizer):
+
+class Lion(FlatOptimizer):
     def __init__(
         self,
         params: Any,
@@ -18,20 +19,15 @@ class Lion(torch.optim.Optimizer):
     ) -> None:
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay})
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(p)
-                exp_avg = state["exp_avg"]
-                p.mul_(1.0 - group["lr"] * group["weight_decay"])
-                update = exp_avg.mul(beta1).add_(p.grad, alpha=1.0 - beta1).sign_()
-                p.add_(update, alpha=-group["lr"])
-                exp_avg.mul_(beta2).add_(p.grad, alpha=1.0 - beta2)
-        return loss
+    def _update(
+        self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any]
+    ) -> None:
+        if "exp_avg" not in state:
+            state["exp_avg"] = torch.zeros_like(p)
+        next_step(state)
+        beta1, beta2 = group["betas"]
+        exp_avg = state["exp_avg"]
+        p.mul_(1.0 - group["lr"] * group["weight_decay"])
+        update = exp_avg.mul(beta1).add_(grad, alpha=1.0 - beta1).sign_()
+        p.add_(update, alpha=-group["lr"])
+        exp_avg.mul_(beta2).add_(grad, alpha=1.0 - beta2)

@@ -8,19 +8,20 @@ from typing import Any
 import torch
 
 from ds.interfaces.kernels import AdagradHyper, AdamHyper, KernelProvider, LionHyper
+from ds.zero.optim.base import FlatOptimizer
 
 
-class _ProviderOptimizer(torch.optim.Optimizer):
+class _ProviderOptimizer(FlatOptimizer):
     def __init__(self, params: Any, defaults: dict[str, Any], kernels: KernelProvider) -> None:
         super().__init__(params, defaults)
         self.kernels = kernels
 
     def _state(self, p: torch.Tensor, keys: tuple[str, ...]) -> dict[str, Any]:
-        state = self.state[p]
-        if not state:
-            state["step"] = torch.tensor(0.0)
-            for k in keys:
+        state = self.state.setdefault(p, {})
+        for k in keys:
+            if k not in state:
                 state[k] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        state["step"] = int(state.get("step", 0)) + 1
         return state
 
 
@@ -47,7 +48,7 @@ class ProviderAdam(_ProviderOptimizer):
         super().__init__(params, defaults, kernels)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             hyper = AdamHyper(
@@ -63,7 +64,6 @@ class ProviderAdam(_ProviderOptimizer):
                 if p.grad is None:
                     continue
                 state = self._state(p, ("exp_avg", "exp_avg_sq"))
-                state["step"] += 1
                 self.kernels.adam_step(
                     int(state["step"]), hyper, p, p.grad, state["exp_avg"], state["exp_avg_sq"]
                 )
@@ -82,7 +82,7 @@ class ProviderAdagrad(_ProviderOptimizer):
         super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay}, kernels)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             hyper = AdagradHyper(
@@ -92,7 +92,6 @@ class ProviderAdagrad(_ProviderOptimizer):
                 if p.grad is None:
                     continue
                 state = self._state(p, ("sum",))
-                state["step"] += 1
                 self.kernels.adagrad_step(int(state["step"]), hyper, p, p.grad, state["sum"])
         return loss
 
@@ -111,7 +110,7 @@ class ProviderLion(_ProviderOptimizer):
         )
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             hyper = LionHyper(
@@ -124,6 +123,5 @@ class ProviderLion(_ProviderOptimizer):
                 if p.grad is None:
                     continue
                 state = self._state(p, ("exp_avg",))
-                state["step"] += 1
                 self.kernels.lion_step(int(state["step"]), hyper, p, p.grad, state["exp_avg"])
         return loss

@@ -1,0 +1,128 @@
+"""Adam/AdamW, Adagrad and SGD on flat tensors, with the arithmetic of torch's single-tensor
+implementations (same operations in the same order, so results match torch.optim elementwise)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ds.zero.optim.base import FlatOptimizer, next_step
+
+
+class Adam(FlatOptimizer):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        adamw_mode: bool = True,
+        amsgrad: bool = False,
+    ) -> None:
+        if amsgrad:
+            raise ValueError("amsgrad is not supported by ds's Adam; pass a torch optimizer")
+        defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "adamw_mode": adamw_mode,
+        }
+        super().__init__(params, defaults)
+
+    def _update(
+        self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any]
+    ) -> None:
+        if "exp_avg" not in state:
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        step = next_step(state)
+        lr, (beta1, beta2), eps, wd = (
+            group["lr"],
+            group["betas"],
+            group["eps"],
+            group["weight_decay"],
+        )
+        if wd != 0:
+            if group["adamw_mode"]:
+                p.mul_(1 - lr * wd)
+            else:
+                grad = grad.add(p, alpha=wd)
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        step_size = lr / bias_correction1
+        denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
+        p.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+class Adagrad(FlatOptimizer):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-2,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "lr_decay": lr_decay,
+            "weight_decay": weight_decay,
+            "initial_accumulator_value": initial_accumulator_value,
+            "eps": eps,
+        }
+        super().__init__(params, defaults)
+
+    def _update(
+        self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any]
+    ) -> None:
+        if "sum" not in state:
+            state["sum"] = torch.full_like(p, group["initial_accumulator_value"])
+        step = next_step(state)
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        clr = group["lr"] / (1 + (step - 1) * group["lr_decay"])
+        state["sum"].addcmul_(grad, grad, value=1)
+        std = state["sum"].sqrt().add_(group["eps"])
+        p.addcdiv_(grad, std, value=-clr)
+
+
+class SGD(FlatOptimizer):
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "dampening": dampening,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+        }
+        super().__init__(params, defaults)
+
+    def _update(
+        self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any]
+    ) -> None:
+        if group["weight_decay"] != 0:
+            grad = grad.add(p, alpha=group["weight_decay"])
+        momentum = group["momentum"]
+        if momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = torch.clone(grad).detach()
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+            grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+        p.add_(grad, alpha=-group["lr"])

@@ -1,0 +1,46 @@
+"""The README's main job: `ds run --nproc 2 examples/train_gpt.py` trains, checkpoints, records a
+ledger and prints the summary table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_gpt_runs_under_the_launcher(tmp_path: Path) -> None:
+    ds_cli = Path(sys.executable).parent / "ds"
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [
+            str(ds_cli),
+            "run",
+            "--nproc",
+            "2",
+            str(ROOT / "examples" / "train_gpt.py"),
+            "--config",
+            str(ROOT / "examples" / "ds_config_zero2.json"),
+            "--steps",
+            "30",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text[-4000:]
+    assert "ds train_gpt summary" in text and "readiness score" in text
+    assert (out / "checkpoints" / "global_step30").is_dir()
+    kinds = [json.loads(line)["kind"] for line in (out / "ledger.jsonl").read_text().splitlines()]
+    assert kinds[0] == "run_start" and "checkpoint_save" in " ".join(kinds)
