@@ -19,8 +19,13 @@ MODULES = [
     "ds.interfaces.training",
 ]
 
+# The stdlib modules every torch program has already imported; the cost that matters is what
+# ds.interfaces adds on top of them.
+PRELOAD = "import typing, dataclasses, enum, logging, threading, functools, collections.abc"
+
 PROBE = f"""
 import sys, time
+{PRELOAD}
 t0 = time.process_time()
 import {", ".join(MODULES)}
 dt = time.process_time() - t0
