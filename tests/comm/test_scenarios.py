@@ -150,3 +150,15 @@ def test_quantized_all_to_all_reduce_with_kernel_provider(tmp_path, world):
             # Inputs are N(0, 1) so group maxima stay below ~4.5; the error of each rank's
             # rounding adds up over the world.
             assert r["max_err"] <= world * 4.5 * _REL_ERR[scheme], (key, r)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(60)
+def test_dead_peer_is_an_error_not_a_hang(tmp_path):
+    res = launch("scenarios.py", 2, args=["peer_dies", str(tmp_path)], timeout=55)
+    assert res[1].returncode == 3
+    assert res[0].returncode == 0, res[0].stderr
+    seen = json.loads((tmp_path / "rank0.json").read_text())
+    assert seen["error"] is not None and "all_reduce" in seen["error"]
+    assert seen["type"] in ("CommError", "CollectiveTimeoutError")
+    assert seen["elapsed"] < 40

@@ -216,6 +216,26 @@ def quant(out: Path) -> None:
     dist.destroy_process_group()
 
 
+def peer_dies(out: Path) -> None:
+    from ds import comm as dist
+
+    dist.init_distributed(verbose=False)
+    rank = dist.get_rank()
+    dist.configure(watchdog={"timeout_s": 20.0, "poll_s": 0.2})
+    dist.barrier()
+    if rank == 1:
+        os._exit(3)  # dies without a word
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1024))
+        payload = {"error": None}
+    except dist.CommError as exc:
+        payload = {"error": str(exc), "type": type(exc).__name__}
+    payload["elapsed"] = time.monotonic() - t0
+    _write(out, rank, payload)
+    os._exit(0)
+
+
 if __name__ == "__main__":
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
     if scenario == "discovery":

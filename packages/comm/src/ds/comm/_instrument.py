@@ -190,20 +190,29 @@ class TapHandle:
         else:
             limit = self._limit
         wd = self._tap.watchdog
+        w0 = _perf()
         try:
             if limit is None:
                 self._work.wait()
             else:
                 self._work.wait(datetime.timedelta(seconds=limit))
         except RuntimeError as exc:
-            waited = _perf() - self._t0
-            if wd is not None and self._token is not None:
+            now = _perf()
+            waited = now - self._t0
+            timed_out = limit is not None and now - w0 >= 0.9 * limit
+            if timed_out and wd is not None and self._token is not None:
                 raise wd.timeout_error(self._token, waited, exc) from exc
             target = f" with rank {self._peer}" if self._peer is not None else ""
-            if limit is not None and waited >= 0.9 * limit:
+            if timed_out:
                 raise self._timeout_without_watchdog(waited, target) from exc
+            # Not a timeout: the backend failed (typically a peer process died).
+            from ds.comm._format import fmt_bytes
+            from ds.comm._groups import group_label
+
+            where = f" on group {group_label(self._group)}" if self._peer is None else target
             raise CommError(
-                f"{self._name}{target} failed after {waited:.1f} s (limit {limit} s): {exc}"
+                f"{self._name}({fmt_bytes(self._nbytes)}){where} failed after {waited:.1f} s: "
+                f"{exc}. A peer process may have exited; check the other ranks' logs"
             ) from exc
         finally:
             if wd is not None and self._token is not None:
