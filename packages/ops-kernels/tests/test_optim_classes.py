@@ -195,3 +195,33 @@ def test_argument_errors() -> None:
     bad.grad = torch.zeros(3, dtype=torch.float16)
     with pytest.raises(KernelError, match="unsupported dtypes: params bfloat16, grads float16"):
         CPUAdam([bad]).step()
+
+
+def test_fast_path_follows_changing_grads_and_params() -> None:
+    # Steady-state steps reuse a per-group plan; missing grads, swapped param storage and a new
+    # param group must all be noticed and give torch's results.
+    ps = _params(11)
+    ref = _clone(ps)
+    ours = CPUAdam(ps, lr=1e-2, weight_decay=0.1)
+    theirs = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    gen = torch.Generator().manual_seed(12)
+    for step in range(12):
+        for i, (p, r) in enumerate(zip(ps, ref, strict=True)):
+            if step in (4, 5) and i == 2:
+                p.grad = r.grad = None  # skipped by both; its step count falls behind
+                continue
+            g = torch.randn(p.shape, generator=gen)
+            p.grad, r.grad = g.clone(), g.clone()
+        if step == 7:
+            ps[0].data = ps[0].data.clone()  # new storage: the plan's address is stale
+        ours.step()
+        theirs.step()
+    _assert_close(ps, ref)
+    assert ours.state[ps[2]]["step"] == 10 and ours.state[ps[0]]["step"] == 12
+    extra = torch.nn.Parameter(torch.ones(5))
+    ours.add_param_group({"params": [extra], "lr": 0.5})
+    extra.grad = torch.ones(5)
+    for p in ps:
+        p.grad = None
+    ours.step()
+    torch.testing.assert_close(extra.detach(), torch.full((5,), 0.5 - 0.5 * 0.1 * 1.0))

@@ -1,4 +1,5 @@
-"""Shared machinery of the CPU optimizer classes: state creation, batching, state_dict dtypes."""
+"""Shared machinery of the CPU optimizer classes: state creation, batching, the per-group fast
+path, state_dict dtypes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 import torch
 
 from ds.interfaces.errors import ConfigError, KernelError
+from ds.ops._native import native, sync_threads
+from ds.ops.optim._plan import GroupPlan, make_plan, plan_addresses
 
 Batch = tuple[list[torch.Tensor], list[torch.Tensor], list[dict[str, Any]]]
 
@@ -16,12 +19,14 @@ Batch = tuple[list[torch.Tensor], list[torch.Tensor], list[dict[str, Any]]]
 class CPUOptimizerBase(torch.optim.Optimizer):
     """Collects the params of each group that have grads and hands them to the native kernel in
     one call per (step count, dtypes) batch, so a list of many tensors costs one thread-pool
-    dispatch rather than one per tensor."""
+    dispatch rather than one per tensor. Steady-state steps take the fast path of
+    :mod:`ds.ops.optim._plan`."""
 
     #: names of the per-parameter state tensors, in kernel argument order
     _state_names: tuple[str, ...] = ()
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        self._plans: dict[int, GroupPlan] = {}
         super().__init__(params, defaults)
         for group in self.param_groups:
             for p in group["params"]:
@@ -43,6 +48,14 @@ class CPUOptimizerBase(torch.optim.Optimizer):
         grads: list[torch.Tensor],
         states: list[list[torch.Tensor]],
     ) -> None:
+        """Checked path: the functional kernels of ds.ops.cpu_optim."""
+        raise NotImplementedError
+
+    def _run_ptrs(
+        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
+    ) -> None:
+        """Fast path: the address-list kernel; ``head`` = (codes, params, grads, *states, lowp,
+        numels)."""
         raise NotImplementedError
 
     # -- shared ---------------------------------------------------------------------------------
@@ -55,36 +68,77 @@ class CPUOptimizerBase(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        for group in self.param_groups:
-            batches: dict[tuple[Any, ...], Batch] = {}
-            for p in group["params"]:
-                if p.grad is None:
+        for gi, group in enumerate(self.param_groups):
+            params = group["params"]
+            plan = self._plans.get(gi)
+            if plan is not None:
+                got = plan_addresses(plan, params)
+                if got is not None:
+                    self._fast_step(group, plan, got)
                     continue
-                grad = p.grad
-                if grad.is_sparse:
-                    raise KernelError(
-                        f"{type(self).__name__} does not take sparse gradients; densify them "
-                        "(grad.to_dense()) or use torch.optim.SparseAdam"
-                    )
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    self._init_state(p, group, state)
-                state["step"] += 1
-                key = (state["step"], p.dtype, grad.dtype)
-                batch = batches.setdefault(key, ([], [], []))
-                batch[0].append(p.detach())
-                batch[1].append(grad.detach().contiguous())
-                batch[2].append(state)
-            for (step, _, _), (params, grads, states) in batches.items():
-                per_name = [[s[name] for s in states] for name in self._state_names]
-                self._run(group, step, params, grads, per_name)
+                del self._plans[gi]
+            self._general_step(group)
+            states = [self.state.get(p) for p in params]
+            if all(states):
+                made = make_plan(params, states, self._state_names)  # type: ignore[arg-type]
+                if made is not None:
+                    self._plans[gi] = made
         return loss
+
+    def _fast_step(
+        self,
+        group: dict[str, Any],
+        plan: GroupPlan,
+        got: tuple[list[int], list[int], list[torch.Tensor]],
+    ) -> None:
+        pptrs, gptrs, grads = got
+        step = plan.step + 1
+        sync_threads()
+        head = (plan.codes, pptrs, gptrs, *plan.state_ptrs, [], plan.numels)
+        try:
+            self._run_ptrs(native(), group, step, head)
+        except ValueError as e:
+            raise KernelError(str(e)) from e
+        del grads  # held until the kernel returned: the addresses point into them
+        plan.step = step
+        for s in plan.states:
+            s["step"] = step
+
+    def _general_step(self, group: dict[str, Any]) -> None:
+        batches: dict[tuple[Any, ...], Batch] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            grad = p.grad
+            if grad.is_sparse:
+                raise KernelError(
+                    f"{type(self).__name__} does not take sparse gradients; densify them "
+                    "(grad.to_dense()) or use torch.optim.SparseAdam"
+                )
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                self._init_state(p, group, state)
+            state["step"] += 1
+            key = (state["step"], p.dtype, grad.dtype)
+            batch = batches.setdefault(key, ([], [], []))
+            batch[0].append(p.detach())
+            batch[1].append(grad.detach().contiguous())
+            batch[2].append(state)
+        for (step, _, _), (params, grads, states) in batches.items():
+            per_name = [[s[name] for s in states] for name in self._state_names]
+            self._run(group, step, params, grads, per_name)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        if hasattr(self, "_plans"):  # called by torch's __init__ before ours finished
+            self._plans.clear()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # torch casts floating-point state to the param dtype on load; fp32 moments of bf16/fp16
         # params would lose their precision, so the saved tensors are restored as they were.
         saved = {k: dict(v) for k, v in state_dict["state"].items()}
+        self._plans.clear()
         super().load_state_dict(state_dict)
         ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
         params = chain.from_iterable(g["params"] for g in self.param_groups)

@@ -61,3 +61,11 @@ class CPUAdagrad(CPUOptimizerBase):
         cpu_optim.adagrad_step(
             params, grads, states[0], lr=lr, eps=group["eps"], weight_decay=group["weight_decay"]
         )
+
+    def _run_ptrs(
+        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
+    ) -> None:
+        lr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
+        kernels.adagrad_step_ptrs(
+            *head, float(lr), float(group["eps"]), float(group["weight_decay"])
+        )

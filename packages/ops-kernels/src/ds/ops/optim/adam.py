@@ -79,3 +79,19 @@ class CPUAdam(CPUOptimizerBase):
             adamw_mode=group["adamw_mode"],
             bias_correction=group["bias_correction"],
         )
+
+    def _run_ptrs(
+        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
+    ) -> None:
+        beta1, beta2 = group["betas"]
+        kernels.adam_step_ptrs(
+            *head,
+            step,
+            float(group["lr"]),
+            beta1,
+            beta2,
+            float(group["eps"]),
+            float(group["weight_decay"]),
+            bool(group["adamw_mode"]),
+            bool(group["bias_correction"]),
+        )

@@ -53,3 +53,11 @@ class CPULion(CPUOptimizerBase):
             beta2=beta2,
             weight_decay=group["weight_decay"],
         )
+
+    def _run_ptrs(
+        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
+    ) -> None:
+        beta1, beta2 = group["betas"]
+        kernels.lion_step_ptrs(
+            *head, float(group["lr"]), beta1, beta2, float(group["weight_decay"])
+        )

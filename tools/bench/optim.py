@@ -1,0 +1,127 @@
+"""CPU Adam step: ds.ops CPUAdam vs torch.optim.AdamW (fused / foreach) vs DeepSpeedCPUAdam.
+
+ms/step for N parameters (default 50M) as one flat tensor and as 200 tensors, fp32 params with
+fp32 state and bf16 params with bf16 state, at 1 and 2 threads. Every case also times a pure
+bandwidth kernel with the same traffic (4 reads, 3 writes per element: param, grad, exp_avg,
+exp_avg_sq read; param and both moments written) on the same buffers' sizes; "x floor" is each
+optimizer's time over that kernel's, measured in the same interleaved rounds (memory bandwidth on a
+shared machine drifts within seconds, so only interleaved numbers are compared).
+
+DeepSpeed is optional: ``pip install deepspeed==0.19.8`` (CPU: DS_ACCELERATOR=cpu is set here);
+without it the column is skipped with a note.
+
+Run: .venv/bin/python tools/bench/optim.py [--params 50000000] [--rounds 10] [--threads 1,2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Bench
+
+from ds.ops import cpu_optim
+from ds.ops.optim import CPUAdam
+
+LR = 1e-3
+
+
+def _deepspeed_adam() -> type | None:
+    try:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+    except Exception as e:  # not installed, or its op builder failed
+        print(f"note: DeepSpeed column skipped ({type(e).__name__}: {e})")
+        return None
+    return DeepSpeedCPUAdam
+
+
+def _split(n: int, parts: int) -> list[int]:
+    base = n // parts
+    return [base + (1 if i < n % parts else 0) for i in range(parts)]
+
+
+def _make_params(
+    n: int, tensors: int, dtype: torch.dtype, grads: list[torch.Tensor]
+) -> list[torch.nn.Parameter]:
+    out = []
+    for size, g in zip(_split(n, tensors), grads, strict=True):
+        p = torch.nn.Parameter(torch.empty(size, dtype=dtype).normal_())
+        p.grad = g
+        out.append(p)
+    return out
+
+
+def run_case(
+    bench: Bench, n: int, tensors: int, dtype: torch.dtype, threads: int, rounds: int,
+    ds_cls: type | None,
+) -> None:
+    torch.set_num_threads(threads)
+    elem = torch.finfo(dtype).bits // 8
+    work = 7 * elem * n  # bytes moved per step: 4 reads + 3 writes
+    layout = "flat" if tensors == 1 else f"{tensors} tensors"
+    state = "fp32 state" if dtype == torch.float32 else f"{str(dtype)[6:]} state"
+    case = f"{n / 1e6:.0f}M {str(dtype)[6:]} params, {state}, {layout}, {threads} thr"
+    grads = [torch.empty(s, dtype=dtype).normal_() for s in _split(n, tensors)]
+    fns: dict[str, Callable[[], object]] = {}
+
+    floor = [torch.empty(n, dtype=dtype).normal_() for _ in range(4)]
+    fns["bandwidth floor"] = lambda: cpu_optim.stream_4r3w(*floor)
+
+    fp32_states = dtype == torch.float32
+    ours = CPUAdam(_make_params(n, tensors, dtype, grads), lr=LR, fp32_optimizer_states=fp32_states)
+    fns["ds CPUAdam"] = ours.step
+    fused = torch.optim.AdamW(_make_params(n, tensors, dtype, grads), lr=LR, fused=True)
+    fns["torch fused"] = fused.step
+    foreach = torch.optim.AdamW(_make_params(n, tensors, dtype, grads), lr=LR, foreach=True)
+    fns["torch foreach"] = foreach.step
+    if ds_cls is not None:
+        dsa = ds_cls(
+            _make_params(n, tensors, dtype, grads), lr=LR, fp32_optimizer_states=fp32_states
+        )
+        fns["DeepSpeedCPUAdam"] = dsa.step
+
+    res = bench.interleave(case, fns, rounds=rounds, warmup=2, work_bytes=work)
+    floor_s = res["bandwidth floor"].median_s
+    for r in res.values():
+        r.extra["x floor"] = r.median_s / floor_s
+    del ours, fused, foreach, fns, floor
+    if ds_cls is not None:
+        del dsa
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--params", type=int, default=50_000_000)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--tensors", default="1,200")
+    args = ap.parse_args()
+
+    import ds.ops
+
+    print("ds.ops:", ds.ops.info())
+    ds_cls = _deepspeed_adam()
+    bench = Bench("optim", peer="bandwidth floor")
+    t0 = time.perf_counter()
+    for dtype_name in args.dtypes.split(","):
+        dtype = getattr(torch, dtype_name)
+        for tensors in (int(t) for t in args.tensors.split(",")):
+            for threads in (int(t) for t in args.threads.split(",")):
+                run_case(bench, args.params, tensors, dtype, threads, args.rounds, ds_cls)
+                print(f"  done: {dtype_name}, {tensors} tensors, {threads} thr "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    bench.report()
+
+
+if __name__ == "__main__":
+    main()
