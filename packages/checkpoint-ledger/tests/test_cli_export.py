@@ -131,3 +131,36 @@ def test_ledger_verbs(tmp_path, capsys) -> None:
     assert "first bad record 5" in capsys.readouterr().out
     assert ledger_cli.main(["keygen"]) == 0
     assert len(json.loads(capsys.readouterr().out)["private_key"]) == 64
+
+
+@pytest.mark.parametrize("to", ["safetensors", "torch"])
+def test_export_edge_shapes_and_dtypes(tmp_path, to: str) -> None:
+    from safetensors.torch import load_file
+
+    from ds.checkpoint import export as ex
+
+    ts = {
+        "empty": torch.empty(0, 4),
+        "scalar": torch.tensor(2.5),
+        "mask": torch.arange(5) > 2,
+        "big": torch.randn(33, 17),
+        "half": torch.randn(7).half(),
+        "idx": torch.arange(6, dtype=torch.int32).view(2, 3),
+    }
+    eng = ShardedCheckpointEngine()
+    eng.save(str(tmp_path / "ck"), "t", shard_state(ts, 0, 1))
+    m = eng.manifest(str(tmp_path / "ck"))
+    root = str(tmp_path / "ck" / "t")
+    for dtype in (None, torch.bfloat16):
+        out = str(tmp_path / f"o-{dtype}")
+        plans = ex.plan_export(m, dtype=dtype)
+        if to == "safetensors":
+            ex.export_safetensors(m, root, out, plans)
+            got = load_file(out)
+        else:
+            ex.export_torch(m, root, out, plans)
+            got = torch.load(out, weights_only=True)
+        assert set(got) == set(ts)
+        for k, v in ts.items():
+            want = v.to(dtype) if dtype is not None and v.is_floating_point() else v
+            assert got[k].dtype == want.dtype and torch.equal(got[k], want), k

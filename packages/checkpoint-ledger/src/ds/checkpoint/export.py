@@ -96,12 +96,32 @@ def make_renamer(
     return rename
 
 
-def _read(manifest: Mapping[str, Any], files: FileCache, plan: ExportPlan) -> torch.Tensor:
-    numel = 1
-    for s in plan.shape:
-        numel *= s
-    t = read_range(manifest, files, plan.source, 0, numel).view(plan.shape)
-    return t.to(plan.dtype) if t.dtype != plan.dtype else t
+class _Source:
+    """Reads one logical tensor at a time into a single reused buffer sized for the largest.
+
+    Reusing one buffer keeps peak memory at the largest tensor: fresh allocations per tensor
+    let the C allocator keep freed mid-sized blocks, which can double the peak.
+    """
+
+    def __init__(self, manifest: Mapping[str, Any], root: str, plans: list[ExportPlan]) -> None:
+        self._manifest = manifest
+        self._files = FileCache(root)
+        metas = tensor_metas(manifest)
+        self._src_dtype = {p.source: dtype_from_name(metas[p.source].dtype) for p in plans}
+        largest = max(
+            (_numel(p.shape) * self._src_dtype[p.source].itemsize for p in plans), default=0
+        )
+        self._buf = torch.empty(largest, dtype=torch.uint8)
+
+    def read(self, plan: ExportPlan) -> torch.Tensor:
+        dt = self._src_dtype[plan.source]
+        numel = _numel(plan.shape)
+        out = self._buf[: numel * dt.itemsize].view(dt)
+        t = read_range(self._manifest, self._files, plan.source, 0, numel, out=out)
+        return t.to(plan.dtype) if dt != plan.dtype else t
+
+    def close(self) -> None:
+        self._files.close()
 
 
 def export_safetensors(
@@ -128,16 +148,16 @@ def export_safetensors(
         pos += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
-    files = FileCache(root)
+    source = _Source(manifest, root, plans)
     tmp = out + ".partial"
     try:
         with open(tmp, "wb") as f:
             f.write(len(raw).to_bytes(8, "little"))
             f.write(raw)
             for p in plans:
-                t = _read(manifest, files, p).contiguous()
+                t = source.read(p)
                 if t.numel():
-                    f.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+                    f.write(memoryview(t.view(torch.uint8).numpy()))
                 del t
                 if progress is not None:
                     progress(p.name)
@@ -146,7 +166,7 @@ def export_safetensors(
         os.replace(tmp, out)
         fsync_path(os.path.dirname(os.path.abspath(out)))
     finally:
-        files.close()
+        source.close()
         if os.path.exists(tmp):
             os.unlink(tmp)
     return 8 + len(raw) + pos
@@ -200,7 +220,7 @@ def export_torch(
     buf = io.BytesIO()
     Pickler(buf, protocol=2).dump(state)
     data = buf.getvalue()
-    files = FileCache(root)
+    source = _Source(manifest, root, plans)
     tmp = out + ".partial"
     total = len(data)
     try:
@@ -209,11 +229,13 @@ def export_torch(
         writer.write_record(".format_version", "1", 1)
         writer.write_record("byteorder", sys.byteorder, len(sys.byteorder))
         for p, r in zip(plans, refs, strict=True):
-            t = _read(manifest, files, p).contiguous()
-            storage = t.untyped_storage()
-            writer.write_record(f"data/{r.key}", storage, storage.nbytes())
-            total += storage.nbytes()
-            del t, storage
+            t = source.read(p)
+            nbytes = t.numel() * t.element_size()
+            # The record is the first nbytes of the storage: the reused buffer starts with t.
+            assert t.storage_offset() == 0
+            writer.write_record(f"data/{r.key}", t.untyped_storage(), nbytes)
+            total += nbytes
+            del t
             if progress is not None:
                 progress(p.name)
         writer.write_end_of_file()
@@ -223,7 +245,7 @@ def export_torch(
         os.replace(tmp, out)
         fsync_path(os.path.dirname(os.path.abspath(out)))
     finally:
-        files.close()
+        source.close()
         if os.path.exists(tmp):
             os.unlink(tmp)
     return total
