@@ -61,7 +61,12 @@ def _make_params(
 
 
 def run_case(
-    bench: Bench, n: int, tensors: int, dtype: torch.dtype, threads: int, rounds: int,
+    bench: Bench,
+    n: int,
+    tensors: int,
+    dtype: torch.dtype,
+    threads: int,
+    rounds: int,
     ds_cls: type | None,
 ) -> None:
     torch.set_num_threads(threads)
@@ -93,9 +98,6 @@ def run_case(
     floor_s = res["bandwidth floor"].median_s
     for r in res.values():
         r.extra["x floor"] = r.median_s / floor_s
-    del ours, fused, foreach, fns, floor
-    if ds_cls is not None:
-        del dsa
 
 
 def main() -> None:
@@ -118,8 +120,11 @@ def main() -> None:
         for tensors in (int(t) for t in args.tensors.split(",")):
             for threads in (int(t) for t in args.threads.split(",")):
                 run_case(bench, args.params, tensors, dtype, threads, args.rounds, ds_cls)
-                print(f"  done: {dtype_name}, {tensors} tensors, {threads} thr "
-                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
+                print(
+                    f"  done: {dtype_name}, {tensors} tensors, {threads} thr "
+                    f"({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
     bench.report()
 
 
