@@ -48,6 +48,24 @@ inline uint8_t encode_fp8(float y) {
   return static_cast<uint8_t>(sign | code);
 }
 
+// Decode of an fp8 code by arithmetic (vectorisable, unlike a table lookup). A subnormal is
+// decoded as the normal with exponent field 1 minus the smallest normal: exact in float32.
+template <int M, int BIAS, bool FN>
+inline float decode_fp8(uint32_t c) {
+  constexpr uint32_t kEMask = (1u << (7 - M)) - 1;
+  constexpr uint32_t kMinNormal = static_cast<uint32_t>(127 + 1 - BIAS) << 23;
+  const uint32_t sign = (c & 0x80u) << 24;
+  const uint32_t e = (c >> M) & kEMask;
+  const uint32_t m = c & ((1u << M) - 1);
+  const uint32_t e_field = e == 0 ? 1u : e;
+  const float normal = bits_f32(((e_field + 127 - BIAS) << 23) | (m << (23 - M)));
+  const float mag = e == 0 ? normal - bits_f32(kMinNormal) : normal;
+  // e4m3fn: S.1111.111 is NaN (no infinities); e5m2: exponent all ones is inf (m == 0) or NaN.
+  const bool special = FN ? (c & 0x7Fu) == 0x7Fu : e == kEMask;
+  const uint32_t special_bits = (FN || m != 0) ? 0x7FC00000u : 0x7F800000u;
+  return bits_f32((special ? special_bits : f32_bits(mag)) | sign);
+}
+
 }  // namespace
 
 }  // namespace ds::quant

@@ -238,14 +238,23 @@ void dequantize_int_groups(const uint8_t* data, const float* scales, const float
 
 void dequantize_fp8_groups(const uint8_t* data, const float* scales, int64_t n, int64_t gs,
                            Fp8Format f, float* out, int64_t g0, int64_t g1) {
-  const float* table = fp8_table(f);
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t start = g * gs;
     const int64_t len = imin_(gs, n - start);
     const float scale = scales[g];
     const uint8_t* in = data + start;
     float* o = out + start;
+#if defined(__AVX2__) || defined(__aarch64__)
+    // Wide vectors: decoding by arithmetic beats a gather from the table.
+    if (f == Fp8Format::E4M3) {
+      for (int64_t i = 0; i < len; ++i) o[i] = decode_fp8<3, 7, true>(in[i]) * scale;
+    } else {
+      for (int64_t i = 0; i < len; ++i) o[i] = decode_fp8<2, 15, false>(in[i]) * scale;
+    }
+#else
+    const float* table = fp8_table(f);
     for (int64_t i = 0; i < len; ++i) o[i] = table[in[i]] * scale;
+#endif
   }
 }
 
