@@ -25,7 +25,31 @@ def write_kv(
     v_cache.view(nb * bs, kvh, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
+# Decodes are processed in groups of similar context length so each group pads its gathered
+# keys only to its own longest context, not the batch's.
+_DECODE_GROUP = 16
+
+
 def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    ctx: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    s = q.shape[0]
+    if s <= _DECODE_GROUP:
+        return _decode_group(q, k_cache, v_cache, tables, ctx, scale)
+    order = torch.argsort(ctx)
+    out = torch.empty_like(q)
+    for a in range(0, s, _DECODE_GROUP):
+        rows = order[a : a + _DECODE_GROUP]
+        out[rows] = _decode_group(q[rows], k_cache, v_cache, tables[rows], ctx[rows], scale)
+    return out
+
+
+def _decode_group(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
