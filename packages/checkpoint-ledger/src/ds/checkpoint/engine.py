@@ -27,6 +27,7 @@ import os
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -127,7 +128,7 @@ class ShardedCheckpointEngine:
         # no page faults on fresh memory while training waits. Safe: a save waits for the last.
         self._staging: dict[str, torch.Tensor] = {}
         self._lock = threading.Lock()
-        atexit.register(self._at_exit)
+        atexit.register(_wait_at_exit, weakref.ref(self))  # weak: engines may come and go
 
     # ------------------------------------------------------------------ ranks
     @property
@@ -491,6 +492,12 @@ class ShardedCheckpointEngine:
             if info.get("sha256") and _sha256_file(path) != info["sha256"]:
                 problems.append(f"{name}: SHA-256 differs from the manifest (content changed)")
         return problems
+
+
+def _wait_at_exit(ref: weakref.ref[ShardedCheckpointEngine]) -> None:
+    engine = ref()
+    if engine is not None:
+        engine._at_exit()
 
 
 def _load_pickle(path: str) -> dict[str, Any]:
