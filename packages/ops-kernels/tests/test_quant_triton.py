@@ -49,7 +49,7 @@ def _input(n: int, dtype: torch.dtype) -> torch.Tensor:
 
 @interpreted
 @pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize("n,group_size", [(1, 1), (37, 7), (130, 32)])
+@pytest.mark.parametrize("n,group_size", [(1, 1), (37, 7), (130, 32), (5000, 8)])
 def test_triton_equals_native_and_reference(scheme: str, n: int, group_size: int) -> None:
     x = _input(n, torch.float32)
     t = triton_quant.quantize(x, scheme, group_size)

@@ -59,6 +59,19 @@ def _pow2(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
+# Elements per program: groups are batched into [ROWS, BLOCK] tiles of about this many elements,
+# so that small groups still give every program enough work.
+_TILE = 2048
+
+
+def _rows(block: int) -> int:
+    return max(1, _TILE // block)
+
+
+def _grid(groups: int, rows: int) -> tuple[int]:
+    return ((groups + rows - 1) // rows,)
+
+
 def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
     s = get_scheme(scheme)
     check_group_size(group_size)
@@ -76,63 +89,34 @@ def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
     scales = torch.empty(g, dtype=torch.float32, device=dev)
     zps = torch.empty(g if s.asym else 1, dtype=torch.float32, device=dev)
     opts = _launch_opts(flat)
+    block = _pow2(group_size)
     if s.kind == "int" and s.bits == 8:
-        k.quant_int8_kernel[(g,)](
-            flat,
-            data,
-            scales,
-            zps,
-            n,
-            GS=group_size,
-            BLOCK=_pow2(group_size),
-            ASYM=s.asym,
-            QMIN=s.qmin,
-            QMAX=s.qmax,
-            **opts,
-        )
+        rows = _rows(block)
+        k.quant_int8_kernel[_grid(g, rows)](
+            flat, data, scales, zps, n, g, GS=group_size, BLOCK=block, ROWS=rows,
+            ASYM=s.asym, QMIN=s.qmin, QMAX=s.qmax, **opts,
+        )  # fmt: skip
     elif s.kind == "int":
         bpg = bytes_per_group(s, group_size)
-        k.quant_int4_kernel[(g,)](
-            flat,
-            data,
-            scales,
-            zps,
-            n,
-            GS=group_size,
-            BPG=bpg,
-            HALF=_pow2(bpg),
-            ASYM=s.asym,
-            QMIN=s.qmin,
-            QMAX=s.qmax,
-            BIAS=0 if s.asym else 8,
-            **opts,
-        )
+        half = _pow2(bpg)
+        rows = _rows(2 * half)
+        k.quant_int4_kernel[_grid(g, rows)](
+            flat, data, scales, zps, n, g, GS=group_size, BPG=bpg, HALF=half, ROWS=rows,
+            ASYM=s.asym, QMIN=s.qmin, QMAX=s.qmax, BIAS=0 if s.asym else 8, **opts,
+        )  # fmt: skip
     else:
         m, bias, _ = _FP8[scheme]
         emin = 1 - bias
-        k.quant_fp8_kernel[(g,)](
-            flat,
-            data,
-            scales,
-            n,
-            GS=group_size,
-            BLOCK=_pow2(group_size),
-            FMAX=s.fp8_max,
-            M=m,
-            BIAS=bias,
-            MAGIC_F=2.0 ** (emin - m + 23),
-            MAGIC_BITS=(127 + emin - m + 23) << 23,
-            MIN_NORMAL_BITS=(127 + emin) << 23,
-            **opts,
-        )
+        rows = _rows(block)
+        k.quant_fp8_kernel[_grid(g, rows)](
+            flat, data, scales, n, g, GS=group_size, BLOCK=block, ROWS=rows, FMAX=s.fp8_max,
+            M=m, BIAS=bias, MAGIC_F=2.0 ** (emin - m + 23),
+            MAGIC_BITS=(127 + emin - m + 23) << 23, MIN_NORMAL_BITS=(127 + emin) << 23, **opts,
+        )  # fmt: skip
     return QuantizedTensor(
-        data.view(s.data_dtype),
-        scales,
-        zps if s.asym else None,
-        tuple(x.shape),
-        group_size,
+        data.view(s.data_dtype), scales, zps if s.asym else None, tuple(x.shape), group_size,
         scheme,
-    )
+    )  # fmt: skip
 
 
 def _dequant_launch(q: QuantizedTensor, s: Scheme, out: torch.Tensor, n: int) -> None:
@@ -140,37 +124,21 @@ def _dequant_launch(q: QuantizedTensor, s: Scheme, out: torch.Tensor, n: int) ->
     g = num_groups(n, q.group_size)
     data = q.data.contiguous().view(torch.uint8)
     block = _pow2(q.group_size)
+    rows = _rows(block)
     opts = _launch_opts(out)
     if s.kind == "int":
         zps = q.zero_points if q.zero_points is not None else q.scales
-        k.dequant_int_kernel[(g,)](
-            data,
-            q.scales.contiguous(),
-            zps.contiguous(),
-            out,
-            n,
-            GS=q.group_size,
-            BPG=bytes_per_group(s, q.group_size),
-            BLOCK=block,
-            BITS=s.bits,
-            ASYM=s.asym,
-            **opts,
-        )
+        k.dequant_int_kernel[_grid(g, rows)](
+            data, q.scales.contiguous(), zps.contiguous(), out, n, g, GS=q.group_size,
+            BPG=bytes_per_group(s, q.group_size), BLOCK=block, ROWS=rows, BITS=s.bits,
+            ASYM=s.asym, **opts,
+        )  # fmt: skip
     else:
         m, bias, fn = _FP8[q.scheme]
-        k.dequant_fp8_kernel[(g,)](
-            data,
-            q.scales.contiguous(),
-            out,
-            n,
-            GS=q.group_size,
-            BLOCK=block,
-            M=m,
-            BIAS=bias,
-            FN=fn,
-            SUB_STEP=2.0 ** (1 - bias - m),
-            **opts,
-        )
+        k.dequant_fp8_kernel[_grid(g, rows)](
+            data, q.scales.contiguous(), out, n, g, GS=q.group_size, BLOCK=block, ROWS=rows,
+            M=m, BIAS=bias, FN=fn, SUB_STEP=2.0 ** (1 - bias - m), **opts,
+        )  # fmt: skip
 
 
 def dequantize(
