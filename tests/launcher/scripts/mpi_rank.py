@@ -42,3 +42,6 @@ sys.stdout.write(
     f"via={via} discovered={'yes' if found is not None else 'n/a'}\n"
 )
 sys.stdout.flush()
+# Tear the group down before exit: gloo threads alive at interpreter shutdown can abort the rank.
+dist.barrier()
+dist.destroy_process_group()
