@@ -296,3 +296,33 @@ def test_bad_arguments(tmp_path: Path) -> None:
         h.sync_pwrite(torch.ones(4), path)
     assert h.wait() == 0
     assert not os.path.exists(path)
+
+
+_EFBIG_SCRIPT = """
+import resource, sys, torch
+from ds.interfaces.errors import AsyncIOError
+from ds.ops.aio import AsyncIOHandle
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))  # Python ignores SIGXFSZ: EFBIG
+with AsyncIOHandle(block_size=8192, intra_op_parallelism=2) as h:
+    h.async_pwrite(torch.ones(1 << 18), sys.argv[1], 0)  # 1 MiB past a 64 KiB limit
+    try:
+        h.wait()
+    except AsyncIOError as e:
+        print(e.errno, e.filename)
+        raise SystemExit(0)
+raise SystemExit("no error")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_file_size_limit_fault_is_reported(tmp_path: Path) -> None:
+    # A real fault that needs no privileges: the process's RLIMIT_FSIZE (in a child process).
+    import sys
+
+    path = str(tmp_path / "limited.bin")
+    proc = subprocess.run(
+        [sys.executable, "-c", _EFBIG_SCRIPT, path], capture_output=True, text=True, timeout=100
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["27", path]  # EFBIG
+    assert os.path.getsize(path) <= 65536
