@@ -111,3 +111,36 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path: Path) -> None:
     with torch.no_grad():
         want = model(torch.tensor([p])).logits[0, -1]
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+
+def test_mistral_greedy_matches_transformers(tmp_path: Path) -> None:
+    import transformers
+    from inference_models import TINY
+
+    torch.manual_seed(2)
+    model = transformers.MistralForCausalLM(
+        transformers.MistralConfig(**TINY, sliding_window=1024)
+    ).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.mul_(4.0)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    ps = prompts()[::3]
+    want = [hf_greedy(model, p, 6) for p in ps]
+    got = generate(
+        tmp_path, ps, SamplingParams(max_new_tokens=6), {"kv_cache": {"num_blocks": 128}}
+    )
+    assert [r.tokens for r in got] == want
+
+
+def test_bfloat16_engine_tracks_float32(tiny_dirs: dict[str, Path]) -> None:
+    p = prompts()[4]
+    f32 = build_engine(tiny_dirs["llama"], {"kv_cache": {"num_blocks": 64}}).put([0], [p])
+    bf16 = build_engine(tiny_dirs["llama"], {"dtype": "bfloat16", "kv_cache": {"num_blocks": 64}})
+    assert bf16.cache.keys[0].dtype == torch.bfloat16
+    out = bf16.put([0], [p])
+    assert out.dtype == torch.float32
+    # bf16 keeps ~3 significant digits: logits agree loosely and rank the same top tokens.
+    assert (out - f32).abs().max() < 0.25
+    assert int(out.argmax()) == int(f32.argmax())

@@ -98,7 +98,7 @@ class InferenceEngineV2:
             self.config.device,
         )
         with torch.inference_mode():
-            logits = self.model.forward(batch, self.cache)
+            logits: torch.Tensor = self.model.forward(batch, self.cache)
         for seq, toks in zip(seqs, tokens):
             sm.commit(seq, toks)
         return logits

@@ -170,7 +170,11 @@ def create_app(engine: InferenceEngineV2, codec: TextCodec, model_name: str) -> 
     async def events(prompt: list[int], params: SamplingParams) -> AsyncIterator[Event]:
         aloop = asyncio.get_running_loop()
         q: asyncio.Queue[Event] = asyncio.Queue()
-        loop_.submit(prompt, params, lambda ev: aloop.call_soon_threadsafe(q.put_nowait, ev))
+
+        def deliver(ev: Event) -> None:
+            aloop.call_soon_threadsafe(q.put_nowait, ev)
+
+        loop_.submit(prompt, params, deliver)
         while True:
             ev = await q.get()
             yield ev

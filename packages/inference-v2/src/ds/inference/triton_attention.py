@@ -1,3 +1,4 @@
+# mypy: disable-error-code="import-untyped,untyped-decorator,no-untyped-def"
 """Paged attention as a Triton kernel (GPUs; on CPU it runs under ``TRITON_INTERPRET=1``).
 
 Same contract as :func:`ds.inference.attention.paged_attention`: one program per (query token,
@@ -29,7 +30,7 @@ def _kernel() -> Any:
             "use attention='torch' otherwise"
         ) from exc
 
-    @triton.jit  # type: ignore[misc]
+    @triton.jit
     def paged_attention_kernel(
         q_ptr,
         k_ptr,
