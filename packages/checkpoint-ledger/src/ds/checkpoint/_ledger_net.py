@@ -79,7 +79,7 @@ class LedgerClient:
     def __init__(self, address: tuple[str, int], rank: int, timeout_s: float = 60.0) -> None:
         self._rank = rank
         try:
-            self._sock = socket.create_connection(tuple(address), timeout=timeout_s)
+            self._sock = socket.create_connection((str(address[0]), int(address[1])), timeout_s)
         except OSError as exc:
             raise LedgerError(
                 f"rank {rank} cannot reach the ledger writer on rank 0 at {address[0]}:{address[1]} "

@@ -108,7 +108,7 @@ def read_range(
             break
         lo, hi = pos, min(stop, e.stop)
         file_pos = e.byte_offset + (lo - e.offset) * itemsize
-        dst = memoryview(out_bytes)[(lo - offset) * itemsize : (hi - offset) * itemsize]
+        dst = out_bytes.data[(lo - offset) * itemsize : (hi - offset) * itemsize]
         fd = files.fd(e.file)
         got = 0
         while got < len(dst):

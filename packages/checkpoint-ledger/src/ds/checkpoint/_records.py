@@ -26,7 +26,7 @@ def _default(obj: Any) -> Any:
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_default)
-_encode_str = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_encode_str = json.encoder.encode_basestring_ascii
 
 
 def canonical(obj: Any) -> str:

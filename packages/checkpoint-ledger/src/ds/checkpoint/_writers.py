@@ -34,7 +34,7 @@ def _chunks(pieces: Sequence[Piece]) -> list[tuple[int, memoryview]]:
             raise CheckpointError(f"shard pieces overlap at byte {byte_offset}; layout bug")
         if byte_offset > pos:
             out.append((pos, memoryview(bytes(byte_offset - pos))))
-        view = memoryview(t.numpy()).cast("B")
+        view = t.numpy().data.cast("B")
         for start in range(0, len(view), _CHUNK):
             out.append((byte_offset + start, view[start : start + _CHUNK]))
         pos = byte_offset + len(view)
@@ -129,7 +129,7 @@ class AioWriter:
             self._handle.async_pwrite(buf, path, 0)
         digest = hashlib.sha256() if checksum else None
         if digest is not None and size:
-            view = memoryview(buf.numpy())
+            view = buf.numpy().data
             for start in range(0, size, _CHUNK):  # hashes from memory while the handle writes
                 digest.update(view[start : start + _CHUNK])
         try:

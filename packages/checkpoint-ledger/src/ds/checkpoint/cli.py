@@ -204,7 +204,7 @@ def _export(args: argparse.Namespace) -> int:
 def _progress(total: int) -> Any:
     if not sys.stderr.isatty():
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     bar = tqdm(total=total, unit="tensor", desc="export", file=sys.stderr)
     return lambda _name: bar.update(1)

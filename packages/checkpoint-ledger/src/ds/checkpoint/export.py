@@ -17,7 +17,7 @@ import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsIndex
 
 import torch
 
@@ -157,7 +157,7 @@ def export_safetensors(
             for p in plans:
                 t = source.read(p)
                 if t.numel():
-                    f.write(memoryview(t.view(torch.uint8).numpy()))
+                    f.write(t.view(torch.uint8).numpy().data)
                 del t
                 if progress is not None:
                     progress(p.name)
@@ -183,19 +183,27 @@ class _LazyTensor:
     def __init__(self, ref: _StorageRef, shape: tuple[int, ...]) -> None:
         self.ref, self.shape = ref, shape
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         stride, acc = [], 1
         for s in reversed(self.shape):
             stride.append(acc)
             acc *= s
-        args = (self.ref, 0, self.shape, tuple(reversed(stride)), False, collections.OrderedDict())
+        args: tuple[Any, ...] = (
+            self.ref,
+            0,
+            self.shape,
+            tuple(reversed(stride)),
+            False,
+            collections.OrderedDict(),
+        )
         return (torch._utils._rebuild_tensor_v2, args)
 
 
 def _storage_type(dtype: torch.dtype) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # TypedStorage is deprecated but is what the format names
-        name = torch.storage.TypedStorage(dtype=dtype, device="cpu")._pickle_storage_type()
+        storage = torch.storage.TypedStorage(dtype=dtype, device="cpu")  # type: ignore[no-untyped-call]
+        name = storage._pickle_storage_type()  # type: ignore[no-untyped-call]
     return getattr(torch, name)
 
 
@@ -226,14 +234,14 @@ def export_torch(
     try:
         writer = torch._C.PyTorchFileWriter(tmp)
         writer.write_record("data.pkl", data, len(data))
-        writer.write_record(".format_version", "1", 1)
-        writer.write_record("byteorder", sys.byteorder, len(sys.byteorder))
+        writer.write_record(".format_version", b"1", 1)
+        writer.write_record("byteorder", sys.byteorder.encode(), len(sys.byteorder))
         for p, r in zip(plans, refs, strict=True):
             t = source.read(p)
             nbytes = t.numel() * t.element_size()
             # The record is the first nbytes of the storage: the reused buffer starts with t.
             assert t.storage_offset() == 0
-            writer.write_record(f"data/{r.key}", t.untyped_storage(), nbytes)
+            writer.write_record(f"data/{r.key}", t.untyped_storage(), nbytes)  # type: ignore[arg-type]
             total += nbytes
             del t
             if progress is not None:

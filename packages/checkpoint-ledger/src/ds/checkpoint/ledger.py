@@ -173,7 +173,8 @@ class TechnicalDueDiligenceLedger:
         if world > 1:
             from ds.checkpoint import _ledger_net
 
-            addr = None
+            assert comm is not None
+            addr: Any = None
             if self._rank == 0:
                 self._server = _ledger_net.LedgerServer(self)
                 addr = self._server.address

@@ -72,7 +72,7 @@ def public_hex(private_key: Any) -> str:
     raw = private_key.public_key().public_bytes(
         serialization.Encoding.Raw, serialization.PublicFormat.Raw
     )
-    return raw.hex()
+    return bytes(raw).hex()
 
 
 def sign_head(private_key: Any | None, size: int, root_hash: str, timestamp: float) -> TreeHead:
