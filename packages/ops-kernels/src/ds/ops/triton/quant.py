@@ -36,8 +36,8 @@ def _kernels() -> Any:
         from ds.ops.triton import quant_kernels
     except ImportError as e:
         raise KernelError(
-            "Triton quantizers need the 'triton' package; install it (pip install triton) "
-            "or use impl='native' on CPU"
+            "Triton quantizers need the 'triton' package: pip install 'ds-ops-kernels[triton]' "
+            "(or use impl='native' on CPU)"
         ) from e
     return quant_kernels
 

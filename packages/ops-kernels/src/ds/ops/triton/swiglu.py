@@ -22,7 +22,7 @@ def _kernels() -> Any:
         from ds.ops.triton import swiglu_kernels
     except ImportError as e:
         raise KernelError(
-            "fused SwiGLU needs the 'triton' package (pip install triton); "
+            "fused SwiGLU needs the 'triton' package (pip install 'ds-ops-kernels[triton]'); "
             "ds.ops.triton.swiglu_reference.swiglu is the pure-torch equivalent"
         ) from e
     return swiglu_kernels
