@@ -83,7 +83,13 @@ def initialize(
         model.to(device)
 
     kernels = None
-    if cfg.zero_optimization.offload_optimizer_device == "cpu":
+    zero = cfg.zero_optimization
+    # cpu optimizer offload steps in the CPU kernels; NVMe offload (stage 3) swaps through the
+    # provider's async I/O handle.
+    if zero.offload_optimizer_device == "cpu" or "nvme" in (
+        zero.offload_optimizer_device,
+        zero.offload_param_device,
+    ):
         kernels = registry.get(registry.KERNELS, "cpu")()
 
     events = EventBus()
