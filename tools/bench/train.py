@@ -113,6 +113,7 @@ def main() -> None:
             times,
             init_s=statistics.median(r["init_s"] for r in rs),
             peak_rss_gb=max(max(r["rss"]) for r in rs) / 1e9,
+            train_rss_gb=max(max(r["train_rss"]) for r in rs) / 1e9,
         )
     bench.report()
 

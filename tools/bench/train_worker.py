@@ -57,6 +57,12 @@ def main() -> None:
         sys.argv[5],
     )
     torch.set_num_threads(1)
+    if impl == "ds":
+        import ds.full
+    elif impl == "deepspeed":
+        import deepspeed
+    # Interpreter + framework imports, before any model memory: subtracted to compare training state.
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch.manual_seed(0)
     model = GPT(VOCAB, D, LAYERS, HEADS, SEQ)
     g = torch.Generator().manual_seed(1)
@@ -109,7 +115,7 @@ def main() -> None:
         times.append(time.perf_counter() - t)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     rss_all: list = [None] * dist.get_world_size()
-    dist.all_gather_object(rss_all, rss)
+    dist.all_gather_object(rss_all, (rss, base_rss))
     if dist.get_rank() == 0:
         Path(out).write_text(
             json.dumps(
