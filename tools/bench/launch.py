@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from harness import Bench  # noqa: E402
+from harness import Bench
 
 BIN = Path(sys.executable).parent
 USER_SCRIPT = """\
@@ -34,8 +34,13 @@ def _one(cmd: list[str], script: Path, out: Path) -> tuple[float, float]:
         f.unlink()
     env = {**os.environ, "BENCH_OUT": str(out)}
     t0 = time.time()
-    subprocess.run([*cmd, str(script)], env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [*cmd, str(script)],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     total = time.time() - t0
     stamps = [float(f.read_text()) for f in out.glob("rank*")]
     if len(stamps) != 2:
