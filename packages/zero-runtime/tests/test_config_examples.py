@@ -224,6 +224,8 @@ def test_unimplemented_keys_give_one_warning_naming_them() -> None:
         "elasticity": {"enabled": True, "max_train_batch_size": 64},
         "wandb": {"enabled": False},
         "zero_optimization": {"stage": 2, "round_robin_gradients": True},
+        "prescale_gradients": True,
+        "fp16": {"enabled": True, "auto_cast": True},
     }
     with pytest.warns(UnimplementedConfigWarning) as record:
         load_config(cfg)

@@ -114,3 +114,17 @@ def test_bf16_keeps_fp32_master_weights() -> None:
     engine.backward(engine(torch.randn(4, 6, dtype=torch.bfloat16)).float().pow(2).mean())
     engine.step()
     assert engine.global_steps == 1
+
+
+def test_csv_monitor_writes_step_metrics(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = _cfg(0, csv_monitor={"enabled": True, "output_path": str(tmp_path), "job_name": "j"})
+    engine = ZeroEngine(_model(), cfg)
+    for _ in range(3):
+        engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
+        engine.step()
+    rows = (tmp_path / "j" / "Train_Samples_train_loss.csv").read_text().splitlines()
+    assert rows[0] == "samples,train_loss" and [r.split(",")[0] for r in rows[1:]] == [
+        "4",
+        "8",
+        "12",
+    ]

@@ -108,6 +108,12 @@ class ZeroEngine:
             else None
         )
 
+        self.monitor = None
+        if cfg.csv_monitor.enabled and self.rank == 0:
+            from ds.zero.monitor import CsvMonitor
+
+            self.monitor = CsvMonitor(cfg.csv_monitor.output_path, cfg.csv_monitor.job_name)
+            self.monitor.attach(self.events)
         self.global_steps = 0
         self.global_samples = 0
         self.micro_steps = 0
