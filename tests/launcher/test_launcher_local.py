@@ -173,3 +173,25 @@ def test_deepspeed_flag_spellings(run_ds, scripts: Path, env_for, tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in (tmp_path / "each").iterdir()) == ["rank0.log", "rank1.log"]
+
+
+@pytest.mark.timeout(60)
+def test_device_visibility_follows_selected_slots(  # type: ignore[no-untyped-def]
+    run_ds, scripts: Path, env_for, tmp_path: Path
+) -> None:
+    hf = tmp_path / "hostfile"
+    hf.write_text("localhost slots=4\n")
+    proc = run_ds(
+        "--hostfile",
+        str(hf),
+        "--include",
+        "localhost:1,3",
+        "--save_pid",
+        str(scripts / "affinity.py"),
+        env=env_for(DS_ACCELERATOR="cuda"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("visible=1,3") == 2
+    cpu = run_ds("--nproc", "2", str(scripts / "affinity.py"), env=env_for(DS_ACCELERATOR="cpu"))
+    assert cpu.returncode == 0, cpu.stderr
+    assert cpu.stdout.count("visible=-") == 2

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shlex
 import shutil
 import socket
 import sys
+import tempfile
 from argparse import Namespace
 from dataclasses import replace
 from pathlib import Path
@@ -140,7 +142,9 @@ def prepare(argv: list[str]) -> Supervisor:
     multi = args.force_multi or args.launcher is not None or len(resources) > 1
     multi = multi or not set(resources) <= LOCAL_NAMES
     if args.save_pid:
-        Path(f"/tmp/ds_run.{os.getpid()}.pid").write_text(f"{os.getpid()}\n")
+        pid_file = Path(tempfile.gettempdir()) / f"ds_run.{os.getpid()}.pid"
+        pid_file.write_text(f"{os.getpid()}\n")
+        atexit.register(pid_file.unlink, missing_ok=True)
 
     if not multi:
         fixed_port = args.master_port
