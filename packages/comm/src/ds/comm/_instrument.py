@@ -77,7 +77,7 @@ class Tap:
         after: Callable[[], None] | None,
         same_shape: bool,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> TapHandle | None:
         if self.check_consistency:
             from ds.comm.consistency import check_consistency
 
@@ -109,7 +109,9 @@ class Tap:
         handle.wait()
         return None
 
-    def run_p2p(self, name: str, tensor: torch.Tensor, peer: int, call: Callable[[], Any]) -> Any:
+    def run_p2p(
+        self, name: str, tensor: torch.Tensor, peer: int, call: Callable[[], Any]
+    ) -> TapHandle:
         wd = self.watchdog
         limit = self.timeout_override
         if wd is not None and limit is None:

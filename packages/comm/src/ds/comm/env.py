@@ -61,7 +61,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 
 def _split_top(nodelist: str) -> list[str]:
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in nodelist.strip():
         if ch == "[":
             depth += 1
@@ -82,7 +84,7 @@ def _expand_item(item: str) -> list[str]:
     if m is None:
         return [item]
     head, tail = item[: m.start()], item[m.end() :]
-    out = []
+    out: list[str] = []
     for part in m.group(1).split(","):
         if "-" in part:
             lo, hi = part.split("-", 1)

@@ -85,7 +85,7 @@ def all_to_all_quant_reduce(
         group_size=group_size,
         scheme=q.scheme,
     )
-    parts = kernels.dequantize(received, torch.float32).reshape(world, padded)
+    parts: torch.Tensor = kernels.dequantize(received, torch.float32).reshape(world, padded)
     reduced = parts.sum(0)[:chunk]
     if op == ReduceOp.AVG:
         reduced = reduced / world

@@ -23,7 +23,7 @@ import torch.distributed as _dist
 from ds.comm import coalesced as _coalesced
 from ds.comm._handle import DoneHandle, Handle
 from ds.comm._reduce_op import is_avg, to_torch_op
-from ds.interfaces.comm import ReduceOp
+from ds.interfaces.comm import ReduceOp, WorkHandle
 from ds.interfaces.errors import CommError
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class TorchCommunicator:
         tensors: tuple[torch.Tensor, ...],
         after: Callable[[], None] | None = None,
         same_shape: bool = True,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         tap = self._tap
         if tap is not None:
             return tap.run(name, nbytes, group, async_op, call, tensors, after, same_shape)
@@ -173,7 +173,7 @@ class TorchCommunicator:
     # -- collectives ----------------------------------------------------------------------------
     def barrier(
         self, group: Any = None, async_op: bool = False, timeout: float | None = None
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         tap = self._tap
         if tap is None and timeout is None:
             work = _dist.barrier(group, async_op)
@@ -203,7 +203,7 @@ class TorchCommunicator:
 
     def broadcast(
         self, tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         if self._tap is None:
             work = _dist.broadcast(tensor, src, group, async_op)
             return Handle(work) if work is not None and async_op else None
@@ -233,7 +233,7 @@ class TorchCommunicator:
         op: Any = ReduceOp.SUM,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         top = _SUM if op is ReduceOp.SUM else to_torch_op(op)
         after = None
         if not self.native_avg and is_avg(top):
@@ -258,7 +258,7 @@ class TorchCommunicator:
         op: Any = ReduceOp.SUM,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         top = to_torch_op(op)
         after = None
         if not self.native_avg and is_avg(top):
@@ -280,7 +280,7 @@ class TorchCommunicator:
         tensor: torch.Tensor,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         return self._issue(
             "all_gather",
             sum(_nbytes(t) for t in tensor_list),
@@ -296,7 +296,7 @@ class TorchCommunicator:
         input: torch.Tensor,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         if output.dim() == input.dim() + 1:
             output = _unstack(output, input)
         if self._tap is None:
@@ -320,7 +320,7 @@ class TorchCommunicator:
         op: Any = ReduceOp.SUM,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         top = to_torch_op(op)
         if not self.native_reduce_scatter:
             flat = torch.cat([t.reshape(-1) for t in input_list])
@@ -347,7 +347,7 @@ class TorchCommunicator:
         op: Any = ReduceOp.SUM,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         top = _SUM if op is ReduceOp.SUM else to_torch_op(op)
         if input.dim() == output.dim() + 1:
             input = _unstack(input, output)
@@ -381,7 +381,7 @@ class TorchCommunicator:
         top: Any,
         group: Any,
         async_op: bool,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         # Backends without reduce-scatter: all-reduce a private copy, keep this rank's slice.
         # Costs world_size x the traffic of a native reduce-scatter, but is exact.
         buf = flat_input.clone()
@@ -419,7 +419,7 @@ class TorchCommunicator:
         input_split_sizes: list[int] | None = None,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         return self._issue(
             "all_to_all_single",
             _nbytes(input),
@@ -439,7 +439,7 @@ class TorchCommunicator:
         input_tensor_list: list[torch.Tensor],
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         return self._issue(
             "all_to_all",
             sum(_nbytes(t) for t in input_tensor_list),
@@ -458,7 +458,7 @@ class TorchCommunicator:
         dst: int = 0,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         return self._issue(
             "gather",
             _nbytes(tensor),
@@ -475,7 +475,7 @@ class TorchCommunicator:
         src: int = 0,
         group: Any = None,
         async_op: bool = False,
-    ) -> Handle | None:
+    ) -> WorkHandle | None:
         return self._issue(
             "scatter",
             _nbytes(tensor),
@@ -504,7 +504,7 @@ class TorchCommunicator:
         handle.wait()
         return src
 
-    def isend(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> Handle:
+    def isend(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> WorkHandle:
         tap = self._tap
         if tap is None:
             return Handle(_dist.isend(tensor, dst, group, tag))
@@ -512,7 +512,7 @@ class TorchCommunicator:
 
     def irecv(
         self, tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0
-    ) -> Handle:
+    ) -> WorkHandle:
         tap = self._tap
         if tap is None or src is None:
             return Handle(_dist.irecv(tensor, src, group, tag))
