@@ -34,6 +34,9 @@ RUNNERS = "ds.runners"
 ENGINES = "ds.engines"
 INFERENCE_MODELS = "ds.inference_models"
 CLI = "ds.cli"
+# The composition root's entry points for framework adapters: "default" is ``initialize`` and
+# the ZeRO-3 helpers sit beside it ("zero_init", "gathered_parameters", ...).
+INITIALIZE = "ds.initialize"
 
 # Which distribution provides the built-in implementation of each group, used to tell a user
 # what to install when a lookup fails.
@@ -48,6 +51,7 @@ PROVIDING_DISTRIBUTION: dict[str, str] = {
     ENGINES: "ds-zero-runtime",
     INFERENCE_MODELS: "ds-inference-v2",
     CLI: "ds-launcher",
+    INITIALIZE: "ds-full",
 }
 
 
@@ -148,6 +152,7 @@ __all__ = [
     "ENGINES",
     "GATES",
     "INFERENCE_MODELS",
+    "INITIALIZE",
     "KERNELS",
     "LEDGERS",
     "PROVIDING_DISTRIBUTION",
