@@ -63,6 +63,16 @@ def _check_full_load(directory: Path) -> None:
     for name, t in reference_tensors().items():
         assert torch.equal(out.tensors[name].local, t.reshape(-1)), name
     assert out.rank_objects["rank"] == 0
+    # Consolidation reads across both ranks' shard files, tensor by tensor.
+    from safetensors.torch import load_file
+
+    from ds.checkpoint import cli
+
+    assert cli.main(["export", ck, "--out", str(directory / "full.safetensors")]) == 0
+    full = load_file(str(directory / "full.safetensors"))
+    assert set(full) == set(reference_tensors())
+    for name, t in reference_tensors().items():
+        assert torch.equal(full[name], t), name
 
 
 @pytest.mark.multiprocess

@@ -113,3 +113,18 @@ def test_subscribes_to_the_event_bus() -> None:
     a = gate.report()
     assert a.metrics["p99_step_latency_s"] == 0.9 and not a.passed
     assert bus.errors == []
+
+
+def test_report_is_recorded_in_the_ledger(tmp_path) -> None:
+    import json
+
+    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+
+    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+        gate = ProductionDebtZeROGate(ledger=led)
+        gate.evaluate_training_step(_step(0, 0.9))
+        a = gate.report()
+    rec = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[-1])
+    assert rec["kind"] == "readiness_assessment"
+    assert rec["payload"]["score"] == a.score and rec["payload"]["passed"] is False
+    assert rec["payload"]["findings"][0]["metric"] == "p99_step_latency_s"
