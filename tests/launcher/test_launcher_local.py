@@ -195,3 +195,58 @@ def test_device_visibility_follows_selected_slots(  # type: ignore[no-untyped-de
     cpu = run_ds("--nproc", "2", str(scripts / "affinity.py"), env=env_for(DS_ACCELERATOR="cpu"))
     assert cpu.returncode == 0, cpu.stderr
     assert cpu.stdout.count("visible=-") == 2
+
+
+@pytest.mark.timeout(120)
+def test_no_ssh_runs_one_node_per_command(scripts: Path, env_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two `ds run --no_ssh --node_rank N` commands form one 3-rank job, as on two hosts."""
+    import socket
+    import subprocess
+    import sys
+
+    hf = tmp_path / "hostfile"
+    hf.write_text("node-a slots=2\nnode-b slots=1\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).parent / "ds"
+    ds = [str(exe)] if exe.exists() else [sys.executable, "-m", "ds.launcher.cli"]
+    procs = [
+        subprocess.Popen(
+            [
+                *ds,
+                "run",
+                "--hostfile",
+                str(hf),
+                "--no_ssh",
+                "--node_rank",
+                str(n),
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                str(port),
+                str(scripts / "allreduce.py"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env_for(),
+            cwd=tmp_path,
+        )
+        for n in (0, 1)
+    ]
+    outs = [p.communicate(timeout=100) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    res0, res1 = results(outs[0][0]), results(outs[1][0])
+    assert sorted(res0) == [0, 1] and sorted(res1) == [2]
+    assert all(f["world"] == "3" and f["sum"] == "6" for f in [*res0.values(), *res1.values()])
+    assert res1[2]["node"] == "1" and res1[2]["local"] == "0" and res1[2]["local_world"] == "1"
+
+
+@pytest.mark.timeout(60)
+def test_no_ssh_needs_rendezvous(run_ds, scripts: Path, env_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    hf = tmp_path / "hostfile"
+    hf.write_text("node-a slots=1\nnode-b slots=1\n")
+    proc = run_ds("--hostfile", str(hf), "--no_ssh", "--node_rank", "1", str(scripts / "marker.py"))
+    assert proc.returncode == 2
+    assert "needs --master_addr and --master_port" in proc.stderr

@@ -94,6 +94,7 @@ def _results(stdout: str) -> dict[int, str]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_openmpi_launch_two_ranks(run_ds, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
     if mpi_flavor("mpirun") != "openmpi":

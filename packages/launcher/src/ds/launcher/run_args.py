@@ -106,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="ssh port for the pdsh and ssh runners",
     )
     multi.add_argument(
+        "--no_ssh",
+        "--no-ssh",
+        action="store_true",
+        help="run only this host's ranks (node --node_rank of the hostfile); start the same "
+        "command on every host yourself",
+    )
+    multi.add_argument(
+        "--node_rank",
+        "--node-rank",
+        type=int,
+        default=None,
+        help="this host's index in the hostfile, with --no_ssh",
+    )
+    multi.add_argument(
         "--no_ssh_check",
         "--no-ssh-check",
         action="store_true",

@@ -126,6 +126,22 @@ def log_dir_of(args: Namespace) -> Path | None:
     return None
 
 
+def no_ssh_node_rank(args: Namespace, resources: dict[str, list[int]]) -> int:
+    """``--no_ssh``: this command runs one node of the job; the user starts it on every node."""
+    if args.node_rank is None:
+        raise UsageError("--no_ssh needs --node_rank N (this host's index in the hostfile)")
+    if not 0 <= args.node_rank < len(resources):
+        raise UsageError(
+            f"--node_rank {args.node_rank}: the job has {len(resources)} host(s) "
+            f"({', '.join(resources)})"
+        )
+    if args.master_addr is None or args.master_port is None:
+        raise UsageError(
+            "--no_ssh needs --master_addr and --master_port: every node must use the same ones"
+        )
+    return int(args.node_rank)
+
+
 def prepare(argv: list[str]) -> Supervisor:
     """Validate everything and build the supervisor; nothing is started here."""
     args = parse(argv)
@@ -140,7 +156,10 @@ def prepare(argv: list[str]) -> Supervisor:
     log_dir = log_dir_of(args)
     cmd = user_command(args)
     multi = args.force_multi or args.launcher is not None or len(resources) > 1
-    multi = multi or not set(resources) <= LOCAL_NAMES
+    multi = (multi or not set(resources) <= LOCAL_NAMES) and not args.no_ssh
+    node_rank = 0
+    if args.no_ssh:
+        node_rank = no_ssh_node_rank(args, resources)
     if args.save_pid:
         pid_file = Path(tempfile.gettempdir()) / f"ds_run.{os.getpid()}.pid"
         pid_file.write_text(f"{os.getpid()}\n")
@@ -152,7 +171,7 @@ def prepare(argv: list[str]) -> Supervisor:
         def local_members(restart: int) -> list[Member]:
             plan = NodePlan(
                 hosts=resources,
-                node_rank=0,
+                node_rank=node_rank,
                 master_addr=args.master_addr or "127.0.0.1",
                 master_port=fixed_port or free_port(),
                 user_command=cmd,
