@@ -107,6 +107,18 @@ def test_inspect_and_verify_with_ledger(tmp_path, capsys) -> None:
     assert cli.main(["verify", d]) == 1
     assert "shard-00000-of-00001.bin: SHA-256 differs" in capsys.readouterr().out
     assert cli.main(["inspect", str(tmp_path / "nothing")]) == 2
+    # Re-sign the damage in the manifest: plain verify passes, the ledger cross-check does not.
+    import hashlib
+
+    manifest_path = tmp_path / "ck" / "s1" / "manifest.json"
+    m = json.loads(manifest_path.read_text())
+    m["files"]["shard-00000-of-00001.bin"]["sha256"] = hashlib.sha256(
+        shard.read_bytes()
+    ).hexdigest()
+    manifest_path.write_text(json.dumps(m, sort_keys=True, indent=1) + "\n")
+    assert cli.main(["verify", d]) == 0
+    assert cli.main(["verify", d, "--ledger", str(tmp_path / "l.jsonl")]) == 1
+    assert "no checkpoint_save record of this manifest" in capsys.readouterr().out
 
 
 def test_ledger_verbs(tmp_path, capsys) -> None:
