@@ -131,6 +131,15 @@ def init_distributed(
     return env
 
 
+def init_process_group(*args: Any, **kwargs: Any) -> None:
+    """torch's own spelling, for drop-in code: forwards to ``torch.distributed`` unchanged (so
+    every torch argument works), then applies the DS_COMM_* switches like
+    :func:`init_distributed`. Prefer ``init_distributed``, which also discovers the environment."""
+    if not _dist.is_initialized():
+        _dist.init_process_group(*args, **kwargs)
+    _apply_env_switches()
+
+
 def _apply_env_switches() -> None:
     # DS_COMM_WATCHDOG=<seconds> and DS_COMM_DEBUG=1 switch the hang/consistency guards on for
     # whole test suites and jobs without code changes.
@@ -293,7 +302,23 @@ def get_backend(group: Any = None) -> str:
     return str(_comm.get_backend(group))
 
 
-def new_group(ranks: Sequence[int] | None = None, **kwargs: Any) -> Any:
+def new_group(
+    ranks: Sequence[int] | None = None,
+    timeout: Any = None,
+    backend: str | None = None,
+    pg_options: Any = None,
+    **kwargs: Any,
+) -> Any:
+    if timeout is not None:
+        kwargs["timeout"] = (
+            timeout
+            if isinstance(timeout, datetime.timedelta)
+            else datetime.timedelta(seconds=timeout)
+        )
+    if backend is not None:
+        kwargs["backend"] = backend
+    if pg_options is not None:
+        kwargs["pg_options"] = pg_options
     return _comm.new_group(ranks, **kwargs)
 
 
@@ -310,10 +335,14 @@ def destroy_process_group(group: Any = None) -> None:
 
 
 # -- collectives ------------------------------------------------------------------------------------
-def barrier(group: Any = None, async_op: bool = False, timeout: Any = None) -> Any:
-    if timeout is None:
+def barrier(
+    group: Any = None, async_op: bool = False, device_ids: Any = None, timeout: Any = None
+) -> Any:
+    if timeout is None and device_ids is None:
         return _comm.barrier(group, async_op)
     seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+    if device_ids is not None:
+        return _comm.barrier(group, async_op, timeout=seconds, device_ids=device_ids)
     return _comm.barrier(group, async_op, timeout=seconds)
 
 

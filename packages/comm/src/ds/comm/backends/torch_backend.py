@@ -172,9 +172,17 @@ class TorchCommunicator:
 
     # -- collectives ----------------------------------------------------------------------------
     def barrier(
-        self, group: Any = None, async_op: bool = False, timeout: float | None = None
+        self,
+        group: Any = None,
+        async_op: bool = False,
+        timeout: float | None = None,
+        device_ids: list[int] | None = None,
     ) -> WorkHandle | None:
         tap = self._tap
+        if device_ids is not None:
+            # nccl's device hint; forwarded as given (no instrumentation for this form).
+            work = _dist.barrier(group, async_op, device_ids=device_ids)
+            return Handle(work) if work is not None and async_op else None
         if tap is None and timeout is None:
             work = _dist.barrier(group, async_op)
             return Handle(work) if work is not None and async_op else None
