@@ -158,3 +158,15 @@ def test_resharding_requests_cover_everything(tmp_path) -> None:
         for name, t in ts.items():
             joined = torch.cat([p.tensors[name].local for p in parts])
             assert torch.equal(joined, t.reshape(-1))
+
+
+def test_failed_ledger_record_after_commit_says_the_checkpoint_is_saved(tmp_path) -> None:
+    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+
+    led = TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl"))
+    eng = ShardedCheckpointEngine(ledger=led)
+    led.close()  # appends now fail
+    with pytest.raises(CheckpointError, match="is saved and loadable, but recording it failed"):
+        _save_full(eng, str(tmp_path / "ck"), "t")
+    assert ShardedCheckpointEngine().verify(str(tmp_path / "ck"), "t") == []
+    assert ShardedCheckpointEngine().latest_tag(str(tmp_path / "ck")) == "t"

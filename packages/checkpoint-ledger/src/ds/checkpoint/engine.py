@@ -68,6 +68,10 @@ def _sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+class _RecordError(Exception):
+    """Recording a committed save (ledger, events) failed."""
+
+
 class _Handle:
     """SaveHandle for one save; ``wait`` re-raises a background error on the caller's thread."""
 
@@ -268,20 +272,28 @@ class ShardedCheckpointEngine:
         assert job.result is not None
         results = self._gather(job.result)
         errors = [r["error"] for r in results if not r["ok"]]
-        status: str | None = None
+        status: tuple[bool, str] | None = None  # (committed anyway, message)
         if self.rank == 0:
             if errors:
                 shutil.rmtree(job.tmp, ignore_errors=True)
-                status = "; ".join(errors)
+                status = (False, "; ".join(errors))
             else:
                 try:
                     self._publish(job, results)
+                except _RecordError as exc:
+                    status = (True, str(exc))
                 except Exception as exc:
-                    status = f"rank 0 commit: {type(exc).__name__}: {exc}"
+                    status = (False, f"rank 0 commit: {type(exc).__name__}: {exc}")
         status = self._bcast(status)
         if status is not None:
+            committed, message = status
+            if committed:
+                raise CheckpointError(
+                    f"checkpoint {job.tag!r} in {job.directory} is saved and loadable, but "
+                    f"recording it failed: {message}"
+                )
             raise CheckpointError(
-                f"checkpoint {job.tag!r} in {job.directory} was not saved ({status}); "
+                f"checkpoint {job.tag!r} in {job.directory} was not saved ({message}); "
                 "the previous checkpoint is untouched"
             )
 
@@ -341,6 +353,20 @@ class ShardedCheckpointEngine:
         shard_sha = {name: str(f["sha256"]) for name, f in files.items() if f["sha256"]}
         duration = time.perf_counter() - job.started
         written = sum(int(f["bytes"]) for f in files.values()) + len(data)
+        try:
+            self._record_save(job, manifest_sha, shard_sha, written, duration)
+        except Exception as exc:  # the checkpoint itself is committed at this point
+            raise _RecordError(f"{type(exc).__name__}: {exc}") from exc
+        log.info("checkpoint saved", tag=job.tag, directory=job.directory, bytes=written)
+
+    def _record_save(
+        self,
+        job: _SaveJob,
+        manifest_sha: str,
+        shard_sha: dict[str, str],
+        written: int,
+        duration: float,
+    ) -> None:
         if self._ledger is not None:
             self._ledger.record_training_event(
                 "checkpoint_save",
@@ -368,7 +394,6 @@ class ShardedCheckpointEngine:
                     duration,
                 )
             )
-        log.info("checkpoint saved", tag=job.tag, directory=job.directory, bytes=written)
 
     def wait(self) -> None:
         with self._lock:
