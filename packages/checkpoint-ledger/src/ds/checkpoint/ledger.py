@@ -276,7 +276,8 @@ class TechnicalDueDiligenceLedger:
             size = len(self._tree)
             root = self._tree.root().hex()
             head = signing.sign_head(self._key, size, root, time.time())
-            self._file.flush()  # the head never commits to records the OS has not got
+            if self._file is not None:  # a closed ledger still answers heads and proofs
+                self._file.flush()  # the head never commits to records the OS has not got
             with open(heads_path(self.path), "a", encoding="utf-8") as f:
                 f.write(json.dumps(asdict(head), sort_keys=True) + "\n")
                 f.flush()
