@@ -47,3 +47,16 @@ def test_implementation_covers_protocol_signatures(protocol: type, impl: type) -
             assert got[pname].kind == p.kind, f"{impl.__name__}.{name}({pname}) kind differs"
             if p.default is not inspect.Parameter.empty:
                 assert got[pname].default is not inspect.Parameter.empty, (name, pname)
+
+
+def test_package_exports_lazily() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ds.checkpoint as c; assert 'torch' not in sys.modules; "
+        "assert c.ShardedCheckpointEngine.__name__ == 'ShardedCheckpointEngine'; "
+        "assert callable(c.never_equate_intent_to_approval); print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr

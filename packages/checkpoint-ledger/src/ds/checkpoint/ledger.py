@@ -168,6 +168,12 @@ class TechnicalDueDiligenceLedger:
         self._server: Any = None
         self._file: Any = None
         world = 1 if comm is None else int(comm.get_world_size())
+        if comm is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            log.warning(
+                "ledger opened without a communicator in a multi-rank job: every rank would "
+                "write the file; pass comm= so rank 0 is the only writer",
+                path=self.path,
+            )
         if self._rank == 0:
             self._open(recover_torn_tail)
         if world > 1:
