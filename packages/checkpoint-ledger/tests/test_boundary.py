@@ -107,3 +107,26 @@ def test_watched_env_change_needs_approval(monkeypatch) -> None:
     b.approve(b.request(CHANGE_ENV, "NCCL_ALGO", requested_by="alice"), "bob")
     assert b.check_env() == ["NCCL_ALGO"]
     assert b.check_env() == []
+
+
+def test_checkpoint_delete_needs_approval_and_is_recorded(tmp_path) -> None:
+    from ds.interfaces.errors import CheckpointError
+
+    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+        b = MutationBoundary(led)
+        eng = ShardedCheckpointEngine(boundary=b, ledger=led)
+        d = str(tmp_path / "ck")
+        eng.save(d, "old", shard_state({"w": torch.zeros(4)}, 0, 1))
+        eng.save(d, "new", shard_state({"w": torch.ones(4)}, 0, 1))
+        with pytest.raises(ApprovalRequiredError, match="delete_checkpoint"):
+            eng.delete(d, "old")
+        with pytest.raises(CheckpointError, match="'latest' names"):
+            eng.delete(d, "new")
+        b.approve(
+            b.request("delete_checkpoint", str(tmp_path / "ck" / "old"), "trainer"), "operator"
+        )
+        eng.delete(d, "old")
+        assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["latest", "new"]
+        assert led.verify_ledger_integrity().ok
+    kinds = [json.loads(x)["kind"] for x in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert kinds[-4:] == ["intent", "approval", "mutation", "checkpoint_delete"]

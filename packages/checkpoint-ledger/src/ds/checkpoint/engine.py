@@ -500,6 +500,49 @@ class ShardedCheckpointEngine:
             )
         return out
 
+    def delete(self, directory: str, tag: str) -> None:
+        """Delete checkpoint ``tag`` (never the one ``latest`` names); rank 0 acts, others wait.
+
+        With a mutation boundary this needs an approved ``delete_checkpoint`` intent for the
+        checkpoint's path; the deletion is recorded in the ledger.
+        """
+        self.wait()
+        _check_tag(tag)
+        directory = os.path.abspath(directory)
+        err: tuple[bool, str] | None = None
+        if self.rank == 0:
+            path = os.path.join(directory, tag)
+            try:
+                if not os.path.isdir(path):
+                    raise CheckpointError(f"checkpoint {tag!r} not found in {directory}")
+                if self.latest_tag(directory) == tag:
+                    raise CheckpointError(
+                        f"checkpoint {tag!r} is the one 'latest' names; save a newer one first"
+                    )
+                if self._boundary is not None:
+                    self._boundary.require("delete_checkpoint", path)
+                doomed = os.path.join(directory, f".del-{tag}")
+                os.rename(path, doomed)  # gone for readers at once, even if rmtree is cut short
+                fsync_path(directory)
+                shutil.rmtree(doomed)
+                if self._ledger is not None:
+                    self._ledger.record_training_event(
+                        "checkpoint_delete", {"directory": directory, "tag": tag}
+                    )
+                if self._events is not None:
+                    from ds.interfaces.telemetry import CheckpointEvent
+
+                    self._events.publish(CheckpointEvent("delete", directory, tag, 0))
+            except ApprovalRequiredError as exc:
+                err = (True, str(exc))
+            except Exception as exc:
+                err = (False, str(exc))
+        err = self._bcast(err)
+        if err is not None:
+            if err[0]:
+                raise ApprovalRequiredError(err[1])
+            raise CheckpointError(f"could not delete checkpoint {tag!r}: {err[1]}")
+
     def verify(self, directory: str, tag: str | None = None) -> list[str]:
         """Re-hash every file against the manifest; returns the problems found (empty = intact)."""
         root = self.checkpoint_dir(directory, tag)
