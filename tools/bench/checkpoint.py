@@ -50,6 +50,15 @@ def _rank_main(rank: int, world: int, port: int, root: str, gib: float, rounds: 
     requests = [LoadRequest(name, rank * numel, numel) for name in local]
     dcp_state = {f"rank{rank}.{k}": v for k, v in local.items()}  # distinct keys: every rank writes
     eng = ShardedCheckpointEngine(comm)
+    try:  # the ds-ops-kernels async I/O writer, when that provider is installed
+        from ds.checkpoint._writers import make_writer
+
+        aio_eng: ShardedCheckpointEngine | None = ShardedCheckpointEngine(
+            comm, writer=make_writer("aio")
+        )
+    except Exception as exc:  # reported; the other rows still run
+        print(f"ds-aio skipped: {exc}", file=sys.stderr)
+        aio_eng = None
 
     def timed(fn) -> float:  # type: ignore[no-untyped-def]
         dist.barrier()
@@ -72,6 +81,16 @@ def _rank_main(rank: int, world: int, port: int, root: str, gib: float, rounds: 
             lambda: eng.save(os.path.join(root, "dsa"), "t", state, async_save=True),
             None,
         ),
+        **(
+            {
+                "ds-aio": (
+                    lambda: aio_eng.save(os.path.join(root, "dsaio"), "t", state),
+                    None,
+                )
+            }
+            if aio_eng is not None
+            else {}
+        ),
         "torch.save": (
             lambda: torch.save(local, os.path.join(root, "torch", f"rank{rank}.pt")),
             lambda: torch.load(os.path.join(root, "torch", f"rank{rank}.pt"), weights_only=True),
@@ -89,7 +108,7 @@ def _rank_main(rank: int, world: int, port: int, root: str, gib: float, rounds: 
     stall: list[float] = []
     for r in range(rounds + 1):  # round 0 warms up
         for name, (save, load) in impls.items():
-            for d in ("ds", "dsa", "dcp"):
+            for d in ("ds", "dsa", "dsaio", "dcp"):
                 clean(os.path.join(root, d))
             t = timed(save)
             if name == "ds-async":
