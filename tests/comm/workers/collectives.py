@@ -258,6 +258,11 @@ def _define_checks(dist, R: int, W: int) -> None:
             dist.barrier(group=g)
         else:
             assert dist.get_rank(g) < 0
+            t = torch.ones(2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # torch notes the non-member call
+                assert dist.all_reduce(t, group=g) is None
+            expect(t, torch.ones(2), "non-member all_reduce is a no-op")
         if R % 2 == 1:
             t = torch.ones(2)
             dist.all_reduce(t, group=odd)

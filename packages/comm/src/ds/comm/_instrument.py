@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as _dist
 
 from ds.comm._handle import as_timedelta
 from ds.interfaces.errors import CollectiveTimeoutError, CommError
@@ -78,6 +79,10 @@ class Tap:
         same_shape: bool,
         timeout: float | None = None,
     ) -> TapHandle | None:
+        if group is not None and _dist.get_rank(group) < 0:
+            # Not a member: torch makes the call a no-op; nothing to time, guard or check.
+            call(async_op)
+            return None
         if self.check_consistency:
             from ds.comm.consistency import check_consistency
 
