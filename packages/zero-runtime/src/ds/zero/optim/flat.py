@@ -9,6 +9,14 @@ import torch
 
 from ds.zero.optim.base import FlatOptimizer, next_step
 
+_CHUNK = 1 << 20
+
+
+def _chunks(*tensors: torch.Tensor) -> zip[tuple[torch.Tensor, ...]]:
+    if tensors[0].numel() <= _CHUNK:
+        return zip(*([t] for t in tensors))
+    return zip(*(t.reshape(-1).split(_CHUNK) for t in tensors))
+
 
 class Adam(FlatOptimizer):
     def __init__(
@@ -39,25 +47,24 @@ class Adam(FlatOptimizer):
             state["exp_avg"] = torch.zeros_like(p)
             state["exp_avg_sq"] = torch.zeros_like(p)
         step = next_step(state)
-        lr, (beta1, beta2), eps, wd = (
-            group["lr"],
-            group["betas"],
-            group["eps"],
-            group["weight_decay"],
-        )
-        if wd != 0:
-            if group["adamw_mode"]:
-                p.mul_(1 - lr * wd)
-            else:
-                grad = grad.add(p, alpha=wd)
-        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        lr, (beta1, beta2) = group["lr"], group["betas"]
+        eps, wd = group["eps"], group["weight_decay"]
         bias_correction1 = 1 - beta1**step
         bias_correction2 = 1 - beta2**step
         step_size = lr / bias_correction1
-        denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(eps)
-        p.addcdiv_(exp_avg, denom, value=-step_size)
+        bias_correction2_sqrt = bias_correction2**0.5
+        # Elementwise, so chunks give the same bits as one pass while temporaries stay small.
+        for p_c, g_c, m_c, v_c in _chunks(p, grad, state["exp_avg"], state["exp_avg_sq"]):
+            if wd != 0:
+                if group["adamw_mode"]:
+                    p_c.mul_(1 - lr * wd)
+                else:
+                    g_c = g_c.add(p_c, alpha=wd)
+            m_c.lerp_(g_c, 1 - beta1)
+            v_c.mul_(beta2).addcmul_(g_c, g_c, value=1 - beta2)
+            denom = v_c.sqrt()
+            denom.div_(bias_correction2_sqrt).add_(eps)
+            p_c.addcdiv_(m_c, denom, value=-step_size)
 
 
 class Adagrad(FlatOptimizer):

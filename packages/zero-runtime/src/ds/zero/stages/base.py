@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from ds.zero.config import ResolvedConfig
 
 
+_NORM_CHUNK = 1 << 20
+
+
 @dataclass
 class StrategyContext:
     """Everything a strategy needs, handed over by the engine at construction."""
@@ -131,7 +134,9 @@ class ZeroStrategy(abc.ABC):
         shards = [g for g in self.local_grad_shards() if g.numel()]
         sq = torch.zeros((), dtype=torch.float64)
         for g in shards:
-            sq += g.double().pow(2).sum() if g.dtype != torch.float64 else g.pow(2).sum()
+            # Chunked so that no full-size temporary is allocated; squares summed in float64.
+            for chunk in g.reshape(-1).split(_NORM_CHUNK):
+                sq += torch.linalg.vector_norm(chunk).double() ** 2
         # One float64 reduction carries the squared norm; inf/nan in any rank's gradients makes
         # the sum non-finite everywhere, which is the cross-rank overflow signal.
         if self.grads_partitioned and self.ctx.comm is not None and self.ctx.world_size > 1:
