@@ -126,3 +126,20 @@ def test_aio_writer_matches_python_writer(tmp_path) -> None:
     ShardedCheckpointEngine().save(str(tmp_path / "py"), "t", state)
     ShardedCheckpointEngine(writer=AioWriter(provider)).save(str(tmp_path / "aio"), "t", state)
     _same_tree(str(tmp_path / "py" / "t"), str(tmp_path / "aio" / "t"))
+
+
+def test_ledger_and_gate_sections(tmp_path) -> None:
+    from ds.checkpoint.config import build_gate, build_ledger, parse_gate_config
+    from ds.interfaces.telemetry import EventBus, StepMetrics
+
+    led = build_ledger({"path": str(tmp_path / "run.jsonl")})
+    bus = EventBus()
+    gate = build_gate({"p99_step_latency_s_max": 0.1, "window": 5}, ledger=led, events=bus)
+    bus.publish(StepMetrics(step=0, loss=1.0, lr=0.1, step_time_s=0.2))
+    assert not gate.report().passed
+    led.close()
+    assert (tmp_path / "run.jsonl").read_text().count("readiness_assessment") == 1
+    with pytest.raises(ConfigError, match=r"gate\.window"):
+        parse_gate_config({"window": 0})
+    with pytest.raises(ConfigError, match="valid keys"):
+        parse_gate_config({"p99": 1})

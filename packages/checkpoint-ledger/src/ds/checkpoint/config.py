@@ -3,7 +3,8 @@
 ``checkpoint: {writer: "python" | "aio", async: bool, checksum: bool}``: ``aio`` writes through
 the asynchronous I/O handle of ds-ops-kernels and fails (naming it) when that is not installed.
 ``ledger: {path, signing_key, fsync, recover_torn_tail}``: the signing key may also come from
-``$DS_LEDGER_SIGNING_KEY``.
+``$DS_LEDGER_SIGNING_KEY``. ``gate: {ddi_max, zomm_max, p99_step_latency_s_max, window,
+baseline_steps, warn_fraction}``: readiness thresholds.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ class LedgerConfig(BaseModel):
     recover_torn_tail: bool = False
 
 
+class GateConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ddi_max: float = Field(12.0, gt=0)
+    zomm_max: float = Field(1.08, gt=0)
+    p99_step_latency_s_max: float = Field(0.45, gt=0)
+    window: int = Field(100, ge=1)
+    baseline_steps: int = Field(10, ge=1)
+    warn_fraction: float = Field(0.9, gt=0)
+
+
 def _parse(model: type[BaseModel], section: str, value: Any) -> Any:
     if isinstance(value, model):
         return value
@@ -52,6 +64,21 @@ def parse_checkpoint_config(value: Any) -> CheckpointConfig:
 
 def parse_ledger_config(value: Any) -> LedgerConfig:
     return _parse(LedgerConfig, "ledger", value)  # type: ignore[no-any-return]
+
+
+def parse_gate_config(value: Any) -> GateConfig:
+    return _parse(GateConfig, "gate", value)  # type: ignore[no-any-return]
+
+
+def build_gate(config: Any = None, ledger: Any | None = None, events: Any | None = None) -> Any:
+    """A ProductionDebtZeROGate with the ``gate`` section's thresholds, subscribed to ``events``."""
+    from ds.checkpoint.gate import GateThresholds, ProductionDebtZeROGate
+
+    cfg = parse_gate_config(config)
+    gate = ProductionDebtZeROGate(GateThresholds(**cfg.model_dump()), ledger=ledger)
+    if events is not None:
+        gate.attach(events)
+    return gate
 
 
 def build_engine(
