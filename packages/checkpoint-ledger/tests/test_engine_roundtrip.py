@@ -170,3 +170,15 @@ def test_failed_ledger_record_after_commit_says_the_checkpoint_is_saved(tmp_path
         _save_full(eng, str(tmp_path / "ck"), "t")
     assert ShardedCheckpointEngine().verify(str(tmp_path / "ck"), "t") == []
     assert ShardedCheckpointEngine().latest_tag(str(tmp_path / "ck")) == "t"
+
+
+def test_damaged_manifest_is_named(tmp_path) -> None:
+    eng = ShardedCheckpointEngine()
+    _save_full(eng, str(tmp_path), "t")
+    manifest = tmp_path / "t" / "manifest.json"
+    manifest.write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="not a ds sharded checkpoint manifest"):
+        eng.metadata(str(tmp_path), "t")
+    manifest.write_text('{"format": "ds-sharded')
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        eng.metadata(str(tmp_path), "t")

@@ -70,13 +70,13 @@ def decode_manifest(data: bytes, where: str) -> dict[str, Any]:
             f"manifest {where} is not valid JSON ({exc}); the checkpoint is damaged, "
             "load an earlier tag"
         ) from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise CheckpointError(
-            f"{where} is not a ds sharded checkpoint manifest (format={manifest.get('format')!r})"
-        )
+    found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
+    if found != FORMAT_NAME or not isinstance(manifest, dict):
+        raise CheckpointError(f"{where} is not a ds sharded checkpoint manifest (format={found!r})")
     if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
         raise CheckpointError(
             f"{where} uses format version {manifest['format_version']}, newer than this "
             f"ds-checkpoint-ledger reads ({FORMAT_VERSION}); upgrade ds-checkpoint-ledger"
         )
-    return manifest
+    out: dict[str, Any] = manifest
+    return out
