@@ -3,6 +3,7 @@ offline generation of the same model."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +166,26 @@ def test_streaming_requests_equal_offline_generation(tmp_path: Path) -> None:
         # Requests the cache can never hold are refused with a clear message.
         with pytest.raises(openai.BadRequestError, match=r"max_context|whole cache"):
             client.completions.create(model="tiny-llama", prompt=prompts[0], max_tokens=10**6)
+
+        # A client that disconnects mid-stream frees its KV blocks without running to the end.
+        health = f"http://127.0.0.1:{port}/health"
+
+        def free_blocks() -> int:
+            with urllib.request.urlopen(health, timeout=30) as resp:
+                return int(json.loads(resp.read())["free_blocks"])
+
+        stream = client.completions.create(
+            model="tiny-llama", prompt=prompts[3], max_tokens=3000, temperature=0.0, stream=True
+        )
+        chunks = iter(stream)
+        next(chunks)
+        next(chunks)
+        assert free_blocks() < 256
+        stream.close()
+        deadline = time.monotonic() + 60
+        while free_blocks() != 256:
+            assert time.monotonic() < deadline, "aborted request still holds KV blocks"
+            time.sleep(0.2)
     finally:
         proc.terminate()
         try:

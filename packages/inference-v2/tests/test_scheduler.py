@@ -146,3 +146,17 @@ def test_sampler_filters_match_transformers_processors() -> None:
 def test_invalid_sampling_parameters() -> None:
     with pytest.raises(ConfigError, match=r"temperature=-1.*top_p=1.5"):
         Sampler(SamplingParams(top_p=1.5, temperature=-1))
+
+
+def test_abort_frees_blocks_and_other_requests_continue(tiny_dirs: dict[str, Path]) -> None:
+    engine = build_engine(tiny_dirs["llama"], {"kv_cache": {"num_blocks": 64}})
+    sched = ContinuousBatchScheduler(engine)
+    sched.add_request(0, list(range(40)), SamplingParams(max_new_tokens=20))
+    sched.add_request(1, list(range(30)), SamplingParams(max_new_tokens=5))
+    sched.step()
+    assert sched.abort(0) and not sched.abort(0)
+    assert 0 not in engine.state
+    while sched.has_unfinished():
+        sched.step()
+    assert list(sched.finished) == [1] and len(sched.finished[1].generated) == 5
+    assert engine.capacity().free_blocks == 64

@@ -101,6 +101,17 @@ class ContinuousBatchScheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def abort(self, uid: int) -> bool:
+        """Drop a waiting or running request and free its blocks; False if it is not live."""
+        for pool in (self.waiting, self.running):
+            for req in pool:
+                if req.uid == uid:
+                    pool.remove(req)
+                    if uid in self.engine.state:
+                        self.engine.flush(uid)
+                    return True
+        return False
+
     def step(self) -> dict[int, list[int]]:
         self._admit()
         self._make_room_for_decodes()

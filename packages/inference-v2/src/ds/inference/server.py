@@ -45,7 +45,7 @@ class EngineLoop:
         self.engine = engine
         self.codec = codec
         self.scheduler = ContinuousBatchScheduler(engine, decode=codec.decode)
-        self._inbox: queue.Queue[_Submission | None] = queue.Queue()
+        self._inbox: queue.Queue[_Submission | int | None] = queue.Queue()
         self._uids = itertools.count()
         self._deliver: dict[int, Callable[[Event], None]] = {}
         self._thread = threading.Thread(target=self._run, name="ds-serve-engine", daemon=True)
@@ -53,8 +53,14 @@ class EngineLoop:
 
     def submit(
         self, prompt: list[int], params: SamplingParams, deliver: Callable[[Event], None]
-    ) -> None:
-        self._inbox.put(_Submission(next(self._uids), prompt, params, deliver))
+    ) -> int:
+        uid = next(self._uids)
+        self._inbox.put(_Submission(uid, prompt, params, deliver))
+        return uid
+
+    def abort(self, uid: int) -> None:
+        """Stop a request whose client went away (applied on the engine thread)."""
+        self._inbox.put(uid)
 
     def close(self) -> None:
         self._inbox.put(None)
@@ -85,7 +91,11 @@ class EngineLoop:
                     sub = self._inbox.get(block=block)
                     if sub is None:
                         return
-                    self._accept(sub)
+                    if isinstance(sub, int):
+                        self.scheduler.abort(sub)
+                        self._deliver.pop(sub, None)
+                    else:
+                        self._accept(sub)
                     block = False
             except queue.Empty:
                 pass
@@ -174,12 +184,16 @@ def create_app(engine: InferenceEngineV2, codec: TextCodec, model_name: str) -> 
         def deliver(ev: Event) -> None:
             aloop.call_soon_threadsafe(q.put_nowait, ev)
 
-        loop_.submit(prompt, params, deliver)
-        while True:
-            ev = await q.get()
-            yield ev
-            if ev[0] == "error" or ev[2] is not None:
-                return
+        uid = loop_.submit(prompt, params, deliver)
+        done = False
+        try:
+            while not done:
+                ev = await q.get()
+                done = ev[0] == "error" or ev[2] is not None
+                yield ev
+        finally:
+            if not done:  # the client went away: stop spending forwards on it
+                loop_.abort(uid)
 
     async def run(prompt: list[int], params: SamplingParams, chat: bool, stream: bool) -> Any:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(_ids)}"
