@@ -167,7 +167,18 @@ def modifier_case(comm: Any, rank: int) -> dict[str, Any]:
         lin.bias.fill_(rank + 1.0)
     with GatheredParameters(list(lin.parameters())):
         weight, bias = lin.weight.detach().clone(), lin.bias.detach().clone()
-    return {"seen": seen_whole, "weight": weight, "bias": bias, "after": lin.weight.numel()}
+    torch.manual_seed(1000 + rank)  # ranks initialise differently: rank 0's values must win
+    with Init(comm=comm):
+        other = nn.Linear(4, 4)
+    with GatheredParameters(other.weight):
+        seeded = other.weight.detach().clone()
+    return {
+        "seen": seen_whole,
+        "weight": weight,
+        "bias": bias,
+        "after": lin.weight.numel(),
+        "seeded": seeded,
+    }
 
 
 def run_case(

@@ -132,3 +132,7 @@ def test_gathered_parameters_modifier_rank_broadcasts(world2: Any) -> None:
         assert m["seen"] == (3, 5) and m["after"] == 0
         assert torch.equal(m["weight"], torch.arange(15.0).view(3, 5))
         assert torch.equal(m["bias"], torch.ones(3))
+    torch.manual_seed(1000)
+    expect = torch.nn.Linear(4, 4).weight.detach()
+    for r in results:
+        assert torch.equal(r["modifier"]["seeded"], expect)

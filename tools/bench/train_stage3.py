@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import Bench
 
 HERE = Path(__file__).resolve().parent
 IMPLS = ["ddp", "ds0", "ds3", "ds3-cpu", "ds3-nvme", "fsdp2", "deepspeed3"]

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from train_gpt import GPT  # noqa: E402
+from train_gpt import GPT
 
 VOCAB, D, LAYERS, HEADS, SEQ, MICRO = 8192, 512, 6, 8, 128, 4
 WARMUP = 2

@@ -95,6 +95,9 @@ class Init:
                 continue
             if self.dtype is not None and p.is_floating_point():
                 p.data = p.data.to(self.dtype)
+            if self.coll.world > 1 and p.device.type != "meta" and self.coll.comm is not None:
+                # Rank 0's initialisation wins (as in DDP), whatever each rank's RNG produced.
+                self.coll.comm.broadcast(p.data, src=0, group=self.coll.group)
             s = partition_param(p, self.coll.rank, self.coll.world, self.threshold)
             s.extra["coll"] = self.coll
             if s.extra.get("meta"):
