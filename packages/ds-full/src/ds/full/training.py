@@ -111,6 +111,10 @@ def initialize(
         collate_fn=collate_fn,
         events=events,
     )
+    if "activation_checkpointing" in cfg.model_fields_set:
+        from ds.zero import checkpointing  # the section drives ds.zero.checkpointing.checkpoint
+
+        checkpointing.configure(deepspeed_config=cfg.activation_checkpointing)
     engine.accelerator = accelerator  # type: ignore[attr-defined]
     engine.ledger = ledger_obj  # type: ignore[attr-defined]
     engine.gate = None  # type: ignore[attr-defined]
