@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Without a GPU, Triton kernels run through the interpreter. The switch is read when triton and
+# the kernels are first imported, which any earlier test (or torch itself) may do, so it is set
+# here, before any test module is collected.
+if "TRITON_INTERPRET" not in os.environ:
+    try:
+        import torch as _torch
+
+        if not _torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+    except ImportError:
+        pass
 
 
 def _cuda_available() -> bool:
