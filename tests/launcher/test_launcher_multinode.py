@@ -62,7 +62,11 @@ def loopback_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[in
         "-o",
         "StrictHostKeyChecking=no",
         "-o",
-        "UserKnownHostsFile=/dev/null",
+        # A real file, never /dev/null: ssh rewrites known-hosts files by rename, which would
+        # replace the /dev/null device with a regular file for the whole machine.
+        f"UserKnownHostsFile={d / 'known_hosts'}",
+        "-o",
+        "UpdateHostKeys=no",
         "-o",
         "LogLevel=ERROR",
     ]
