@@ -169,9 +169,11 @@ def reference(cfg: dict[str, Any], world: int, client: bool = False) -> dict[str
     return {"losses": losses, "weights": copy.deepcopy(model.state_dict()), "norms": norms}
 
 
-def scenario_parity(rank: int, world: int, comm: Any, out: Path) -> dict[str, Any]:
+def scenario_parity(rank: int, world: int, comm: Any, out: Path, only: str = "") -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, cfg in variants().items():
+        if only and name not in only.split(","):
+            continue
         model = fresh_model()
         extra: dict[str, Any] = {}
         client = name.endswith("client_optimizer")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from _compare import worst_loss_error, worst_weight_error
+from _launch import run_world
 
 from conftest import scenario
 
@@ -53,3 +54,23 @@ def test_schedules_reached_their_final_lr(tmp_path_factory: pytest.TempPathFacto
     assert results["sched_WarmupLR"]["lr"] == [pytest.approx(3e-3)]
     assert results["sched_LRRangeTest"]["lr"] == [pytest.approx(1e-4 * (1 + 30 / 5))]
     assert results["stage2_client_optimizer"]["lr"] == [pytest.approx(3e-3 * 0.125)]
+
+
+WORLD3 = ["stage1", "stage2", "stage2_offload"]
+
+
+@pytest.mark.parametrize("name", WORLD3)
+def test_world_of_three_with_padding(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    # 3 ranks do not divide the parameter count: partitions end in padding.
+    key = "parity/3"
+    if key not in _world3:
+        out = tmp_path_factory.mktemp("zero-parity-3")
+        _world3[key] = run_world("parity", 3, out, 400.0, ",".join(WORLD3))
+    result = _world3[key][name]
+    ref = result["reference"]
+    assert worst_loss_error(result["losses"], ref["losses"]) <= 1e-5
+    err, param = worst_weight_error(result["weights"], ref["weights"])
+    assert err <= 1e-5, f"{param}: relative error {err:.3e}"
+
+
+_world3: dict[str, dict] = {}
