@@ -71,7 +71,7 @@ def run_case(impl: str, stage: int, offload: bool, steps: int) -> dict | None:
             procs.append(
                 subprocess.Popen(cmd, env=env_r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             )
-        logs = [p.communicate(timeout=900)[0].decode(errors="replace") for p in procs]
+        logs = [p.communicate(timeout=420)[0].decode(errors="replace") for p in procs]
         if any(p.returncode for p in procs) or not out.exists():
             print(f"{impl} stage {stage}{' offload' if offload else ''} failed:\n{logs[0][-3000:]}")
             return None

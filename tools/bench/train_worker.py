@@ -122,7 +122,8 @@ def main() -> None:
                 {
                     "times_s": times,
                     "init_s": init_s,
-                    "rss": rss_all,
+                    "rss": [r for r, _ in rss_all],
+                    "train_rss": [r - b for r, b in rss_all],
                     "params": sum(p.numel() for p in model.parameters()),
                 }
             )
