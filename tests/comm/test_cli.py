@@ -31,6 +31,7 @@ def test_default_sizes_span_1k_to_256m():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_bench_comm_spawns_ranks_and_compares_with_torch(tmp_path):
     out = tmp_path / "rows.json"

@@ -73,6 +73,7 @@ def test_instrumented(results, world, name):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", [n for n in CHECK_NAMES if n.startswith(("all_reduce", "reduce"))])
 def test_emulated_avg_and_reduce_scatter(results, name):

@@ -56,4 +56,10 @@ def test_explicit_rank_and_world_size():
     ok_or_report(res)
     for r, rr in enumerate(res):
         seen = json.loads(rr.stdout.strip().splitlines()[-1])
-        assert seen == {"source": "explicit", "rank": r, "sum": 3.0}
+        assert seen == {
+            "source": "explicit",
+            "rank": r,
+            "sum": 3.0,
+            "watchdog_timeout": 12.0,  # from the config's "comm" section, applied after init
+            "logged": [["all_reduce", 1]],
+        }

@@ -55,10 +55,22 @@ def explicit() -> dict:
     from ds import comm as dist
 
     rank = int(os.environ["TEST_RANK"])
-    env = dist.init_distributed(rank=rank, world_size=2, verbose=False)
+    config = {
+        "comms_logger": {"enabled": True, "prof_all": True},
+        "comm": {"watchdog": {"timeout_s": 12}},
+    }
+    env = dist.init_distributed(rank=rank, world_size=2, verbose=False, config=config)
     t = torch.tensor([rank + 1.0])
     dist.all_reduce(t)
-    return {"source": env.source, "rank": dist.get_rank(), "sum": t.item()}
+    tap = dist.get_communicator().tap
+    rows = dist.get_comms_logger().rows()
+    return {
+        "source": env.source,
+        "rank": dist.get_rank(),
+        "sum": t.item(),
+        "watchdog_timeout": tap.watchdog.timeout_s,
+        "logged": [(r["op"], r["count"]) for r in rows],
+    }
 
 
 if __name__ == "__main__":

@@ -80,9 +80,9 @@ def init_distributed(
     may carry DeepSpeed-style ``comms_logger`` and ds ``comm`` sections (see :func:`configure`).
     Returns the environment used, or None when the group already existed.
     """
-    if config is not None:
-        _configure_from(config)
     if dist_init_required is False or _comm.is_initialized():
+        if config is not None:
+            _configure_from(config)
         _apply_env_switches()
         return None
     if rank >= 0 and world_size > 0:
@@ -127,6 +127,9 @@ def init_distributed(
             f"{env.world_size}, rendezvous {env.master_addr}:{env.master_port}, from "
             f"{env.source}): {exc}"
         ) from exc
+    # After the group exists: the watchdog needs its store.
+    if config is not None:
+        _configure_from(config)
     _apply_env_switches()
     return env
 
