@@ -1,0 +1,35 @@
+"""`ds serve` argument handling (the server itself is exercised in tests/inference)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from ds.inference.cli import _config, _parser, main
+from ds.interfaces import registry
+
+
+def test_serve_verb_is_registered() -> None:
+    assert registry.list_providers(registry.CLI)["serve"].value == "ds.inference.cli:main"
+
+
+def test_flags_override_config_file(tmp_path: Path) -> None:
+    cfg = tmp_path / "engine.json"
+    cfg.write_text('{"kv_cache": {"block_size": 64, "num_blocks": 9}, "dtype": "float32"}')
+    args: argparse.Namespace = _parser().parse_args(
+        ["m", "--config", str(cfg), "--num-blocks", "100", "--prefix-caching"]
+    )
+    assert _config(args) == {
+        "kv_cache": {"block_size": 64, "num_blocks": 100},
+        "dtype": "float32",
+        "prefix_caching": True,
+    }
+    inline = _parser().parse_args(["m", "--config", '{"scheduler": {"token_budget": 64}}'])
+    assert _config(inline) == {"scheduler": {"token_budget": 64}}
+
+
+def test_bad_model_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "nope")]) == 2
+    assert "config.json" in capsys.readouterr().out
