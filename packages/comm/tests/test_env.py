@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ds.comm.env import DistEnv, discover, expand_nodelist, first_host
 from ds.interfaces.errors import ConfigError
@@ -103,3 +105,30 @@ def test_incomplete_env_names_what_is_missing(env, match):
 def test_nodelist(nodelist, first, hosts):
     assert first_host(nodelist) == first
     assert expand_nodelist(nodelist) == hosts
+
+
+_names = st.text(alphabet="abcdefgh", min_size=1, max_size=4)
+
+
+@st.composite
+def _nodelist_items(draw):
+    """A SLURM host-list item and its expansion: prefix[ranges]suffix or a plain name."""
+    prefix = draw(_names)
+    if not draw(st.booleans()):
+        return prefix, [prefix]
+    width = draw(st.integers(1, 3))
+    parts, hosts = [], []
+    for _ in range(draw(st.integers(1, 3))):
+        lo = draw(st.integers(0, 10**width - 1))
+        hi = draw(st.integers(lo, min(lo + 4, 10**width - 1)))
+        parts.append(f"{lo:0{width}d}" if lo == hi else f"{lo:0{width}d}-{hi:0{width}d}")
+        hosts += [f"{prefix}{n:0{width}d}" for n in range(lo, hi + 1)]
+    return f"{prefix}[{','.join(parts)}]", hosts
+
+
+@given(st.lists(_nodelist_items(), min_size=1, max_size=4))
+def test_nodelist_roundtrip(items):
+    nodelist = ",".join(text for text, _ in items)
+    hosts = [h for _, expanded in items for h in expanded]
+    assert expand_nodelist(nodelist) == hosts
+    assert first_host(nodelist) == hosts[0]
