@@ -1,0 +1,113 @@
+"""Building a ds engine for Lightning: the config from strategy arguments and Trainer settings,
+the engine from the composition root found through the registry, and an optimizer proxy."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ds.interfaces import registry
+from ds.interfaces.errors import ConfigError
+
+
+def initializer() -> Callable[..., tuple[Any, Any, Any, Any]]:
+    """``ds.full.initialize`` via the ``ds.initialize`` entry point (ds-full provides it)."""
+    fn: Callable[..., tuple[Any, Any, Any, Any]] = registry.get(registry.INITIALIZE, "default")
+    return fn
+
+
+def consolidated_state_dict(engine: Any) -> dict[str, torch.Tensor]:
+    """Whole weights at any stage; every rank must call it (stage 3 gathers)."""
+    fn = registry.get(registry.INITIALIZE, "consolidated_state_dict")
+    out: dict[str, torch.Tensor] = fn(engine)
+    return out
+
+
+def build_config(
+    base: Mapping[str, Any] | None,
+    *,
+    stage: int,
+    offload_optimizer: bool,
+    offload_parameters: bool,
+    micro_batch_size: int,
+    accumulate_grad_batches: int,
+    gradient_clip_val: float | None,
+    precision: str,
+) -> dict[str, Any]:
+    """A DeepSpeed-style config: the user's ``config`` wins; strategy arguments fill the rest."""
+    cfg: dict[str, Any] = copy.deepcopy(dict(base)) if base else {}
+    zero = cfg.setdefault("zero_optimization", {})
+    zero.setdefault("stage", stage)
+    if offload_optimizer:
+        zero.setdefault("offload_optimizer", {"device": "cpu"})
+    if offload_parameters:
+        zero.setdefault("offload_param", {"device": "cpu"})
+    cfg.setdefault("train_micro_batch_size_per_gpu", micro_batch_size)
+    gas = cfg.setdefault("gradient_accumulation_steps", accumulate_grad_batches)
+    if gas != accumulate_grad_batches:
+        raise ConfigError(
+            f"config gradient_accumulation_steps={gas} but Trainer(accumulate_grad_batches="
+            f"{accumulate_grad_batches}); set one of them so that they agree"
+        )
+    if gradient_clip_val:
+        cfg.setdefault("gradient_clipping", float(gradient_clip_val))
+    if "bf16" in precision and "bf16" not in cfg:
+        cfg["bf16"] = {"enabled": True}
+    elif precision.startswith("16") and "fp16" not in cfg:
+        cfg["fp16"] = {"enabled": True}
+    return cfg
+
+
+class EngineOptimizer(torch.optim.Optimizer):
+    """What Lightning sees as the optimizer: the engine's parameter groups (so LR schedulers and
+    LR monitors act on the engine), with a ``step`` that only evaluates the closure — the engine
+    steps in ``backward`` at its own accumulation boundaries."""
+
+    def __init__(self, engine: Any) -> None:
+        # Deliberately not calling Optimizer.__init__: the groups belong to the engine's optimizer.
+        self.engine = engine
+        self.defaults = dict(getattr(engine.optimizer, "defaults", {}))
+        self._optimizer_step_pre_hooks: dict[int, Any] = {}
+        self._optimizer_step_post_hooks: dict[int, Any] = {}
+        self._optimizer_state_dict_pre_hooks: dict[int, Any] = {}
+        self._optimizer_state_dict_post_hooks: dict[int, Any] = {}
+        self._optimizer_load_state_dict_pre_hooks: dict[int, Any] = {}
+        self._optimizer_load_state_dict_post_hooks: dict[int, Any] = {}
+
+    @property  # type: ignore[override]
+    def param_groups(self) -> list[dict[str, Any]]:
+        groups: list[dict[str, Any]] = self.engine.optimizer.param_groups
+        return groups
+
+    @property  # type: ignore[override]
+    def state(self) -> Any:
+        return self.engine.optimizer.state
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        # The engine clears its gradients after each step.
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        # Optimizer state is saved by the engine's sharded checkpoint, not by Lightning.
+        return {}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        return None
+
+
+def rebind_scheduler(scheduler: Any, old: Any, new: Any) -> None:
+    """Point a scheduler built on the client optimizer at the engine's optimizer, if they differ
+    (the engine re-uses a plain client optimizer in place; CPU offload replaces it)."""
+    if scheduler is None or old is new or getattr(scheduler, "optimizer", None) is not old:
+        return
+    for g_old, g_new in zip(old.param_groups, new.param_groups, strict=False):
+        if "initial_lr" in g_old:
+            g_new.setdefault("initial_lr", g_old["initial_lr"])
+        g_new["lr"] = g_old["lr"]
+    scheduler.optimizer = new

@@ -1,0 +1,65 @@
+"""Several Lightning fits in one launch (Lightning starts the second process once, and both
+processes run every fit in turn): ``--strategies ddp,ds_zero2 --out FILE`` writes rank 0's losses
+per strategy. ``--save DIR``/``--resume DIR`` checkpoint each strategy's run in ``DIR/<strategy>``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+from lightning_module import Regressor, dataset
+
+import ds.integrations.lightning  # noqa: F401
+
+
+def fit(strategy: str, args: argparse.Namespace, resume: str | None, save: str | None) -> dict:
+    pl.seed_everything(0, verbose=False)
+    model = Regressor()
+    trainer = pl.Trainer(
+        strategy=strategy,
+        accelerator="cpu",
+        devices=2,
+        max_steps=args.steps,
+        accumulate_grad_batches=args.accumulate,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    loader = DataLoader(dataset(args.samples), batch_size=args.batch, shuffle=False)
+    trainer.fit(model, loader, ckpt_path=resume)
+    if save:
+        trainer.save_checkpoint(save)
+    return {"losses": model.losses, "global_step": trainer.global_step}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--strategies", required=True)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--samples", type=int, default=64)
+    p.add_argument("--accumulate", type=int, default=2)
+    p.add_argument("--save", default=None)
+    p.add_argument("--resume", default=None)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    names = args.strategies.split(",")
+    out = {}
+    for name in names:
+        resume = os.path.join(args.resume, name) if args.resume else None
+        save = os.path.join(args.save, name) if args.save else None
+        out[name] = fit(name, args, resume, save)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
