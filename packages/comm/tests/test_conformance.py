@@ -77,4 +77,13 @@ def test_module_api_matches_torch_distributed_parameters(name):
 def test_public_names_are_exported():
     missing = [n for n in [*DROP_IN, "ReduceOp", "group", "get_local_rank"] if not hasattr(dc, n)]
     assert not missing
-    assert set(dc.__all__) <= set(dir(dc))
+    assert all(hasattr(dc, n) for n in dc.__all__)
+
+
+def test_import_does_not_load_pydantic():
+    import subprocess
+    import sys
+
+    code = "import sys; from ds import comm; print('pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

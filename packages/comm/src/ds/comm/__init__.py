@@ -52,13 +52,22 @@ from ds.comm.api import (
     set_communicator,
 )
 from ds.comm.backends.torch_backend import TorchCommunicator
-from ds.comm.comms_logger import CommsLogger, CommsLoggerConfig
+from ds.comm.comms_logger import CommsLogger
 from ds.interfaces.comm import ReduceOp
 from ds.interfaces.errors import CollectiveTimeoutError, CommError
 
 # torch.distributed's group handles (dist.group.WORLD) for drop-in code.
 group = _torch_dist.group
 GroupMember = _torch_dist.GroupMember
+
+
+def __getattr__(name: str) -> object:
+    if name == "CommsLoggerConfig":  # pydantic model, imported on first use
+        from ds.comm.comms_logger_config import CommsLoggerConfig
+
+        return CommsLoggerConfig
+    raise AttributeError(f"module 'ds.comm' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -11,18 +11,21 @@ import contextlib
 import datetime
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as _dist
 
 from ds.comm._instrument import Tap
 from ds.comm.backends.torch_backend import TorchCommunicator
-from ds.comm.comms_logger import CommsLogger, CommsLoggerConfig
+from ds.comm.comms_logger import CommsLogger
 from ds.comm.env import DistEnv, discover, free_port
 from ds.interfaces.comm import ReduceOp
 from ds.interfaces.errors import CommError, ConfigError
 from ds.interfaces.logging import get_logger
+
+if TYPE_CHECKING:
+    from ds.comm.comms_logger_config import CommsLoggerConfig
 
 log = get_logger(__name__)
 
@@ -209,6 +212,8 @@ def configure(
 
 
 def _make_logger(spec: Any) -> CommsLogger | None:
+    from ds.comm.comms_logger_config import CommsLoggerConfig
+
     if isinstance(spec, CommsLogger):
         return spec
     if isinstance(spec, bool):

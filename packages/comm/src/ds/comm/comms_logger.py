@@ -17,24 +17,25 @@ from __future__ import annotations
 import statistics
 import sys
 from dataclasses import dataclass, field
-from typing import IO, Any
-
-from pydantic import BaseModel, ConfigDict
+from typing import IO, TYPE_CHECKING, Any
 
 from ds.comm._format import fmt_bytes
 from ds.interfaces.logging import get_logger
 
+if TYPE_CHECKING:
+    from ds.comm.comms_logger_config import CommsLoggerConfig
+
 log = get_logger(__name__)
 
 
-class CommsLoggerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def __getattr__(name: str) -> Any:
+    # The pydantic model is imported on first use: pydantic costs ~0.4 s to import and most
+    # processes never configure the logger.
+    if name == "CommsLoggerConfig":
+        from ds.comm.comms_logger_config import CommsLoggerConfig
 
-    enabled: bool = False
-    verbose: bool = False
-    prof_all: bool = True
-    prof_ops: list[str] = []
-    debug: bool = False
+        return CommsLoggerConfig
+    raise AttributeError(name)
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -71,6 +72,8 @@ class CommsLogger:
     """Collects per-(op, message size) statistics; ``log_summary()`` prints the table."""
 
     def __init__(self, config: CommsLoggerConfig | dict[str, Any] | None = None) -> None:
+        from ds.comm.comms_logger_config import CommsLoggerConfig
+
         if config is None:
             config = CommsLoggerConfig(enabled=True)
         elif isinstance(config, dict):
