@@ -43,6 +43,21 @@ struct V {
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
   static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
   static reg sqrt(reg a) { return _mm256_sqrt_ps(a); }
+  // 12-bit estimates + one Newton step (~22 bits). x >= 0 for sqrt.
+  static reg fast_rcp(reg x) {
+    reg r = _mm256_rcp_ps(x);
+    return _mm256_mul_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(2.f)));
+  }
+  static reg fast_sqrt(reg x) {
+    reg y = _mm256_rsqrt_ps(x);
+    reg xy = _mm256_mul_ps(x, y);  // ~sqrt(x)
+    // Newton: sqrt ~= xy * (1.5 - 0.5 * xy * y)
+    reg s = _mm256_mul_ps(xy, _mm256_fnmadd_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), xy), y,
+                                               _mm256_set1_ps(1.5f)));
+    // Below the smallest normal float the estimate is unreliable; such x give 0 (absolute error
+    // under 1.1e-19, far below any eps the update adds to it).
+    return _mm256_and_ps(s, _mm256_cmp_ps(x, _mm256_set1_ps(1.17549435e-38f), _CMP_GE_OQ));
+  }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg sign(reg a) {
     const reg zero = _mm256_setzero_ps();

@@ -42,6 +42,22 @@ struct V {
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
   static reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
   static reg sqrt(reg a) { return _mm512_sqrt_ps(a); }
+  // 14-bit estimates + one Newton step (~23 bits). x >= 0 for sqrt.
+  static reg fast_rcp(reg x) {
+    reg r = _mm512_rcp14_ps(x);
+    return _mm512_mul_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.f)));
+  }
+  static reg fast_sqrt(reg x) {
+    reg y = _mm512_rsqrt14_ps(x);
+    reg xy = _mm512_mul_ps(x, y);  // ~sqrt(x)
+    // Newton: sqrt ~= xy * (1.5 - 0.5 * xy * y)
+    reg s = _mm512_mul_ps(xy, _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), xy), y,
+                                               _mm512_set1_ps(1.5f)));
+    // Below the smallest normal float the estimate is unreliable; such x give 0 (absolute error
+    // under 1.1e-19, far below any eps the update adds to it).
+    __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(1.17549435e-38f), _CMP_GE_OQ);
+    return _mm512_maskz_mov_ps(normal, s);
+  }
   static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg sign(reg a) {
     reg s = _mm512_or_ps(_mm512_and_ps(a, _mm512_set1_ps(-0.f)), _mm512_set1_ps(1.f));

@@ -24,6 +24,8 @@ struct V {
   static reg mul(reg a, reg b) { return a * b; }
   static reg div(reg a, reg b) { return a / b; }
   static reg sqrt(reg a) { return std::sqrt(a); }
+  static reg fast_sqrt(reg a) { return std::sqrt(a); }
+  static reg fast_rcp(reg a) { return 1.f / a; }
   static reg fma(reg a, reg b, reg c) { return a * b + c; }
   static reg sign(reg a) { return a > 0.f ? 1.f : (a < 0.f ? -1.f : a); }
 };
