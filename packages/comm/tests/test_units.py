@@ -89,3 +89,22 @@ def test_logger_prof_ops_and_debug_caller():
 def test_logger_config_rejects_unknown_keys():
     with pytest.raises(ValidationError, match="prof_op"):
         CommsLoggerConfig(prof_op=["x"])
+
+
+def test_watchdog_describes_each_kind_of_missing_peer():
+    from ds.comm.watchdog import describe_missing
+
+    positions = {
+        3: None,
+        1: (4, "broadcast"),
+        2: (7, "all_reduce"),
+        4: (5, "all_gather_into_tensor"),
+        5: (5, "all_reduce"),
+        6: (0, ""),
+    }
+    assert describe_missing(5, "all_reduce", positions) == (
+        "1 (last entered #4 broadcast), 2 (already at #7 all_reduce), "
+        "3 (position unknown: store unreachable), 4 (in all_gather_into_tensor #5 instead), "
+        "6 (last entered none)"
+    )
+    assert describe_missing(5, "all_reduce", {1: (5, "all_reduce")}).startswith("none found")

@@ -45,6 +45,22 @@ class Token:
     warned: bool = field(default=False)
 
 
+def describe_missing(seq: int, name: str, positions: dict[int, tuple[int, str] | None]) -> str:
+    """The "ranks missing" part of the timeout message, from each peer's last (seq, op)."""
+    missing = []
+    for r, pos in sorted(positions.items()):
+        if pos is None:
+            missing.append(f"{r} (position unknown: store unreachable)")
+        elif pos[0] < seq:
+            last = f"#{pos[0]} {pos[1]}" if pos[0] else "none"
+            missing.append(f"{r} (last entered {last})")
+        elif pos[0] > seq:
+            missing.append(f"{r} (already at #{pos[0]} {pos[1]})")
+        elif pos[1] != name:
+            missing.append(f"{r} (in {pos[1]} #{pos[0]} instead)")
+    return ", ".join(missing) if missing else "none found (every rank entered it; a peer died?)"
+
+
 def _default_store() -> Any:
     try:
         return _dist.distributed_c10d._get_default_store()
@@ -162,18 +178,7 @@ class Watchdog:
             self._publish()
         # Give the peers' heartbeat threads one more round to publish where they are.
         time.sleep(2 * self.poll_s)
-        missing = []
-        for r, pos in self.peer_positions(token).items():
-            if pos is None:
-                missing.append(f"{r} (position unknown: store unreachable)")
-            elif pos[0] < token.seq:
-                last = f"#{pos[0]} {pos[1]}" if pos[0] else "none"
-                missing.append(f"{r} (last entered {last})")
-            elif pos[0] > token.seq:
-                missing.append(f"{r} (already at #{pos[0]} {pos[1]})")
-            elif pos[1] != token.name:
-                missing.append(f"{r} (in {pos[1]} #{pos[0]} instead)")
-        who = ", ".join(missing) if missing else "none found (every rank entered it; a peer died?)"
+        who = describe_missing(token.seq, token.name, self.peer_positions(token))
         detail = f" [{cause}]" if cause is not None else ""
         return CollectiveTimeoutError(
             f"rank {self._rank} waited {waited_s:.1f} s in {token.name}(#{token.seq}, "
