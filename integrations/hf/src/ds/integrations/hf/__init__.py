@@ -1,1 +1,11 @@
-"""ds.integrations.hf: Hugging Face Transformers integration for ds."""
+"""ds.integrations.hf: Hugging Face Transformers on the ds engine.
+
+``DsTrainer(model, args, train_dataset=..., ds_config="ds.json")`` trains with ZeRO 0-3 and offload;
+``from_pretrained_zero3`` builds a model partitioned under ``ds.zero.Init`` and loads its weights
+without materialising the whole model on any rank.
+"""
+
+from ds.integrations.hf.config import fill_auto
+from ds.integrations.hf.trainer import DsTrainer, EngineModule, EngineOptimizer
+
+__all__ = ["DsTrainer", "EngineModule", "EngineOptimizer", "fill_auto"]
