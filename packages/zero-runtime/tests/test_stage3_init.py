@@ -122,3 +122,39 @@ def test_nvme_offload_without_provider_names_the_distribution(tmp_path: object) 
             None,
             offload=OffloadSettings(param_device="nvme", param_nvme_path=str(tmp_path)),
         )
+
+
+@pytest.mark.parametrize("variant", ["bf16", "nvme"])
+def test_modifier_edits_reach_the_master_copy(variant: str, tmp_path: object) -> None:
+    """An edit inside GatheredParameters(modifier_rank=0) survives the next optimizer step."""
+    from ds.interfaces.registry import get
+    from ds.zero.stage3 import AioSettings, OffloadSettings
+
+    model = nn.Linear(6, 4)
+    offload, kernels = OffloadSettings(), None
+    if variant == "bf16":
+        model = model.to(torch.bfloat16)
+    else:
+        kernels = get("ds.kernels", "cpu")()
+        offload = OffloadSettings(
+            param_device="nvme",
+            optimizer_device="nvme",
+            param_nvme_path=str(tmp_path),
+            optimizer_nvme_path=str(tmp_path),
+            aio=AioSettings(block_size=4096, queue_depth=2),
+        )
+    rt = Stage3Runtime(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=0.0, weight_decay=0.0),
+        None,
+        limits=Stage3Limits(param_persistence_threshold=0),
+        offload=offload,
+        kernels=kernels,
+    )
+    edited = torch.arange(24.0).view(4, 6).to(model.weight.dtype)
+    with ds.zero.GatheredParameters(model.weight, modifier_rank=0), torch.no_grad():
+        model.weight.copy_(edited)
+    rt.backward(model(torch.ones(2, 6, dtype=edited.dtype)).float().sum())
+    rt.step()  # lr 0: the update must write back exactly the edited values
+    assert torch.equal(rt.consolidated_state_dict()["weight"], edited)
+    rt.close()

@@ -198,7 +198,12 @@ class GatheredParameters:
             if s.pending is not None:
                 s.pending.wait()
                 continue
+            swapper = s.extra.get("swapper") if s.swapped else None
+            if swapper is not None:
+                swapper.swap_in(s)
             _coll_of(p).gather([p]).wait()
+            if swapper is not None:
+                swapper.drop(s)
             self._gathered.append(p)
 
     def __exit__(
@@ -243,7 +248,12 @@ def write_shard(s: Any, full: torch.Tensor) -> None:
     """Copy this rank's slice of a full tensor into the shard (and any fp32 master)."""
     flat = full.reshape(-1)
     n = s.valid_numel
-    if s.shard.numel() and (n == 0 or s.shard.data_ptr() != flat[s.offset :].data_ptr()):
+    swapper = s.extra.get("swapper")
+    if s.swapped and swapper is not None:  # the shard lives on NVMe: rewrite it there
+        shard = torch.zeros(s.shard_numel, dtype=s.dtype)
+        shard[:n].copy_(flat[s.offset : s.offset + n])
+        swapper.write_back(s, shard)
+    elif s.shard.numel() and (n == 0 or s.shard.data_ptr() != flat[s.offset :].data_ptr()):
         s.shard[:n].copy_(flat[s.offset : s.offset + n])
     hook = s.extra.get("on_shard_written")
     if hook is not None:

@@ -145,6 +145,9 @@ class PendingGather:
         self.work = work
         self.world = world
         self.done = False
+        # Single rank: the shard is the whole tensor; hold it now (an NVMe-swapped shard is
+        # dropped from the state right after the gather is issued).
+        self.local = [t.shard for t in self.states] if out is None else None
         for s in self.states:
             s.pending = self
 
@@ -159,10 +162,11 @@ class PendingGather:
             s.status = ParamStatus.AVAILABLE
             p.data = self._full(s, p)
         self.out = None
+        self.local = None
 
     def _full(self, s: ShardState, p: torch.nn.Parameter) -> torch.Tensor:
-        if self.out is None:  # single rank: the shard is the whole tensor
-            return s.shard[: s.numel].view(s.shape)
+        if self.local is not None:
+            return self.local[self.states.index(s)][: s.numel].view(s.shape)
         if len(self.states) == 1:
             return self.out[: s.numel].view(s.shape)
         total = self.out.numel() // self.world

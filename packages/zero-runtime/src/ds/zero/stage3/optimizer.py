@@ -30,21 +30,25 @@ OffloadDevice = Literal["none", "cpu", "nvme"]
 
 def _adam_hyper(opt: torch.optim.Optimizer, group: dict[str, Any]) -> AdamHyper:
     name = type(opt).__name__.lower()
-    if name not in ("adam", "adamw") or group.get("amsgrad"):
+    if "adam" not in name or "betas" not in group or group.get("amsgrad"):
         raise ConfigError(
-            f"optimizer offload steps Adam/AdamW in the kernel provider; got {type(opt).__name__}"
-            f"{' with amsgrad' if group.get('amsgrad') else ''}. Use Adam or AdamW, or set "
-            "zero_optimization.offload_optimizer.device to 'none'"
+            f"NVMe optimizer offload steps Adam/AdamW in the kernel provider; got "
+            f"{type(opt).__name__}{' with amsgrad' if group.get('amsgrad') else ''}. Use Adam or "
+            "AdamW, or set zero_optimization.offload_optimizer.device to 'cpu' or 'none'"
         )
     b1, b2 = group["betas"]
+    if "adamw_mode" in group:  # ds's own Adam classes carry the mode in the group
+        adamw = bool(group["adamw_mode"])
+    else:  # torch.optim.Adam / AdamW
+        adamw = name.endswith("adamw") or bool(group.get("decoupled_weight_decay"))
     return AdamHyper(
         lr=float(group["lr"]),
         beta1=float(b1),
         beta2=float(b2),
         eps=float(group["eps"]),
         weight_decay=float(group["weight_decay"]),
-        adamw_mode=name == "adamw" or bool(group.get("decoupled_weight_decay")),
-        bias_correction=True,
+        adamw_mode=adamw,
+        bias_correction=bool(group.get("bias_correction", True)),
     )
 
 
@@ -126,7 +130,21 @@ class Stage3Optimizer:
             # No autograd on masters: they are stepped in place by optimizers and kernels.
             m = torch.nn.Parameter(src, requires_grad=False)
             self._masters[s.ds_id] = m
+            if m.data_ptr() != s.shard.data_ptr():
+                # GatheredParameters(modifier_rank=...) edits must reach the master copy too.
+                s.extra["on_shard_written"] = self._on_shard_written
         return m
+
+    def _on_shard_written(self, s: Any, values: torch.Tensor) -> None:
+        n = values.numel()
+        m = self._masters[s.ds_id].data
+        if m.numel() == s.shard_numel:
+            m[:n].copy_(values)
+        if self._swap is not None:  # the master lives on NVMe: patch it there
+            full = torch.zeros(s.shard_numel, dtype=torch.float32)
+            self._swap.read((s.ds_id, "m"), full)
+            full[:n].copy_(values)
+            self._swap.write((s.ds_id, "m"), full)
 
     def _init_nvme(self) -> None:
         assert self._swap is not None
@@ -139,6 +157,7 @@ class Stage3Optimizer:
                 self._swap.write((s.ds_id, "v"), zeros)
                 self._swap.write((s.ds_id, "w"), zeros)
                 self._swap.handle.wait()
+                s.extra["on_shard_written"] = self._on_shard_written
                 # The master lives on NVMe; only the working partition stays in memory.
                 if m.data.data_ptr() != s.shard.data_ptr():
                     m.data = torch.empty(0)

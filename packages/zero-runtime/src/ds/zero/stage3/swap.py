@@ -88,6 +88,7 @@ class SwapFile:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.remove(self.path)
+        self.handle.close()
 
 
 class ParamSwapper:
@@ -112,6 +113,7 @@ class ParamSwapper:
             return
         self.file.write(s.ds_id, s.shard.contiguous())
         s.extra["swap_device"] = s.shard.device
+        s.extra["swapper"] = self
         s.shard = torch.empty(0, dtype=s.dtype, device=s.shard.device)
         s.swapped = True
         self.swapped_bytes += s.shard_bytes
