@@ -1,0 +1,62 @@
+"""Migration aids for scripts written against other training libraries.
+
+``ds.full.compat.deepspeed`` maps the ``deepspeed.*`` names scripts use onto ds. ``install()`` makes
+it importable as ``deepspeed`` so that such a script runs unchanged; it refuses to hide an installed
+DeepSpeed unless asked to (``shadow=True``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+from ds.interfaces.errors import ConfigError
+from ds.interfaces.logging import get_logger
+
+log = get_logger(__name__)
+
+SHIM = "ds.full.compat.deepspeed"
+SUBMODULES = (
+    "",
+    ".comm",
+    ".zero",
+    ".checkpointing",
+    ".accelerator",
+    ".ops",
+    ".ops.adam",
+    ".runtime",
+)
+
+
+def install(*, shadow: bool = False) -> None:
+    """Register the shim as ``deepspeed`` (and its submodules) in ``sys.modules``.
+
+    With a real DeepSpeed installed this raises unless ``shadow=True``, which then replaces it for
+    this process only (and says so in the log).
+    """
+    current = sys.modules.get("deepspeed")
+    if current is not None and current.__name__ == SHIM:
+        return
+    if current is not None or importlib.util.find_spec("deepspeed") is not None:
+        if not shadow:
+            raise ConfigError(
+                "a DeepSpeed installation is importable as 'deepspeed'; ds.full.compat.install() "
+                "will not hide it silently: call install(shadow=True) to use ds under that name "
+                "in this process, or import ds.full.compat.deepspeed directly"
+            )
+        log.warning("the 'deepspeed' module name now refers to ds in this process")
+        for name in [n for n in sys.modules if n == "deepspeed" or n.startswith("deepspeed.")]:
+            del sys.modules[name]
+    for sub in SUBMODULES:
+        sys.modules["deepspeed" + sub] = importlib.import_module(SHIM + sub)
+
+
+def uninstall() -> None:
+    """Forget the ``deepspeed`` alias (a later ``import deepspeed`` finds whatever is installed)."""
+    for name in [n for n in sys.modules if n == "deepspeed" or n.startswith("deepspeed.")]:
+        if sys.modules[name].__name__.startswith(SHIM):
+            del sys.modules[name]
+
+
+__all__ = ["install", "uninstall"]
