@@ -27,7 +27,7 @@ def write_kv(
 
 # Decodes are processed in groups of similar context length so each group pads its gathered
 # keys only to its own longest context, not the batch's.
-_DECODE_GROUP = 16
+_DECODE_GROUP = 8
 
 
 def _decode(
