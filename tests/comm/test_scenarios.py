@@ -82,6 +82,9 @@ def test_skipped_collective_raises_watchdog_error(tmp_path):
         # Only the rank that skipped is named (the other waiting rank is not "missing").
         assert "ranks missing: 2 (last entered #2 broadcast). " in err
         assert seen[r]["elapsed"] < 30
+        # The heartbeat thread warned while the collective was still in flight.
+        slow = [w for w in seen[r]["warnings"] if "collective is taking long" in w]
+        assert slow and "all_reduce" in slow[0] and "4 MiB" in slow[0], seen[r]["warnings"]
 
 
 @pytest.mark.multiprocess

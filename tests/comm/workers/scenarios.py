@@ -46,7 +46,18 @@ def skip_collective(out: Path) -> None:
 
     dist.init_distributed(verbose=False)
     rank, world = dist.get_rank(), dist.get_world_size()
-    dist.configure(watchdog={"timeout_s": 5.0, "poll_s": 0.2})
+    dist.configure(watchdog={"timeout_s": 5.0, "poll_s": 0.2, "warn_after_s": 1.0})
+    import logging
+
+    warned: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warned.append(record.getMessage())
+
+    wd_log = logging.getLogger("ds.comm.watchdog")
+    wd_log.addHandler(_Keep(logging.WARNING))
+    wd_log.setLevel(logging.WARNING)
     t = torch.ones(4)
     dist.all_reduce(t)  # #1: everybody
     dist.broadcast(t, src=0)  # #2: everybody
@@ -63,6 +74,7 @@ def skip_collective(out: Path) -> None:
     except dist.CollectiveTimeoutError as exc:
         payload = {"error": str(exc), "type": type(exc).__name__}
     payload["elapsed"] = time.monotonic() - t0
+    payload["warnings"] = warned
     _write(out, rank, payload)
     # Rank 0 hosts the rendezvous store the others read peers' positions from: stay up until
     # every rank has reported.
