@@ -128,3 +128,20 @@ def test_csv_monitor_writes_step_metrics(tmp_path) -> None:  # type: ignore[no-u
         "8",
         "12",
     ]
+
+
+def test_module_pass_throughs() -> None:
+    engine = ZeroEngine(_model(), _cfg(2))
+    assert engine.eval() is engine and not engine.module.training
+    engine.train()
+    assert engine.module.training
+    assert [n for n, _ in engine.named_parameters()] == [
+        n for n, _ in engine.module.named_parameters()
+    ]
+    assert len(list(engine.parameters())) == 4
+    assert engine.module_state_dict().keys() == engine.module.state_dict().keys()
+    with engine.no_sync():
+        engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
+    assert any(p.grad is not None for p in engine.parameters())
+    engine.zero_grad()
+    assert all(p.grad is None for p in engine.parameters())

@@ -206,6 +206,30 @@ class ZeroEngine:
     def memory_report(self) -> Any:
         return self.strategy.memory_report()
 
+    # -- module pass-throughs (DeepSpeed's engine is used like the module it wraps) --------------
+    def train(self, mode: bool = True) -> ZeroEngine:
+        self.module.train(mode)
+        return self
+
+    def eval(self) -> ZeroEngine:
+        self.module.eval()
+        return self
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        return self.module.parameters(recurse)
+
+    def named_parameters(
+        self, *args: Any, **kwargs: Any
+    ) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        return self.module.named_parameters(*args, **kwargs)
+
+    def module_state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def zero_grad(self) -> None:
+        """Drop accumulated gradients (``step`` does this at every boundary)."""
+        self.strategy.zero_grad()
+
     # -- the training step -----------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
