@@ -4,4 +4,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 tools/bootstrap.sh
+# Collectives in tests fail with a named rank and op instead of hanging (ds.comm watchdog).
+export DS_COMM_WATCHDOG="${DS_COMM_WATCHDOG:-120}"
 exec .venv/bin/python -m pytest interfaces/tests packages integrations tests "$@"
