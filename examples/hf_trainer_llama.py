@@ -120,6 +120,10 @@ def main() -> None:
         }
         with open(args.losses, "w") as f:
             json.dump(report, f)
+    if torch.distributed.is_initialized():
+        # Leave together: a rank that exits while another still talks to it aborts the job.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

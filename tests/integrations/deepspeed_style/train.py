@@ -65,6 +65,8 @@ def main():
                 },
                 f,
             )
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
