@@ -158,3 +158,12 @@ def test_modifier_edits_reach_the_master_copy(variant: str, tmp_path: object) ->
     rt.step()  # lr 0: the update must write back exactly the edited values
     assert torch.equal(rt.consolidated_state_dict()["weight"], edited)
     rt.close()
+
+
+def test_meta_model_without_init_is_a_clear_error() -> None:
+    from ds.interfaces.errors import ConfigError
+
+    with torch.device("meta"):
+        model = nn.Linear(3, 3)
+    with pytest.raises(ConfigError, match=r"meta device.*ds\.zero\.Init"):
+        Stage3Runtime(model, torch.optim.SGD(model.parameters(), lr=0.1), None)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
@@ -119,8 +120,14 @@ class Stage3Partitioner:
             s = partition_param(
                 p, collectives.rank, collectives.world, self.limits.param_persistence_threshold
             )
+            if s.extra.get("meta") and not hasattr(p, "ds_shard"):
+                raise ConfigError(
+                    f"parameter {name} is on the meta device; build the model under "
+                    "`with torch.device('meta'), ds.zero.Init():` so its shards exist, then load "
+                    "weights with ds.zero.init.load_state_dict_into_shards"
+                )
             if s.world != collectives.world:
-                raise ValueError(
+                raise ConfigError(
                     f"parameter {name} was partitioned for world size {s.world} but the engine "
                     f"runs at world size {collectives.world}; build the model under ds.zero.Init "
                     "with the same data-parallel group as the engine"
