@@ -88,3 +88,23 @@ def test_two_rank_trainer_matches_single_process(
         ).logits.detach(),
         atol=1e-2,
     )
+
+
+@pytest.mark.timeout(300)
+def test_from_pretrained_zero3_partitions_and_loads(tmp_path: Path) -> None:
+    sys.path.insert(0, str(EXAMPLE.parent))
+    from hf_trainer_llama import tiny_llama
+
+    model_dir = tmp_path / "tiny"
+    tiny_llama().save_pretrained(model_dir)
+    out = tmp_path / "zero3.json"
+    worker = Path(__file__).with_name("hf_zero3_worker.py")
+    cmd = [str(DS), "run", "--nproc", "2", str(worker), str(model_dir), str(out)]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    got = json.loads(out.read_text())
+    assert got["partitioned"] == got["params"] > 0
+    # Each rank keeps about half of every tensor and nothing whole stays visible.
+    assert got["local_numel"] <= got["full_numel"] // 2 + got["params"]
+    assert got["visible_numel"] == 0
+    assert got["max_abs_diff"] == 0.0
