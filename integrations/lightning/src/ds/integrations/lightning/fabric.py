@@ -1,0 +1,149 @@
+"""A Lightning Fabric strategy on the ds engine: ``Fabric(strategy="ds_zero3")``.
+
+``fabric.setup(model, optimizer)`` builds the engine (one optimizer); ``fabric.backward(loss)``
+runs ``engine.backward`` and ``optimizer.step()`` runs ``engine.step()``. The engine runs with one
+micro-batch per step: call ``optimizer.step()`` after every backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ds.integrations.lightning._engine import (
+    EngineOptimizer,
+    build_config,
+    consolidated_state_dict,
+    initializer,
+    rebind_scheduler,
+)
+from ds.interfaces.errors import ConfigError
+from lightning.fabric.strategies import DDPStrategy
+
+
+class EngineModule(torch.nn.Module):
+    """What Fabric wraps: calls go through the engine (its hooks run on the real module)."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__()
+        self.engine = engine
+        self.module = engine.module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.engine(*args, **kwargs)
+
+
+class DsFabricStrategy(DDPStrategy):
+    """Fabric counterpart of :class:`ds.integrations.lightning.DsStrategy`."""
+
+    def __init__(
+        self,
+        stage: int = 2,
+        offload_optimizer: bool = False,
+        offload_parameters: bool = False,
+        config: Mapping[str, Any] | None = None,
+        micro_batch_size: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if stage not in (0, 1, 2, 3):
+            raise ConfigError(f"DsFabricStrategy(stage={stage}): the ZeRO stage must be 0-3")
+        self.stage = stage
+        self.offload_optimizer = offload_optimizer
+        self.offload_parameters = offload_parameters
+        self.ds_config = dict(config) if config else None
+        self.micro_batch_size = micro_batch_size
+        self.engine: Any = None
+
+    def setup_module_and_optimizers(
+        self, module: torch.nn.Module, optimizers: list[Any], scheduler: Any = None
+    ) -> tuple[torch.nn.Module, list[Any], Any]:
+        if len(optimizers) != 1:
+            raise ConfigError(
+                f"fabric.setup() got {len(optimizers)} optimizers; the ds strategies train with "
+                "exactly one"
+            )
+        cfg = build_config(
+            self.ds_config,
+            stage=self.stage,
+            offload_optimizer=self.offload_optimizer,
+            offload_parameters=self.offload_parameters,
+            micro_batch_size=self.micro_batch_size,
+            accumulate_grad_batches=1,
+            gradient_clip_val=None,
+            precision=str(getattr(self.precision, "precision", "32-true")),
+        )
+        client = optimizers[0]
+        engine, optimizer, _, _ = initializer()(model=module, optimizer=client, config=cfg)
+        self.engine = engine
+        rebind_scheduler(scheduler, client, optimizer)
+        return EngineModule(engine), [EngineOptimizer(engine)], scheduler
+
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        raise ConfigError(
+            "the ds strategies need the optimizer at setup: call fabric.setup(model, optimizer)"
+        )
+
+    def backward(self, tensor: torch.Tensor, module: Any, *args: Any, **kwargs: Any) -> None:
+        if self.engine is None:
+            raise ConfigError("fabric.backward() before fabric.setup(model, optimizer)")
+        self.engine.backward(tensor)
+
+    def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
+        self.engine.step()
+        return None
+
+    def get_module_state_dict(self, module: torch.nn.Module) -> dict[str, Any]:
+        """Whole weights (gathered under ZeRO-3; every rank must call it)."""
+        sd = consolidated_state_dict(self.engine)
+        return {k.removeprefix("module."): v for k, v in sd.items()}
+
+    def save_checkpoint(
+        self,
+        path: Any,
+        state: dict[str, Any],
+        storage_options: Any = None,
+        filter: Any = None,
+    ) -> None:
+        """Every rank writes its shards to the directory ``path``; entries of ``state`` other
+        than modules and optimizers ride along as client state."""
+        client = {k: v for k, v in state.items() if not _is_model_or_optimizer(v)}
+        self.engine.save_checkpoint(str(path), tag="checkpoint", client_state=client)
+
+    def load_checkpoint(
+        self,
+        path: Any,
+        state: Any = None,
+        strict: bool = True,
+        weights_only: bool | None = None,
+    ) -> dict[str, Any]:
+        loaded, client = self.engine.load_checkpoint(str(path), tag="checkpoint")
+        if loaded is None:
+            raise ConfigError(f"no ds checkpoint in {path}; pass a directory it wrote")
+        client = dict(client)
+        if isinstance(state, dict):
+            for key in list(client):
+                if key in state and not _is_model_or_optimizer(state[key]):
+                    state[key] = client.pop(key)
+        return client
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        from ds.integrations.lightning.strategy import STRATEGIES
+
+        for name, stage, offload in STRATEGIES:
+            strategy_registry.register(
+                name,
+                cls,
+                description=f"ds ZeRO stage {stage}" + (" with CPU offload" if offload else ""),
+                override=True,
+                stage=stage,
+                offload_optimizer=offload,
+                offload_parameters=offload,
+            )
+
+
+def _is_model_or_optimizer(value: Any) -> bool:
+    return isinstance(value, torch.nn.Module | torch.optim.Optimizer) or hasattr(value, "engine")
