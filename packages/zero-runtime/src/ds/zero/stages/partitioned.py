@@ -37,6 +37,7 @@ class _Bucket:
     pending: int = 0
     launched: bool = False
     buffer: torch.Tensor | None = None  # stage 2: the bucket's gradients (fp32)
+    filled: list[int] = field(default_factory=list)  # stage 2: parameters copied into buffer
 
 
 @dataclass
@@ -69,6 +70,9 @@ class PartitionedStrategy(ZeroStrategy):
         self._reduce_now = False
         self._pending: list[tuple[Any, Callable[[], None]]] = []
         self._hooks: list[Any] = []
+        # Reused stage-2 bucket and all-gather buffers: fresh multi-MB allocations every step
+        # cost page faults comparable to the copies themselves.
+        self._pool: dict[int, list[torch.Tensor]] = {}
         self.groups: list[_Group] = []
         opt_groups: list[dict[str, Any]] = []
         for user_group in ctx.param_groups:
@@ -128,6 +132,7 @@ class PartitionedStrategy(ZeroStrategy):
                 for bucket in group.buckets:
                     bucket.pending = len(bucket.indices)
                     bucket.launched = False
+                    bucket.filled.clear()
 
     def _attach_grad_views(self) -> None:
         # Someone (module.zero_grad(), a client) may have replaced param.grad; put the flat views
@@ -151,9 +156,8 @@ class PartitionedStrategy(ZeroStrategy):
         bucket = group.buckets[group.bucket_of[pi]]
         if self.stage >= 2:
             if bucket.buffer is None:
-                bucket.buffer = torch.zeros(
-                    bucket.stop - bucket.start, dtype=torch.float32, device=group.flat.flat.device
-                )
+                bucket.buffer = self._take(bucket.stop - bucket.start, group.flat.flat.device)
+            bucket.filled.append(pi)
             off = group.flat.offsets[pi] - bucket.start
             assert param.grad is not None
             bucket.buffer[off : off + param.numel()].copy_(param.grad.reshape(-1))
@@ -166,9 +170,8 @@ class PartitionedStrategy(ZeroStrategy):
         bucket.launched = True
         if self.stage >= 2:
             if bucket.buffer is None:  # no parameter of the bucket got a gradient
-                bucket.buffer = torch.zeros(
-                    bucket.stop - bucket.start, dtype=torch.float32, device=group.flat.flat.device
-                )
+                bucket.buffer = self._take(bucket.stop - bucket.start, group.flat.flat.device)
+            self._zero_gaps(group, bucket, bucket.buffer)
             data = bucket.buffer
         else:
             assert group.flat_grad is not None
@@ -206,6 +209,7 @@ class PartitionedStrategy(ZeroStrategy):
             if lo < hi:
                 piece = data[lo - bucket.start : hi - bucket.start]
                 group.master_grad[lo - group.lo : hi - group.lo].add_(piece, alpha=inv)
+            self._give(data)
             bucket.buffer = None
         elif self.world > 1:
             if self.reduce_to_owner:
@@ -256,8 +260,32 @@ class PartitionedStrategy(ZeroStrategy):
         for c0 in range(0, part, self.allgather_numel):
             c1 = min(part, c0 + self.allgather_numel)
             outs = [fg.flat[r * part + c0 : r * part + c1] for r in range(self.world)]
-            mine = outs[self.rank].clone()
+            mine = self._take(c1 - c0, fg.flat.device, fg.dtype)
+            mine.copy_(outs[self.rank])
             self._timed(functools.partial(comm.all_gather, outs, mine, self.ctx.group))
+            self._give(mine)
+
+    def _take(self, numel: int, device: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        free = self._pool.get(numel)
+        while free:
+            t = free.pop()
+            if t.dtype == dtype:
+                return t
+        return torch.empty(numel, dtype=dtype, device=device)
+
+    def _give(self, t: torch.Tensor) -> None:
+        self._pool.setdefault(t.numel(), []).append(t)
+
+    def _zero_gaps(self, group: _Group, bucket: _Bucket, buf: torch.Tensor) -> None:
+        # Parameters without a gradient this backward (unused) and the padding contribute zeros.
+        pos = 0
+        for pi in sorted(bucket.filled):
+            off = group.flat.offsets[pi] - bucket.start
+            if off > pos:
+                buf[pos:off].zero_()
+            pos = max(pos, off + group.flat.params[pi].numel())
+        if pos < buf.numel():
+            buf[pos:].zero_()
 
     def zero_grad(self) -> None:
         for group in self.groups:
@@ -397,7 +425,11 @@ class PartitionedStrategy(ZeroStrategy):
             if not group.master_is_view:
                 report.master_weight_bytes += group.master.numel() * 4
             report.parameter_bytes += group.flat.flat.numel() * group.flat.flat.element_size()
+        report.details["reusable_comm_buffers"] = self.pool_bytes()
         return report
+
+    def pool_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for ts in self._pool.values() for t in ts)
 
     def release(self) -> None:
         for h in self._hooks:
