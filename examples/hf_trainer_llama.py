@@ -70,6 +70,8 @@ def main() -> None:
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--output-dir", default="hf_out")
     p.add_argument("--losses", default=None)
+    p.add_argument("--save-steps", type=int, default=0, help="write checkpoint-N dirs every N")
+    p.add_argument("--resume", default=None, help="a checkpoint-N directory to resume from")
     args = p.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -85,7 +87,8 @@ def main() -> None:
         lr_scheduler_type="linear",
         warmup_steps=2,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
         report_to=[],
         use_cpu=True,
         seed=0,
@@ -108,7 +111,7 @@ def main() -> None:
         trainer = DsTrainer(
             model=model, args=targs, train_dataset=data, callbacks=[log], ds_config=ds_config
         )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=args.resume)
     trainer.save_model(os.path.join(args.output_dir, "model"))
     if args.losses and trainer.is_world_process_zero():
         engine = getattr(trainer, "engine", None)

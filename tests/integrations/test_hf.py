@@ -108,3 +108,15 @@ def test_from_pretrained_zero3_partitions_and_loads(tmp_path: Path) -> None:
     assert got["local_numel"] <= got["full_numel"] // 2 + got["params"]
     assert got["visible_numel"] == 0
     assert got["max_abs_diff"] == 0.0
+
+
+@pytest.mark.timeout(600)
+def test_resume_from_checkpoint_zero3(reference: dict[str, Any], tmp_path: Path) -> None:
+    """checkpoint-10 written during a ZeRO-3 run (HF files + the engine's shards) resumes to the
+    same last 10 losses as the uninterrupted single-process reference."""
+    first = run(tmp_path, "first", "--stage", "3", "--save-steps", "10", nproc=2)
+    ckpt = tmp_path / "first" / "checkpoint-10"
+    assert (ckpt / "ds_engine" / "latest").exists() and (ckpt / "model.safetensors").exists()
+    resumed = run(tmp_path, "resumed", "--stage", "3", "--resume", str(ckpt), nproc=2)
+    assert first["losses"] == pytest.approx(reference["losses"], rel=RTOL)
+    assert resumed["losses"] == pytest.approx(reference["losses"][10:], rel=RTOL)
