@@ -1,0 +1,63 @@
+"""What this installation of ds has: distribution versions, registered implementations per
+plug-in group, and which framework integrations can be used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ds.interfaces import registry
+
+DISTRIBUTIONS = (
+    "ds-interfaces",
+    "ds-accel-abstraction",
+    "ds-comm",
+    "ds-ops-kernels",
+    "ds-zero-runtime",
+    "ds-inference-v2",
+    "ds-checkpoint-ledger",
+    "ds-launcher",
+    "ds-full",
+    "ds-hf",
+    "ds-lightning",
+)
+FRAMEWORKS = {"ds-hf": ("transformers", "accelerate"), "ds-lightning": ("lightning",)}
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def version() -> str:
+    """The installed ds-full version."""
+    return _version("ds-full") or "unknown"
+
+
+def feature_report() -> dict[str, Any]:
+    """A JSON-ready summary: ``distributions`` (name -> version or None), ``providers`` (group ->
+    registered names), ``integrations`` (ds-hf / ds-lightning -> usable, and the framework
+    versions they found)."""
+    dists = {d: _version(d) for d in DISTRIBUTIONS}
+    groups = sorted(set(registry.PROVIDING_DISTRIBUTION))
+    providers = {g: sorted(registry.list_providers(g)) for g in groups}
+    integrations: dict[str, Any] = {}
+    for dist, frameworks in FRAMEWORKS.items():
+        found = {f: _version(f) for f in frameworks}
+        integrations[dist] = {
+            "installed": dists[dist] is not None,
+            "usable": dists[dist] is not None and all(found.values()),
+            "frameworks": found,
+        }
+    return {
+        "version": version(),
+        "distributions": dists,
+        "providers": providers,
+        "integrations": integrations,
+    }
+
+
+__all__ = ["feature_report", "version"]
