@@ -32,7 +32,12 @@ DISTS: dict[str, tuple[str, str]] = {
     "ds-launcher": ("packages/launcher", "ds.launcher"),
     "ds-hf": ("integrations/hf", "ds.integrations.hf"),
     "ds-lightning": ("integrations/lightning", "ds.integrations.lightning"),
+    "ds-full": ("packages/ds-full", "ds.full"),
 }
+
+# ds-full is checked differently: with every sibling wheel, in its own fresh venv, by running the
+# README's main job from the installed wheels.
+PER_DIST = [n for n in DISTS if n not in ("ds-interfaces", "ds-full")]
 
 
 def sh(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -59,16 +64,45 @@ def ds_installed(py: Path) -> set[str]:
     return {line.split("==")[0].lower() for line in out.splitlines() if line.lower().startswith("ds-")}
 
 
+def check_full(work: Path, wheels: dict[str, Path]) -> None:
+    """Fresh venv with only torch, then `pip install ds-full` from the built wheels, then the
+    README's main job (2 ranks, shortened) through the installed `ds` command."""
+    venv = work / "venv-full"
+    sh([sys.executable, "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "-q", "--disable-pip-version-check"]
+    sh([*pip, "install", "-c", str(CONSTRAINTS), "torch"])
+    wheel_dir = wheels["ds-full"].parent
+    sh([*pip, "install", "-c", str(CONSTRAINTS), "--find-links", str(wheel_dir), "ds-full"])
+    present = ds_installed(py)
+    expected = {"ds-full", "ds-interfaces", "ds-accel-abstraction", "ds-comm", "ds-ops-kernels",
+                "ds-zero-runtime", "ds-inference-v2", "ds-checkpoint-ledger", "ds-launcher"}
+    if not expected <= present:
+        raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")
+    out = work / "main-job"
+    sh([str(venv / "bin" / "ds"), "run", "--nproc", "2", str(ROOT / "examples" / "train_gpt.py"),
+        "--config", str(ROOT / "examples" / "ds_config_zero2.json"), "--steps", "12",
+        "--out", str(out)], cwd=work)
+    if not (out / "checkpoints").exists():
+        raise RuntimeError("the main job ran but wrote no checkpoint")
+    print("ds-full: installed from wheels into a fresh venv; the main job ran", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", default=None, help="distributions to check")
     ap.add_argument("--keep", type=Path, default=None, help="work directory to keep")
+    ap.add_argument("--full", action="store_true",
+                    help="also install the ds-full wheel set into a fresh venv and run the main job")
     args = ap.parse_args()
-    names = args.only or [n for n in DISTS if n != "ds-interfaces"]
+    names = args.only or PER_DIST
     work = args.keep or Path(tempfile.mkdtemp(prefix="ds-isolation-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    wheels = build_wheels(work / "wheels", ["ds-interfaces", *names])
+    wanted = ["ds-interfaces", *names]
+    if args.full:
+        wanted = list(dict.fromkeys([*wanted, *PER_DIST, "ds-full"]))
+    wheels = build_wheels(work / "wheels", wanted)
     venv = work / "venv"
     sh([sys.executable, "-m", "venv", str(venv)])
     py = venv / "bin" / "python"
@@ -89,6 +123,12 @@ def main() -> int:
             print(f"FAILED {name}: {exc}", flush=True)
         finally:
             subprocess.run([*pip, "uninstall", "-y", name], check=False)
+    if args.full:
+        try:
+            check_full(work, wheels)
+        except (subprocess.CalledProcessError, RuntimeError) as exc:
+            failures.append(f"ds-full: {exc}")
+            print(f"FAILED ds-full: {exc}", flush=True)
     dt = time.perf_counter() - t0
     if failures:
         print(f"isolation: {len(failures)} of {len(names)} distributions failed ({dt:.0f} s)")
