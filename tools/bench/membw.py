@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Bench  # noqa: E402
+from harness import Bench
 
 
 def run(n_mib: int, repeat: int) -> Bench:
