@@ -22,6 +22,7 @@ import torch
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
+from ds.zero.stage3.linear import patch_linears, unpatch_linears
 from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
 from ds.zero.stage3.swap import ParamSwapper
 
@@ -156,6 +157,7 @@ class Stage3Partitioner:
             if s.status is ParamStatus.AVAILABLE:
                 self._add_live(p)
         self._held = 0
+        self._patched = patch_linears(module)
         self._register_hooks()
         module.__dict__["_ds_stage3"] = self  # found by ds.zero.generation
         # Persistent parameters created on the meta device (or swapped) need one gather now.
@@ -202,6 +204,7 @@ class Stage3Partitioner:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
+        unpatch_linears(self._patched)
         self.module.__dict__.pop("_ds_stage3", None)
 
     def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
