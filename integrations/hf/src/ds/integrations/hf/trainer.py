@@ -17,6 +17,7 @@ accumulation, clipping, mixed precision and the optimizer step:
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -63,18 +64,18 @@ class EngineOptimizer(torch.optim.Optimizer):
             "_optimizer_load_state_dict_pre_hooks",
             "_optimizer_load_state_dict_post_hooks",
         ):
-            setattr(self, hooks, {})
+            setattr(self, hooks, OrderedDict())
 
-    @property  # type: ignore[override]
-    def param_groups(self) -> list[dict[str, Any]]:
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         groups: list[dict[str, Any]] = self.engine.optimizer.param_groups
         return groups
 
-    @property  # type: ignore[override]
-    def state(self) -> Any:
+    @property
+    def state(self) -> Any:  # type: ignore[override]
         return self.engine.optimizer.state
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return closure() if closure is not None else None  # the engine stepped in training_step
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -140,7 +141,7 @@ class DsTrainer(Trainer):
         model.train()
         inputs = self._prepare_inputs(inputs)
         with self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            loss: Any = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         del inputs
         gas = engine.gradient_accumulation_steps()
         if self.loss_is_scaled_for_ga is not None:
@@ -154,7 +155,7 @@ class DsTrainer(Trainer):
         # accumulated batch must not be divided twice.
         engine.backward(loss * gas if scaled else loss)
         engine.step()
-        reported = loss if scaled else loss / gas
+        reported: torch.Tensor = loss if scaled else loss / gas
         return reported.detach()
 
     def _align_boundary(self, boundary: bool) -> None:
@@ -171,13 +172,13 @@ class DsTrainer(Trainer):
 
     def _clip_grad_norm(self, model: Any) -> Any:
         if self.engine is None:
-            return super()._clip_grad_norm(model)
+            return super()._clip_grad_norm(model)  # type: ignore[no-untyped-call]
         norm = self.engine.get_global_grad_norm()  # the engine clipped with gradient_clipping
         return torch.tensor(float(norm)) if norm is not None else None
 
     def _get_grad_norm(self, model: Any, grad_norm: Any = None) -> Any:
         if self.engine is None:
-            return super()._get_grad_norm(model, grad_norm)
+            return super()._get_grad_norm(model, grad_norm)  # type: ignore[no-untyped-call]
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else None
 

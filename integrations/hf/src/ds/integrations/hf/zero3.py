@@ -37,7 +37,7 @@ class SafetensorsFiles(Mapping[str, torch.Tensor]):
         self._handles = [safe_open(os.path.join(directory, f), framework="pt") for f in files]
         self._where: dict[str, Any] = {}
         for h in self._handles:
-            for key in h.keys():  # noqa: SIM118 - safe_open handles are not mappings
+            for key in h.keys():  # type: ignore[no-untyped-call]  # noqa: SIM118
                 self._where[key] = h
 
     def __getitem__(self, key: str) -> torch.Tensor:

@@ -4,6 +4,7 @@ the engine from the composition root found through the registry, and an optimize
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -70,23 +71,26 @@ class EngineOptimizer(torch.optim.Optimizer):
         # Deliberately not calling Optimizer.__init__: the groups belong to the engine's optimizer.
         self.engine = engine
         self.defaults = dict(getattr(engine.optimizer, "defaults", {}))
-        self._optimizer_step_pre_hooks: dict[int, Any] = {}
-        self._optimizer_step_post_hooks: dict[int, Any] = {}
-        self._optimizer_state_dict_pre_hooks: dict[int, Any] = {}
-        self._optimizer_state_dict_post_hooks: dict[int, Any] = {}
-        self._optimizer_load_state_dict_pre_hooks: dict[int, Any] = {}
-        self._optimizer_load_state_dict_post_hooks: dict[int, Any] = {}
+        for hooks in (
+            "_optimizer_step_pre_hooks",
+            "_optimizer_step_post_hooks",
+            "_optimizer_state_dict_pre_hooks",
+            "_optimizer_state_dict_post_hooks",
+            "_optimizer_load_state_dict_pre_hooks",
+            "_optimizer_load_state_dict_post_hooks",
+        ):
+            setattr(self, hooks, OrderedDict())
 
-    @property  # type: ignore[override]
-    def param_groups(self) -> list[dict[str, Any]]:
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         groups: list[dict[str, Any]] = self.engine.optimizer.param_groups
         return groups
 
-    @property  # type: ignore[override]
-    def state(self) -> Any:
+    @property
+    def state(self) -> Any:  # type: ignore[override]
         return self.engine.optimizer.state
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
         return closure() if closure is not None else None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -106,6 +110,7 @@ def rebind_scheduler(scheduler: Any, old: Any, new: Any) -> None:
     (the engine re-uses a plain client optimizer in place; CPU offload replaces it)."""
     if scheduler is None or old is new or getattr(scheduler, "optimizer", None) is not old:
         return
+    assert old is not None and new is not None
     for g_old, g_new in zip(old.param_groups, new.param_groups, strict=False):
         if "initial_lr" in g_old:
             g_new.setdefault("initial_lr", g_old["initial_lr"])

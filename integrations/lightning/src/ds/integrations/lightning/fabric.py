@@ -20,7 +20,7 @@ from ds.integrations.lightning._engine import (
     rebind_scheduler,
 )
 from ds.interfaces.errors import ConfigError
-from lightning.fabric.strategies import DDPStrategy
+from lightning.fabric.strategies.ddp import DDPStrategy
 
 
 class EngineModule(torch.nn.Module):
@@ -81,7 +81,7 @@ class DsFabricStrategy(DDPStrategy):
         rebind_scheduler(scheduler, client, optimizer)
         return EngineModule(engine), [EngineOptimizer(engine)], scheduler
 
-    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+    def setup_module(self, module: torch.nn.Module) -> Any:
         raise ConfigError(
             "the ds strategies need the optimizer at setup: call fabric.setup(model, optimizer)"
         )
