@@ -458,3 +458,31 @@ def test_rejects_other_bad_arguments() -> None:
         _adam(
             *(_z(dtype=torch.bfloat16) for _ in range(4)), low_precision_out=_z(dtype=torch.float16)
         )
+
+
+def _child_step(q: object, x: list[torch.Tensor]) -> None:
+    # Only the ds kernel runs on large tensors here: torch's own OpenMP regions are not usable in
+    # a child forked after the parent ran them (a libgomp limitation, not ds's).
+    cpu_optim.adam_step(*x, step=1, lr=1e-3)
+    q.put((_C.get_num_threads(), float(x[0][::1000].sum())))  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(120)
+def test_kernels_work_in_a_forked_child_after_the_pool_started() -> None:
+    # The child inherits the pool object but not its threads; it must not wait on them.
+    import multiprocessing as mp
+
+    torch.set_num_threads(2)
+    x = [torch.randn(200_000) for _ in range(4)]
+    x[3].abs_()
+    want = [t.clone() for t in x]
+    cpu_optim.adam_step(*x, step=1, lr=1e-3)  # parent pool running with 2 threads
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child_step, args=(q, want))
+    proc.start()
+    threads, checksum = q.get(timeout=60)
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
+    assert threads == 2  # the child sized a fresh pool from torch.get_num_threads()
+    assert checksum == float(x[0][::1000].sum())  # same update as the parent's

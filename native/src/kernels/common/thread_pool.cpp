@@ -1,8 +1,11 @@
 #include "ds/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <new>
 #include <utility>
 
 namespace ds {
@@ -97,6 +100,20 @@ namespace {
 std::mutex g_pool_mu;  // serialises resizing and concurrent parallel_for callers
 std::unique_ptr<ThreadPool> g_pool;
 int g_num_threads = 1;
+
+// A forked child (DataLoader workers, multiprocessing "fork") inherits the pool object but none of
+// its threads: waiting on it would hang. The child drops it (leaked: its threads cannot be joined)
+// and starts single-threaded; the next set_num_threads builds a fresh pool.
+void reset_in_child() {
+  (void)g_pool.release();
+  g_num_threads = 1;
+  new (&g_pool_mu) std::mutex();
+}
+
+const bool g_atfork_registered = [] {
+  pthread_atfork(nullptr, nullptr, &reset_in_child);
+  return true;
+}();
 }  // namespace
 
 void set_num_threads(int n) {

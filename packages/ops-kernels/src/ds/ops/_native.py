@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import functools
+import os
 from types import ModuleType
 
 from ds.interfaces.errors import KernelError
 
 _pool_threads = 0
+
+
+def _forget_pool_size() -> None:
+    # The native pool restarts single-threaded in a forked child; size it again on next use.
+    global _pool_threads
+    _pool_threads = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_size)
 
 
 @functools.cache
