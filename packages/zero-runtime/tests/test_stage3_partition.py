@@ -191,3 +191,40 @@ def test_generation_gathers_once() -> None:
     assert per_token_gathers >= 6
     assert torch.equal(once, expect) and torch.equal(per_token, expect)
     assert rt.accounting.live_bytes == 0 and all(p.numel() == 0 for p in model.parameters())
+
+
+def test_forward_keeps_no_view_of_released_weights() -> None:
+    """What autograd saves between forward and backward never pins a gathered weight's storage
+    (F.linear would save weight.t()); released weights are really freed."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    ref = copy.deepcopy(model)
+    rt = Stage3Runtime(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        None,
+        limits=Stage3Limits(param_persistence_threshold=0, prefetch_bucket_size=0),
+    )
+    linears = [m for m in model.modules() if type(m) is nn.Linear]
+    gathered_ptrs: set[int] = set()
+    for m in linears:
+        m.register_forward_pre_hook(lambda mod, a: gathered_ptrs.add(mod.weight.data_ptr()))
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    idx = _batches(1)[0]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = _loss(model, idx)
+    params = {id(p) for p in model.parameters()}
+    pinned = [t for t in saved if id(t) not in params and t.data_ptr() in gathered_ptrs]
+    assert not pinned, f"{len(pinned)} saved tensors alias gathered weights"
+    rt.backward(loss)
+    ref_loss = _loss(ref, idx)
+    ref_loss.backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(
+            shard_of(p).grad[: q.numel()], q.grad.reshape(-1), rtol=1e-5, atol=1e-7, msg=name
+        )
