@@ -23,12 +23,12 @@ from ds.integrations.hf import DsTrainer
 SEQ = 16
 
 
-def tiny_llama() -> LlamaForCausalLM:
+def tiny_llama(hidden: int = 32, layers: int = 2) -> LlamaForCausalLM:
     config = LlamaConfig(
         vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=64,
@@ -72,6 +72,8 @@ def main() -> None:
     p.add_argument("--losses", default=None)
     p.add_argument("--save-steps", type=int, default=0, help="write checkpoint-N dirs every N")
     p.add_argument("--resume", default=None, help="a checkpoint-N directory to resume from")
+    p.add_argument("--hidden", type=int, default=32, help="model width (benchmarks use more)")
+    p.add_argument("--layers", type=int, default=2)
     args = p.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -95,7 +97,7 @@ def main() -> None:
         dataloader_drop_last=True,
         disable_tqdm=True,
     )
-    model = tiny_llama()
+    model = tiny_llama(args.hidden, args.layers)
     log = LossLog()
     data = Tokens(args.steps * args.global_batch)
     if args.plain:
@@ -111,7 +113,7 @@ def main() -> None:
         trainer = DsTrainer(
             model=model, args=targs, train_dataset=data, callbacks=[log], ds_config=ds_config
         )
-    trainer.train(resume_from_checkpoint=args.resume)
+    result = trainer.train(resume_from_checkpoint=args.resume)
     trainer.save_model(os.path.join(args.output_dir, "model"))
     if args.losses and trainer.is_world_process_zero():
         engine = getattr(trainer, "engine", None)
@@ -120,6 +122,8 @@ def main() -> None:
             "engine": None if engine is None else type(engine).__name__,
             "zero_stage": None if engine is None else engine.zero_optimization_stage(),
             "world_size": world,
+            "train_runtime_s": float(result.metrics["train_runtime"]),
+            "steps": int(result.global_step),
         }
         with open(args.losses, "w") as f:
             json.dump(report, f)
