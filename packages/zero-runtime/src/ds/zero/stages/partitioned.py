@@ -70,8 +70,8 @@ class PartitionedStrategy(ZeroStrategy):
         self._reduce_now = False
         self._pending: list[tuple[Any, Callable[[], None]]] = []
         self._hooks: list[Any] = []
-        # Reused stage-2 bucket and all-gather buffers: fresh multi-MB allocations every step
-        # cost page faults comparable to the copies themselves.
+        # Stage-2 bucket buffers reused within one backward, and all-gather chunks within one
+        # gather: fresh multi-MB allocations cost page faults comparable to the copies.
         self._pool: dict[int, list[torch.Tensor]] = {}
         self.groups: list[_Group] = []
         opt_groups: list[dict[str, Any]] = []
@@ -231,6 +231,9 @@ class PartitionedStrategy(ZeroStrategy):
             if handle is not None:
                 self._timed(handle.wait)
             finish()
+        # Buffers are reused within a backward (bucket after bucket) but not kept past it, so
+        # the optimizer step's peak does not carry them.
+        self._pool.clear()
         if self.stage <= 1:
             for group in self.groups:
                 if not group.master_is_view:
@@ -264,6 +267,7 @@ class PartitionedStrategy(ZeroStrategy):
             mine.copy_(outs[self.rank])
             self._timed(functools.partial(comm.all_gather, outs, mine, self.ctx.group))
             self._give(mine)
+        self._pool.clear()
 
     def _take(self, numel: int, device: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         free = self._pool.get(numel)
