@@ -15,14 +15,27 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 from lightning_module import Regressor, dataset
 
-import ds.integrations.lightning  # noqa: F401
+import ds.integrations.lightning
+
+
+class ConfigOptimizerRegressor(Regressor):
+    def configure_optimizers(self) -> None:  # type: ignore[override]
+        return None  # the strategy's config defines the optimizer
+
+
+def strategy_for(name: str) -> object:
+    """``ds_zero2_config_optimizer``: the optimizer comes from the ds config, not the module."""
+    if name == "ds_zero2_config_optimizer":
+        opt = {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}}
+        return ds.integrations.lightning.DsStrategy(stage=2, config={"optimizer": opt})
+    return name
 
 
 def fit(strategy: str, args: argparse.Namespace, resume: str | None, save: str | None) -> dict:
     pl.seed_everything(0, verbose=False)
-    model = Regressor()
+    model = ConfigOptimizerRegressor() if strategy.endswith("config_optimizer") else Regressor()
     trainer = pl.Trainer(
-        strategy=strategy,
+        strategy=strategy_for(strategy),
         accelerator="cpu",
         devices=2,
         max_steps=args.steps,

@@ -39,7 +39,8 @@ def launch(tmp: Path, name: str, *args: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def parity(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("lightning")
-    return launch(tmp, "parity", "--strategies", ",".join(["ddp", *STRATEGIES]), "--steps", "4")
+    names = ["ddp", *STRATEGIES, "ds_zero2_config_optimizer"]
+    return launch(tmp, "parity", "--strategies", ",".join(names), "--steps", "4")
 
 
 def test_strategies_registered_on_import() -> None:
@@ -54,7 +55,7 @@ def test_strategies_registered_on_import() -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", [*STRATEGIES, "ds_zero2_config_optimizer"])
 def test_loss_parity_with_ddp(parity: dict[str, Any], strategy: str) -> None:
     ref = parity["ddp"]["losses"]
     got = parity[strategy]["losses"]

@@ -86,14 +86,13 @@ class DsStrategy(DDPStrategy):
         self.setup_precision_plugin()
 
     def _build_engine(self, trainer: Any) -> None:
+        from lightning.pytorch.core.optimizer import _MockOptimizer
+
         if len(self.optimizers) != 1:
             raise ConfigError(
                 f"configure_optimizers() returned {len(self.optimizers)} optimizers; the ds "
                 "strategies train with exactly one"
             )
-        client = self.optimizers[0]
-        if self.engine is not None:  # a second fit() on the same strategy starts afresh
-            self.engine.destroy()
         self._gas = int(trainer.accumulate_grad_batches)
         cfg = build_config(
             self.ds_config,
@@ -105,6 +104,21 @@ class DsStrategy(DDPStrategy):
             gradient_clip_val=trainer.gradient_clip_val,
             precision=str(self.precision_plugin.precision),
         )
+        # configure_optimizers() may return None when the config has an 'optimizer' section;
+        # Lightning then hands over a placeholder.
+        client = None if isinstance(self.optimizers[0], _MockOptimizer) else self.optimizers[0]
+        if client is not None and "optimizer" in cfg:
+            raise ConfigError(
+                "both configure_optimizers() and config['optimizer'] define the optimizer; "
+                "return None from configure_optimizers() or drop the config section"
+            )
+        if client is None and "optimizer" not in cfg:
+            raise ConfigError(
+                "configure_optimizers() returned no optimizer and the strategy config has no "
+                "'optimizer' section; define one of them"
+            )
+        if self.engine is not None:  # a second fit() on the same strategy starts afresh
+            self.engine.destroy()
         assert self.lightning_module is not None
         wrapper = ModuleWrapper(self.lightning_module)
         engine, optimizer, _, _ = initializer()(model=wrapper, optimizer=client, config=cfg)
