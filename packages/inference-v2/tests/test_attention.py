@@ -33,8 +33,9 @@ def test_mixed_ragged_batch_matches_dense(num_decodes: int) -> None:
     for nb in nblocks:
         blocks.append(perm[a : a + nb])
         a += nb
-    k_cache = torch.randn(len(perm), bs, kvh, d, generator=g)
-    v_cache = torch.randn(len(perm), bs, kvh, d, generator=g)
+    # Layout [kv_heads, blocks, block_size, dim].
+    k_cache = torch.randn(kvh, len(perm), bs, d, generator=g)
+    v_cache = torch.randn(kvh, len(perm), bs, d, generator=g)
     batch = build_ragged_batch([[0] * n for n in new], seen, blocks, bs)
     t = batch.num_tokens
     q = torch.randn(t, h, d, generator=g)
@@ -49,8 +50,8 @@ def test_mixed_ragged_batch_matches_dense(num_decodes: int) -> None:
     starts = batch.query_start.tolist()
     for i, (s, n, blk) in enumerate(zip(seen, new, blocks)):
         ctx = s + n
-        k = k_cache[blk].reshape(-1, kvh, d)[:ctx]
-        v = v_cache[blk].reshape(-1, kvh, d)[:ctx]
+        k = k_cache[:, blk].reshape(kvh, -1, d)[:, :ctx].transpose(0, 1)
+        v = v_cache[:, blk].reshape(kvh, -1, d)[:, :ctx].transpose(0, 1)
         want = _dense(q[starts[i] : starts[i] + n], k, v, d**-0.5)
         torch.testing.assert_close(
             out[starts[i] : starts[i] + n].double(), want, atol=1e-5, rtol=1e-5

@@ -27,8 +27,8 @@ def test_kernel_matches_reference_on_mixed_batch(
 ) -> None:
     g = torch.Generator().manual_seed(0)
     num_blocks = 24
-    k_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g)
-    v_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g)
+    k_cache = torch.randn(kv_heads, num_blocks, block_size, dim, generator=g)
+    v_cache = torch.randn(kv_heads, num_blocks, block_size, dim, generator=g)
     # A decode, a fresh prompt, and a chunk continuing a cached prefix, in scattered blocks.
     seen = [21, 0, 2 * block_size + 3]
     new = [1, 9, 5]

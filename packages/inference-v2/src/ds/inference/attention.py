@@ -1,6 +1,6 @@
 """Paged attention over the blocked KV cache, in PyTorch (the reference, any device).
 
-Cache layout per layer: ``k_cache``/``v_cache`` of shape [num_blocks, block_size, kv_heads, head_dim].
+Cache layout per layer: ``k_cache``/``v_cache`` of shape [kv_heads, num_blocks, block_size, head_dim].
 Every query token attends causally to its own sequence's cached tokens (the current forward's
 keys are written to the cache before attention runs).
 """
@@ -20,9 +20,9 @@ def write_kv(
     v: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    nb, bs, kvh, d = k_cache.shape
-    k_cache.view(nb * bs, kvh, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(nb * bs, kvh, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    kvh, nb, bs, d = k_cache.shape
+    k_cache.view(kvh, nb * bs, d).index_copy_(1, slot_mapping, k.transpose(0, 1).to(k_cache.dtype))
+    v_cache.view(kvh, nb * bs, d).index_copy_(1, slot_mapping, v.transpose(0, 1).to(v_cache.dtype))
 
 
 # Decodes are processed in groups of similar context length so each group pads its gathered
@@ -59,19 +59,18 @@ def _decode_group(
 ) -> torch.Tensor:
     """One query per sequence: gather every sequence's blocks at once, mask the tail."""
     s, h, d = q.shape
-    _, bs, kvh, _ = k_cache.shape
+    kvh, _, bs, _ = k_cache.shape
     max_ctx = int(ctx.max())
     nblk = -(-max_ctx // bs)
     idx = tables[:, :nblk].long()
-    k = k_cache[idx].reshape(s, nblk * bs, kvh, d).float()
-    v = v_cache[idx].reshape(s, nblk * bs, kvh, d).float()
-    qg = q.float().reshape(s, kvh, h // kvh, d)
-    scores = torch.einsum("skgd,sckd->skgc", qg, k) * scale
+    k = k_cache[:, idx].reshape(kvh, s, nblk * bs, d).float()
+    v = v_cache[:, idx].reshape(kvh, s, nblk * bs, d).float()
+    qg = q.float().reshape(s, kvh, h // kvh, d).transpose(0, 1)  # [kvh, s, group, d]
+    scores = torch.matmul(qg, k.transpose(-1, -2)) * scale  # [kvh, s, group, ctx]
     valid = torch.arange(nblk * bs, device=q.device)[None, :] < ctx[:, None]
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("skgc,sckd->skgd", probs, v)
-    return out.reshape(s, h, d).to(q.dtype)
+    scores = scores.masked_fill(~valid[None, :, None, :], float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [kvh, s, group, d]
+    return out.transpose(0, 1).reshape(s, h, d).to(q.dtype)
 
 
 def _prefill_one(
@@ -84,22 +83,19 @@ def _prefill_one(
 ) -> torch.Tensor:
     """Queries of one sequence (the last ``q.shape[0]`` positions of its ``ctx`` tokens)."""
     n, h, d = q.shape
-    _, bs, kvh, _ = k_cache.shape
+    kvh, _, bs, _ = k_cache.shape
     nblk = -(-ctx // bs)
     idx = blocks[:nblk].long()
-    k = k_cache[idx].reshape(nblk * bs, kvh, d)[:ctx].transpose(0, 1)
-    v = v_cache[idx].reshape(nblk * bs, kvh, d)[:ctx].transpose(0, 1)
+    k = k_cache[:, idx].reshape(kvh, nblk * bs, d)[:, :ctx].to(q.dtype)
+    v = v_cache[:, idx].reshape(kvh, nblk * bs, d)[:, :ctx].to(q.dtype)
     qt = q.transpose(0, 1)
+    gqa = kvh != h
     if n == ctx:
-        out = F.scaled_dot_product_attention(
-            qt, k.to(q.dtype), v.to(q.dtype), is_causal=True, scale=scale, enable_gqa=kvh != h
-        )
+        out = F.scaled_dot_product_attention(qt, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
         qpos = torch.arange(ctx - n, ctx, device=q.device)
         mask = torch.arange(ctx, device=q.device)[None, :] <= qpos[:, None]
-        out = F.scaled_dot_product_attention(
-            qt, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=kvh != h
-        )
+        out = F.scaled_dot_product_attention(qt, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
     return out.transpose(0, 1)
 
 

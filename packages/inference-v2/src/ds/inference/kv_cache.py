@@ -1,4 +1,8 @@
-"""The blocked KV cache tensors: per layer, keys and values of shape [blocks, block_size, kv_heads, dim]."""
+"""The blocked KV cache tensors: per layer, keys and values of shape [kv_heads, blocks, block_size, dim].
+
+Head-major so that gathering a sequence's blocks yields [kv_heads, tokens, dim] directly, the
+layout attention multiplies in, with no transposing copy.
+"""
 
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ class KVCache:
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
-        shape = (num_blocks, block_size, kv_heads, head_dim)
+        shape = (kv_heads, num_blocks, block_size, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
 

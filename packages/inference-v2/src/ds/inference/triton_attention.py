@@ -100,7 +100,7 @@ def paged_attention_triton(
 ) -> torch.Tensor:
     """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
     t, h, d = q.shape
-    _, bs, kvh, _ = k_cache.shape
+    kvh, _, bs, _ = k_cache.shape
     if bs & (bs - 1):
         raise KernelError(f"the Triton kernel needs a power-of-two block size (got {bs})")
     if k_cache.stride(-1) != 1 or q.stride(-1) != 1:
@@ -118,9 +118,9 @@ def paged_attention_triton(
         scale,
         q.stride(0),
         q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
+        k_cache.stride(1),  # per block
+        k_cache.stride(2),  # per slot in a block
+        k_cache.stride(0),  # per kv head
         out.stride(0),
         out.stride(1),
         tables.stride(0),
