@@ -34,3 +34,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# Variables that describe "this process's place in a distributed job". A test that initialises a
+# process group in the pytest process (ds.comm exports what it found, like torchrun's env://)
+# must not hand them to the jobs later tests start: children would rendezvous on the pytest
+# process's own, still-listening store.
+_DIST_ENV = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "NODE_RANK", "GROUP_RANK", "CROSS_RANK", "CROSS_SIZE",
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolate_distributed_env():
+    before = {k: os.environ.get(k) for k in _DIST_ENV}
+    yield
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
