@@ -50,8 +50,20 @@ def build_wheels(out: Path, names: list[str]) -> dict[str, Path]:
     for name in names:
         src = ROOT / DISTS[name][0]
         before = set(out.glob("*.whl"))
-        sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-            "-w", str(out), str(src)])
+        sh(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(out),
+                str(src),
+            ]
+        )
         new = set(out.glob("*.whl")) - before
         stem = name.replace("-", "_")
         wheels[name] = next(iter(new)) if new else next(out.glob(f"{stem}-*.whl"))
@@ -59,9 +71,15 @@ def build_wheels(out: Path, names: list[str]) -> dict[str, Path]:
 
 
 def ds_installed(py: Path) -> set[str]:
-    out = subprocess.run([str(py), "-m", "pip", "list", "--format=freeze"], capture_output=True,
-                         text=True, check=True).stdout
-    return {line.split("==")[0].lower() for line in out.splitlines() if line.lower().startswith("ds-")}
+    out = subprocess.run(
+        [str(py), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {
+        line.split("==")[0].lower() for line in out.splitlines() if line.lower().startswith("ds-")
+    }
 
 
 def check_full(work: Path, wheels: dict[str, Path]) -> None:
@@ -75,14 +93,36 @@ def check_full(work: Path, wheels: dict[str, Path]) -> None:
     wheel_dir = wheels["ds-full"].parent
     sh([*pip, "install", "-c", str(CONSTRAINTS), "--find-links", str(wheel_dir), "ds-full"])
     present = ds_installed(py)
-    expected = {"ds-full", "ds-interfaces", "ds-accel-abstraction", "ds-comm", "ds-ops-kernels",
-                "ds-zero-runtime", "ds-inference-v2", "ds-checkpoint-ledger", "ds-launcher"}
+    expected = {
+        "ds-full",
+        "ds-interfaces",
+        "ds-accel-abstraction",
+        "ds-comm",
+        "ds-ops-kernels",
+        "ds-zero-runtime",
+        "ds-inference-v2",
+        "ds-checkpoint-ledger",
+        "ds-launcher",
+    }
     if not expected <= present:
         raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")
     out = work / "main-job"
-    sh([str(venv / "bin" / "ds"), "run", "--nproc", "2", str(ROOT / "examples" / "train_gpt.py"),
-        "--config", str(ROOT / "examples" / "ds_config_zero2.json"), "--steps", "12",
-        "--out", str(out)], cwd=work)
+    sh(
+        [
+            str(venv / "bin" / "ds"),
+            "run",
+            "--nproc",
+            "2",
+            str(ROOT / "examples" / "train_gpt.py"),
+            "--config",
+            str(ROOT / "examples" / "ds_config_zero2.json"),
+            "--steps",
+            "12",
+            "--out",
+            str(out),
+        ],
+        cwd=work,
+    )
     if not (out / "checkpoints").exists():
         raise RuntimeError("the main job ran but wrote no checkpoint")
     print("ds-full: installed from wheels into a fresh venv; the main job ran", flush=True)
@@ -92,8 +132,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", default=None, help="distributions to check")
     ap.add_argument("--keep", type=Path, default=None, help="work directory to keep")
-    ap.add_argument("--full", action="store_true",
-                    help="also install the ds-full wheel set into a fresh venv and run the main job")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="also install the ds-full wheel set into a fresh venv and run the main job",
+    )
     args = ap.parse_args()
     names = args.only or PER_DIST
     work = args.keep or Path(tempfile.mkdtemp(prefix="ds-isolation-"))
@@ -112,7 +155,16 @@ def main() -> int:
     for name in names:
         module = DISTS[name][1]
         try:
-            sh([*pip, "install", "-c", str(CONSTRAINTS), str(wheels["ds-interfaces"]), str(wheels[name])])
+            sh(
+                [
+                    *pip,
+                    "install",
+                    "-c",
+                    str(CONSTRAINTS),
+                    str(wheels["ds-interfaces"]),
+                    str(wheels[name]),
+                ]
+            )
             present = ds_installed(py)
             extra = present - {"ds-interfaces", name}
             if extra:

@@ -24,12 +24,20 @@ def test_cli_logging_json_lines_rank_zero_only():
         "configure_cli_logging()\n"
         "get_logger('ds.cli.test').info('started', step=3)\n"
     )
-    out0 = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"RANK": "0", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"})
+    out0 = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"RANK": "0", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
+    )
     line = json.loads(out0.stderr.strip().splitlines()[-1])
     assert line["event"] == "started" and line["step"] == 3 and line["rank"] == 0
-    out1 = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"RANK": "1", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"})
+    out1 = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"RANK": "1", "WORLD_SIZE": "2", "PATH": "/usr/bin:/bin"},
+    )
     assert out1.stderr.strip() == ""
 
 
@@ -40,12 +48,19 @@ def test_uncaught_dserror_is_one_line_and_traceback_on_request():
     assert out.stderr.strip().splitlines() == [
         "ds: ConfigError: bad key foo; did you mean bar (DS_TRACEBACK=1 shows the traceback)"
     ]
-    full = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={"DS_TRACEBACK": "1", "PATH": "/usr/bin:/bin"})
+    full = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"DS_TRACEBACK": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert "Traceback" in full.stderr
 
 
 def test_other_exceptions_keep_their_traceback():
-    out = subprocess.run([sys.executable, "-c", "import ds.interfaces; raise KeyError('x')"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import ds.interfaces; raise KeyError('x')"],
+        capture_output=True,
+        text=True,
+    )
     assert "Traceback" in out.stderr and "KeyError" in out.stderr

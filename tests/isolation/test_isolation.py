@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_each_distribution_installs_and_imports_alone(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "isolation.py"), "--full", "--keep", str(tmp_path)],
-        capture_output=True, text=True, timeout=1750,
+        capture_output=True,
+        text=True,
+        timeout=1750,
     )
     tail = (out.stdout + out.stderr)[-6000:]
     assert out.returncode == 0, tail

@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-RESULTS_DIR = Path(os.environ.get("DS_BENCH_DIR", Path(__file__).resolve().parents[2] / "bench-results"))
+RESULTS_DIR = Path(
+    os.environ.get("DS_BENCH_DIR", Path(__file__).resolve().parents[2] / "bench-results")
+)
 
 
 @dataclass
@@ -64,22 +66,38 @@ class Bench:
         self.results: list[Result] = []
 
     def measure(
-        self, impl: str, case: str, fn: Callable[[], object], repeat: int = 10, warmup: int = 2,
-        work_bytes: int | None = None, **extra: float,
+        self,
+        impl: str,
+        case: str,
+        fn: Callable[[], object],
+        repeat: int = 10,
+        warmup: int = 2,
+        work_bytes: int | None = None,
+        **extra: float,
     ) -> Result:
         r = Result(impl, case, _time(fn, repeat, warmup), work_bytes, dict(extra))
         self.results.append(r)
         return r
 
-    def add(self, impl: str, case: str, times_s: list[float], work_bytes: int | None = None,
-            **extra: float) -> Result:
+    def add(
+        self,
+        impl: str,
+        case: str,
+        times_s: list[float],
+        work_bytes: int | None = None,
+        **extra: float,
+    ) -> Result:
         """Record externally measured times (e.g. from subprocesses)."""
         r = Result(impl, case, list(times_s), work_bytes, dict(extra))
         self.results.append(r)
         return r
 
     def interleave(
-        self, case: str, fns: Mapping[str, Callable[[], object]], rounds: int = 10, warmup: int = 2,
+        self,
+        case: str,
+        fns: Mapping[str, Callable[[], object]],
+        rounds: int = 10,
+        warmup: int = 2,
         work_bytes: int | None = None,
     ) -> dict[str, Result]:
         for fn in fns.values():
@@ -110,15 +128,21 @@ class Bench:
         for case, rs in cases.items():
             peer = next((r for r in rs if r.impl == self.peer), None)
             for r in rs:
-                row = [case, r.impl, f"{r.median_s * self._scale():.3f}",
-                       f"{min(r.times_s) * self._scale():.3f}",
-                       f"{r.gbps:.2f}" if r.gbps is not None else "-"]
+                row = [
+                    case,
+                    r.impl,
+                    f"{r.median_s * self._scale():.3f}",
+                    f"{min(r.times_s) * self._scale():.3f}",
+                    f"{r.gbps:.2f}" if r.gbps is not None else "-",
+                ]
                 if self.peer:
                     row.append(f"{r.median_s / peer.median_s:.3f}x" if peer else "-")
                 row += [f"{r.extra[k]:.4g}" if k in r.extra else "-" for k in extra_keys]
                 rows.append(row)
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
-        lines = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |" for row in rows]
+        lines = [
+            "| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |" for row in rows
+        ]
         lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
         return "\n".join(lines)
 
@@ -126,8 +150,11 @@ class Bench:
         return {
             "bench": self.name,
             "peer": self.peer,
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                        "python": platform.python_version()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "results": [dict(asdict(r), median_s=r.median_s, gbps=r.gbps) for r in self.results],
         }

@@ -38,8 +38,14 @@ def run(n_mib: int, repeat: int) -> Bench:
     for t in threads:
         torch.set_num_threads(t)
         for name, (fn, arrays) in kernels.items():
-            bench.measure(f"{t} thread{'s' if t > 1 else ''}", name, fn, repeat=repeat, warmup=2,
-                          work_bytes=arrays * n * 4)
+            bench.measure(
+                f"{t} thread{'s' if t > 1 else ''}",
+                name,
+                fn,
+                repeat=repeat,
+                warmup=2,
+                work_bytes=arrays * n * 4,
+            )
     return bench
 
 
