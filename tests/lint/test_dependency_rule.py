@@ -43,3 +43,15 @@ def test_mypy_strict_on_interfaces():
         timeout=240,
     )
     assert out.returncode == 0, out.stdout[-4000:]
+
+
+def test_ruff_lint_clean():
+    exe = shutil.which("ruff") or str(pathlib.Path(sys.executable).parent / "ruff")
+    out = subprocess.run(
+        [exe, "check", "interfaces", "packages", "integrations", "tests", "tools", "conftest.py"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-4000:]
