@@ -84,3 +84,19 @@ def remote_shell(env: Mapping[str, str], argv: Sequence[str], cwd: str | None = 
 
 def which(binary: str) -> bool:
     return shutil.which(binary) is not None
+
+
+class RemoteAgentRunner:
+    """Shared settings of the runners that start the per-node agent over a remote shell."""
+
+    def __init__(
+        self,
+        agent_args: Sequence[str] = (),
+        python: str | None = None,
+        cwd: str | None = None,
+        ssh_port: int | None = None,
+    ) -> None:
+        self.agent_args = list(agent_args)
+        self.python = python
+        self.cwd = cwd
+        self.ssh_port = ssh_port

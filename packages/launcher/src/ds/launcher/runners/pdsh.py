@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
 from ds.interfaces.runner import LaunchSpec
-from ds.launcher.runners.base import agent_command, remote_shell, which
+from ds.launcher.runners.base import RemoteAgentRunner, agent_command, remote_shell, which
 
 
-class PdshRunner:
-    def __init__(
-        self,
-        agent_args: Sequence[str] = (),
-        python: str | None = None,
-        cwd: str | None = None,
-        ssh_port: int | None = None,
-    ) -> None:
-        self.agent_args = list(agent_args)
-        self.python = python
-        self.cwd = cwd
-        self.ssh_port = ssh_port
-
+class PdshRunner(RemoteAgentRunner):
     def name(self) -> str:
         return "pdsh"
 

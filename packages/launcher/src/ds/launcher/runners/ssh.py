@@ -6,25 +6,11 @@ remote stdin closes and the agent stops its ranks, so a lost connection leaves n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ds.interfaces.runner import LaunchSpec
-from ds.launcher.runners.base import agent_command, remote_shell, which
+from ds.launcher.runners.base import RemoteAgentRunner, agent_command, remote_shell, which
 
 
-class SshRunner:
-    def __init__(
-        self,
-        agent_args: Sequence[str] = (),
-        python: str | None = None,
-        cwd: str | None = None,
-        ssh_port: int | None = None,
-    ) -> None:
-        self.agent_args = list(agent_args)
-        self.python = python
-        self.cwd = cwd
-        self.ssh_port = ssh_port
-
+class SshRunner(RemoteAgentRunner):
     def name(self) -> str:
         return "ssh"
 
