@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from ds.interfaces import registry
@@ -30,12 +33,34 @@ def test_unknown_group_has_generic_hint():
         registry.get("ds.unknown_group", "x")
 
 
-def test_entry_point_discovery_is_lazy_and_listed():
-    # Every installed ds distribution that registers a console verb shows up without being loaded.
-    providers = registry.list_providers(registry.CLI)
-    for p in providers.values():
-        assert p.group == registry.CLI
-        assert ":" in p.value
+def test_entry_point_discovery_is_lazy_and_listed(tmp_path):
+    # A real distribution (dist-info with entry_points.txt) registers two providers; one points at
+    # a module that does not exist. Listing must not import anything, so it lists both; loading
+    # the good one works; loading the broken one fails only then.
+    dist = tmp_path / "ds_probe-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ds-probe\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[ds.probe]\ngood = probe_mod:VALUE\nbroken = no_such_module_xyz:VALUE\n"
+    )
+    (tmp_path / "probe_mod.py").write_text("VALUE = 41 + 1\n")
+    code = (
+        "import sys\n"
+        "from ds.interfaces import registry\n"
+        "ps = registry.list_providers('ds.probe')\n"
+        "assert sorted(ps) == ['broken', 'good'], ps\n"
+        "assert ps['good'].distribution == 'ds-probe'\n"
+        "assert 'probe_mod' not in sys.modules\n"
+        "assert registry.get('ds.probe', 'good') == 42\n"
+        "try:\n"
+        "    registry.get('ds.probe', 'broken')\n"
+        "except ModuleNotFoundError:\n"
+        "    print('ok')\n"
+    )
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
 
 
 def test_refresh_clears_cache():
