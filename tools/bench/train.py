@@ -116,6 +116,12 @@ def main() -> None:
             train_rss_gb=max(max(r["train_rss"]) for r in rs) / 1e9,
         )
     bench.report()
+    print("\nrank 0 phase medians (ms): forward / backward / step")
+    for name, rs in runs.items():
+        ph = [t for r in rs for t in r.get("phases", [])]
+        if ph:
+            med = [statistics.median(x[i] for x in ph) * 1e3 for i in range(3)]
+            print(f"  {name:28s} {med[0]:8.1f} {med[1]:8.1f} {med[2]:8.1f}")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def main() -> None:
         sys.argv[5],
     )
     torch.set_num_threads(1)
+    phases: list[tuple[float, float, float]] = []
     if impl == "ds":
         import ds.full
     elif impl == "deepspeed":
@@ -77,9 +78,17 @@ def main() -> None:
         init_s = time.perf_counter() - t0
 
         def step() -> None:
+            t0 = time.perf_counter()
             opt.zero_grad()
-            net(x, y).backward()
+            loss = net(x, y)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
             opt.step()
+            phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+
+        def flush() -> None:
+            return None
     elif impl == "ds":
         import ds.full as ds
 
@@ -89,8 +98,18 @@ def main() -> None:
         init_s = time.perf_counter() - t0
 
         def step() -> None:
-            engine.backward(engine(x, y))
+            t0 = time.perf_counter()
+            loss = engine(x, y)
+            t1 = time.perf_counter()
+            engine.backward(loss)
+            t2 = time.perf_counter()
             engine.step()
+            phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+
+        def flush() -> None:
+            # Stages 1-2 leave the parameter all-gather in flight after step(); waiting for it
+            # here charges it to the timed steps.
+            engine.synchronize_parameters()
     else:
         import deepspeed
 
@@ -102,17 +121,34 @@ def main() -> None:
         init_s = time.perf_counter() - t0
 
         def step() -> None:
-            engine.backward(engine(x, y))
+            t0 = time.perf_counter()
+            loss = engine(x, y)
+            t1 = time.perf_counter()
+            engine.backward(loss)
+            t2 = time.perf_counter()
             engine.step()
+            phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+
+        def flush() -> None:
+            return None
 
     for _ in range(WARMUP):
         step()
+    flush()
+    phases.clear()
+    # Steps run back to back (no barrier between them: a barrier would also absorb communication
+    # an implementation leaves in flight across step boundaries); the last step includes waiting
+    # for anything still in flight.
+    dist.barrier()
     times = []
-    for _ in range(steps):
-        dist.barrier()
-        t = time.perf_counter()
+    t = time.perf_counter()
+    for i in range(steps):
         step()
-        times.append(time.perf_counter() - t)
+        if i == steps - 1:
+            flush()
+        now = time.perf_counter()
+        times.append(now - t)
+        t = now
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     rss_all: list = [None] * dist.get_world_size()
     dist.all_gather_object(rss_all, (rss, base_rss))
@@ -125,6 +161,8 @@ def main() -> None:
                     "rss": [r for r, _ in rss_all],
                     "train_rss": [r - b for r, b in rss_all],
                     "params": sum(p.numel() for p in model.parameters()),
+                    # rank 0's forward / backward / step seconds per timed step
+                    "phases": phases,
                 }
             )
         )

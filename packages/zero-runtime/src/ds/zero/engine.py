@@ -216,15 +216,24 @@ class ZeroEngine:
         return self
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        self.strategy.synchronize_parameters()
         return self.module.parameters(recurse)
 
     def named_parameters(
         self, *args: Any, **kwargs: Any
     ) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        self.strategy.synchronize_parameters()
         return self.module.named_parameters(*args, **kwargs)
 
     def module_state_dict(self) -> dict[str, Any]:
         return self.module.state_dict()
+
+    def synchronize_parameters(self) -> None:
+        """Complete the parameter all-gather that stages 1-2 leave in flight after ``step``.
+
+        Forward passes, ``module.state_dict()``, checkpoints and this engine's parameter accessors
+        do it themselves; call it before reading parameter tensors any other way."""
+        self.strategy.synchronize_parameters()
 
     def zero_grad(self) -> None:
         """Drop accumulated gradients (``step`` does this at every boundary)."""

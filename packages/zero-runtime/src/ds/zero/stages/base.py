@@ -160,6 +160,12 @@ class ZeroStrategy(abc.ABC):
     def step(self) -> None:
         """Run the optimizer on this rank's partition and make the module's weights current."""
 
+    def synchronize_parameters(self) -> None:  # noqa: B027 - optional hook
+        """Wait until the module's parameters hold the last step's values.
+
+        A stage may leave the parameter all-gather in flight when ``step`` returns and complete it
+        lazily (forward pre-hooks, ``state_dict``); this completes it now."""
+
     @abc.abstractmethod
     def zero_grad(self) -> None: ...
 

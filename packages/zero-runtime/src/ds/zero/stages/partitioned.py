@@ -73,6 +73,8 @@ class PartitionedStrategy(ZeroStrategy):
         # Stage-2 bucket buffers reused within one backward, and all-gather chunks within one
         # gather: fresh multi-MB allocations cost page faults comparable to the copies.
         self._pool: dict[int, list[torch.Tensor]] = {}
+        self._gathers: list[tuple[Any, torch.Tensor]] = []  # in-flight parameter gather chunks
+        self._gathered = 0  # how many of them have been waited for
         self.groups: list[_Group] = []
         opt_groups: list[dict[str, Any]] = []
         for user_group in ctx.param_groups:
@@ -92,6 +94,8 @@ class PartitionedStrategy(ZeroStrategy):
             for pi, p in enumerate(group.flat.params):
                 hook = functools.partial(self._on_grad, gi, pi)
                 self._hooks.append(p.register_post_accumulate_grad_hook(hook))
+        if self.stage >= 1 and self.comm is not None:
+            self._install_gather_hooks()
 
     # -- construction ----------------------------------------------------------------------------
     def _build_group(self, fg: FlatGroup) -> _Group:
@@ -246,6 +250,8 @@ class PartitionedStrategy(ZeroStrategy):
         return [g.master_grad for g in self.groups]
 
     def step(self) -> None:
+        # The optimizer writes the partitions the previous all-gather reads and fills.
+        self.synchronize_parameters()
         for group in self.groups:
             group.master.grad = group.master_grad
         self._optimizer.step()
@@ -254,20 +260,84 @@ class PartitionedStrategy(ZeroStrategy):
             if not group.master_is_view:
                 group.flat.flat[group.lo : group.hi].copy_(group.master)
             if self.stage >= 1 and self.comm is not None:
-                self._all_gather(group.flat)
+                self._launch_gather(group.flat)
 
-    def _all_gather(self, fg: FlatGroup) -> None:
+    # -- parameter all-gather (stages 1-2) -------------------------------------------------------
+    # The gather of the updated partitions is launched asynchronously at the end of ``step`` and
+    # completed lazily: chunk by chunk in forward pre-hooks of the modules whose parameters the
+    # chunk carries (so the gather overlaps the next forward, as DDP's all-reduce overlaps
+    # backward), at the latest by ``synchronize_parameters`` (state_dict, checkpoints, step).
+    def _gather_chunks(self, fg: FlatGroup) -> list[tuple[int, int]]:
+        part = fg.partition_numel
+        size = min(self.allgather_numel, max(_MIN_GATHER_CHUNK, -(-part // _GATHER_PIECES)))
+        return [(c0, min(part, c0 + size)) for c0 in range(0, part, size)]
+
+    def _launch_gather(self, fg: FlatGroup) -> None:
         assert self.comm is not None
         comm = self.comm
         part = fg.partition_numel
-        for c0 in range(0, part, self.allgather_numel):
-            c1 = min(part, c0 + self.allgather_numel)
+        for c0, c1 in self._gather_chunks(fg):
             outs = [fg.flat[r * part + c0 : r * part + c1] for r in range(self.world)]
             mine = self._take(c1 - c0, fg.flat.device, fg.dtype)
             mine.copy_(outs[self.rank])
-            self._timed(functools.partial(comm.all_gather, outs, mine, self.ctx.group))
-            self._give(mine)
-        self._pool.clear()
+            handle = self._timed(
+                functools.partial(comm.all_gather, outs, mine, self.ctx.group, True)
+            )
+            self._gathers.append((handle, mine))
+
+    def _wait_gathers(self, upto: int) -> None:
+        """Complete the in-flight gather chunks with index < ``upto`` (launch order)."""
+        while self._gathered < min(upto, len(self._gathers)):
+            handle, buf = self._gathers[self._gathered]
+            if handle is not None:
+                self._timed(handle.wait)
+            self._give(buf)
+            self._gathered += 1
+        if self._gathered >= len(self._gathers) and self._gathers:
+            self._gathers.clear()
+            self._gathered = 0
+            self._pool.clear()
+
+    def synchronize_parameters(self) -> None:
+        if self._gathers:
+            self._wait_gathers(len(self._gathers))
+
+    def _all_gather(self, fg: FlatGroup) -> None:
+        self._launch_gather(fg)
+        self.synchronize_parameters()
+
+    def _install_gather_hooks(self) -> None:
+        """Forward pre-hooks waiting for the gather chunks that carry each module's parameters."""
+        where: dict[int, int] = {}  # id(param) -> 1 + index of the last chunk it needs
+        base = 0
+        for group in self.groups:
+            fg = group.flat
+            part = fg.partition_numel
+            chunks = self._gather_chunks(fg)
+            for pi, p in enumerate(fg.params):
+                start, stop = fg.offsets[pi], fg.offsets[pi] + p.numel()
+                need = 0
+                for k, (c0, c1) in enumerate(chunks):
+                    for r in range(self.world):
+                        if start < r * part + c1 and r * part + c0 < stop:
+                            need = max(need, base + k + 1)
+                where[id(p)] = need
+            base += len(chunks)
+        root = self.ctx.module
+        for module in root.modules():
+            needs = [where[id(p)] for p in module.parameters(recurse=False) if id(p) in where]
+            if needs:
+                hook = functools.partial(self._before_forward, max(needs))
+                self._hooks.append(module.register_forward_pre_hook(hook))
+        # Reading weights without a forward: state_dict() sees the gathered values.
+        self._hooks.append(root.register_state_dict_pre_hook(self._before_state_dict))
+
+    def _before_forward(self, upto: int, module: torch.nn.Module, args: Any) -> None:
+        if self._gathers:
+            self._wait_gathers(upto)
+
+    def _before_state_dict(self, module: torch.nn.Module, prefix: str, keep_vars: bool) -> None:
+        self.synchronize_parameters()
 
     def _take(self, numel: int, device: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         free = self._pool.get(numel)
@@ -312,6 +382,7 @@ class PartitionedStrategy(ZeroStrategy):
         }
 
     def state_dict(self) -> ShardedStateDict:
+        self.synchronize_parameters()
         out = ShardedStateDict()
         scalar_state: list[dict[str, Any]] = []
         for group in self.groups:
@@ -368,6 +439,7 @@ class PartitionedStrategy(ZeroStrategy):
         return reqs
 
     def load_state_dict(self, state: ShardedStateDict) -> None:
+        self.synchronize_parameters()
         scalar_state = state.objects.get("optimizer.scalar_state") or []
         saved_groups = state.objects.get("optimizer.param_groups") or []
         for gi, group in enumerate(self.groups):
@@ -436,6 +508,7 @@ class PartitionedStrategy(ZeroStrategy):
         return sum(t.numel() * t.element_size() for ts in self._pool.values() for t in ts)
 
     def release(self) -> None:
+        self.synchronize_parameters()
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
@@ -455,6 +528,12 @@ class Stage1(PartitionedStrategy):
 
 class Stage2(PartitionedStrategy):
     stage = 2
+
+
+# The parameter gather is cut into at least this many chunks per group (each at most
+# allgather_bucket_size) so the first modules' weights arrive early in the next forward.
+_GATHER_PIECES = 8
+_MIN_GATHER_CHUNK = 1 << 18
 
 
 def _noop() -> None:
