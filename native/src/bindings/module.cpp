@@ -21,7 +21,7 @@ NB_MODULE(_C, m) {
   m.def("build_arch", &ds::build_arch, "Target architecture of the build.");
   m.def(
       "simd_level", [] { return std::string(ds::simd_level_name(ds::simd_level())); },
-      "SIMD variant the kernels use now: 'avx512', 'avx2', 'neon' or 'scalar'.");
+      "SIMD variant the kernels use now: 'avx512_bf16', 'avx512', 'avx2', 'neon' or 'scalar'.");
   m.def(
       "detected_simd_level",
       [] { return std::string(ds::simd_level_name(ds::detected_simd_level())); },
@@ -32,7 +32,7 @@ NB_MODULE(_C, m) {
         ds::SimdLevel level;
         if (!ds::parse_simd_level(name.c_str(), &level))
           throw nb::value_error(("unknown SIMD level '" + name +
-                                 "'; use one of scalar, neon, avx2, avx512")
+                                 "'; use one of scalar, neon, avx2, avx512, avx512_bf16")
                                     .c_str());
         return ds::set_simd_level(level);
       },

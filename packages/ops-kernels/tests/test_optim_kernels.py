@@ -18,7 +18,7 @@ STEPS = 100
 
 
 def _simd_levels() -> list[str]:
-    order = ["scalar", "neon", "avx2", "avx512"]
+    order = ["scalar", "neon", "avx2", "avx512", "avx512_bf16"]
     best = order.index(_C.detected_simd_level())
     return [lvl for lvl in _C.simd_levels_built().split(",") if order.index(lvl) <= best]
 
@@ -269,6 +269,27 @@ def test_adagrad_and_lion_low_precision(simd: str, dtype: torch.dtype) -> None:
     _close_lowp(p, rp)
     _close_lowp(s, rs)
     _close_lowp(q, rq)
+
+
+@pytest.mark.parametrize("dtype", LP_DTYPES)
+@pytest.mark.parametrize("lr", [0.0, 1e-45])
+def test_low_precision_zero_or_tiny_step_size(simd: str, dtype: torch.dtype, lr: float) -> None:
+    # The low-precision update divides by the step size's reciprocal; a step size of 0 (warm-up
+    # schedules start there) or one whose reciprocal overflows takes the unfolded form: params
+    # stay finite and unchanged (the update is below half an ulp), moments still move.
+    torch.manual_seed(3)
+    n = 1000
+    p = torch.randn(n).to(dtype)
+    before = p.clone()
+    m, v = torch.zeros(n, dtype=dtype), torch.zeros(n, dtype=dtype)
+    a, s = p.clone(), torch.zeros(n, dtype=dtype)
+    for step in range(1, 4):
+        g = torch.randn(n).to(dtype)
+        cpu_optim.adam_step(p, g, m, v, step=step, lr=lr, weight_decay=0.1)
+        cpu_optim.adagrad_step(a, g, s, lr=lr, weight_decay=0.1)
+    assert torch.equal(p, before)
+    assert torch.equal(a, before)
+    assert bool(m.ne(0).any()) and bool(v.gt(0).any()) and bool(s.gt(0).any())
 
 
 # -- fused low-precision copy and dtype conversions -------------------------------------------------

@@ -34,7 +34,7 @@ def test_signatures_match_protocol() -> None:
 
 def test_info_reports_simd_and_threads() -> None:
     info = CpuKernelProvider().info()
-    assert info["simd_level"] in {"avx512", "avx2", "neon", "scalar"}
+    assert info["simd_level"] in {"avx512_bf16", "avx512", "avx2", "neon", "scalar"}
     assert info["simd_level"] in info["simd_built"].split(",")
     assert int(info["threads"]) == torch.get_num_threads()
     assert "-O3" in info["build_flags"]

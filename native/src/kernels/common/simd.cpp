@@ -13,7 +13,7 @@ SimdLevel probe() {
   // libgcc's probe also checks that the OS saves the wider register state (XCR0).
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    return SimdLevel::kAvx512;
+    return __builtin_cpu_supports("avx512bf16") ? SimdLevel::kAvx512Bf16 : SimdLevel::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
     return SimdLevel::kAvx2;
@@ -30,7 +30,8 @@ bool level_runs_here(SimdLevel level) {
 #if defined(__x86_64__) || defined(__i386__)
   if (level == SimdLevel::kNeon) return false;
 #else
-  if (level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512) return false;
+  if (level == SimdLevel::kAvx2 || level == SimdLevel::kAvx512 || level == SimdLevel::kAvx512Bf16)
+    return false;
 #endif
   return static_cast<int>(level) <= static_cast<int>(detected_simd_level());
 }
@@ -68,13 +69,14 @@ const char* simd_level_name(SimdLevel level) {
     case SimdLevel::kNeon: return "neon";
     case SimdLevel::kAvx2: return "avx2";
     case SimdLevel::kAvx512: return "avx512";
+    case SimdLevel::kAvx512Bf16: return "avx512_bf16";
   }
   return "unknown";
 }
 
 bool parse_simd_level(const char* name, SimdLevel* out) {
   const SimdLevel all[] = {SimdLevel::kScalar, SimdLevel::kNeon, SimdLevel::kAvx2,
-                           SimdLevel::kAvx512};
+                           SimdLevel::kAvx512, SimdLevel::kAvx512Bf16};
   for (SimdLevel l : all) {
     if (std::strcmp(name, simd_level_name(l)) == 0) {
       *out = l;
@@ -86,7 +88,7 @@ bool parse_simd_level(const char* name, SimdLevel* out) {
 
 const char* simd_levels_built() {
 #if defined(__x86_64__) || defined(__i386__)
-  return "scalar,avx2,avx512";
+  return "scalar,avx2,avx512,avx512_bf16";
 #elif defined(__aarch64__) && defined(DS_HAVE_NEON)
   return "scalar,neon";
 #else

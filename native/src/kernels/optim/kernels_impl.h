@@ -75,20 +75,29 @@ inline void store(typename D::T* x, typename V::reg v) {
   else if constexpr (D::kind == DType::kF16) V::store_f16(x, v);
 }
 
-// sqrt and division cost more than the memory traffic of a bf16/fp16 element (7 x 2 bytes).
-// When the params are stored in bf16/fp16, whose rounding (2^-8 / 2^-11 relative) swamps a couple
-// of fp32 ulps, the update uses the hardware reciprocal estimates refined by one Newton step
-// (error about 2 fp32 ulps). fp32 params always take the correctly rounded sqrt and division.
-template <class P>
-inline typename V::reg root(typename V::reg x) {
-  if constexpr (P::kind == DType::kF32) return V::sqrt(x);
-  else return V::fast_sqrt(x);
-}
-
-template <class P>
-inline typename V::reg ratio(typename V::reg a, typename V::reg b) {
-  if constexpr (P::kind == DType::kF32) return V::div(a, b);
-  else return V::mul(a, V::fast_rcp(b));
+// Low-precision params (bf16/fp16): sqrt and division cost more than the memory traffic of a
+// 2-byte element, so the update takes the hardware estimates refined by one Newton step each
+// (V::fast_sqrt, V::fast_div: about 2^-21 relative, far below the 2^-9 / 2^-12 half-ulp
+// rounding of the stored param) and folds the step size into the denominator:
+//   p - step * m / (sqrt(v) * a + eps)  =  p + m / (sqrt(v) * (a / -step) + eps / -step),
+// one fma instead of a multiply per element. The moments are formed as m + (1-b1) * (g - m) and
+// v + (1-b2) * (g*g - v), which take one operation fewer than b1*m + (1-b1)*g; they differ from
+// it by fp32 rounding only, which the 2-byte storage absorbs. fp32 params always take the
+// correctly rounded sqrt and division and the textbook forms (parity with torch within 1e-6).
+//
+// The folded form needs a finite 1 / step: a step size of 0 (a warm-up schedule's first step),
+// or one so small that its reciprocal overflows, takes the unfolded form.
+struct Folded {
+  float a = 0.f, b = 0.f;
+  bool ok = false;
+};
+inline Folded fold(float scale, float addend, float neg_step) {
+  Folded f;
+  if (neg_step == 0.f) return f;
+  f.a = scale / neg_step;
+  f.b = addend / neg_step;
+  f.ok = std::isfinite(f.a) && std::isfinite(f.b);
+  return f;
 }
 
 template <class P, class G, class S, class L>
@@ -101,19 +110,40 @@ void adam_typed(const AdamConfig& c, const Buffers& b, int64_t begin, int64_t en
   const R neg_step = V::set1(-c.step_size), ibc2 = V::set1(c.inv_sqrt_bc2);
   const bool l2 = !c.adamw_mode && c.weight_decay != 0.f;
   const bool decoupled = c.adamw_mode && c.weight_decay != 0.f;
-  for_blocks<P, G, S, L>(b, begin, end, true, [&](auto* p, auto* g, auto* m, auto* v, auto* o) {
-    R pv = load<P>(p);
-    R gv = load<G>(g);
-    if (l2) gv = V::fma(wd, pv, gv);
-    R mv = V::fma(b1, load<S>(m), V::mul(omb1, gv));
-    R vv = V::fma(b2, load<S>(v), V::mul(V::mul(omb2, gv), gv));
-    if (decoupled) pv = V::mul(pv, decay);
-    pv = V::fma(neg_step, ratio<P>(mv, V::fma(root<P>(vv), ibc2, eps)), pv);
-    store<P>(p, pv);
-    store<S>(m, mv);
-    store<S>(v, vv);
-    if constexpr (L::kind != DType::kNone) store<L>(o, pv);
-  });
+  if constexpr (P::kind == DType::kF32) {
+    for_blocks<P, G, S, L>(b, begin, end, true, [&](auto* p, auto* g, auto* m, auto* v, auto* o) {
+      R pv = load<P>(p);
+      R gv = load<G>(g);
+      if (l2) gv = V::fma(wd, pv, gv);
+      R mv = V::fma(b1, load<S>(m), V::mul(omb1, gv));
+      R vv = V::fma(b2, load<S>(v), V::mul(V::mul(omb2, gv), gv));
+      if (decoupled) pv = V::mul(pv, decay);
+      pv = V::fma(neg_step, V::div(mv, V::fma(V::sqrt(vv), ibc2, eps)), pv);
+      store<P>(p, pv);
+      store<S>(m, mv);
+      store<S>(v, vv);
+      if constexpr (L::kind != DType::kNone) store<L>(o, pv);
+    });
+  } else {
+    const Folded f = fold(c.inv_sqrt_bc2, c.eps, -c.step_size);
+    const R fa = V::set1(f.a), fb = V::set1(f.b);
+    for_blocks<P, G, S, L>(b, begin, end, true, [&](auto* p, auto* g, auto* m, auto* v, auto*) {
+      R pv = load<P>(p);
+      R gv = load<G>(g);
+      if (l2) gv = V::fma(wd, pv, gv);
+      const R m0 = load<S>(m), v0 = load<S>(v);
+      const R mv = V::fma(omb1, V::sub(gv, m0), m0);
+      const R vv = V::fma(omb2, V::fmsub(gv, gv, v0), v0);
+      const R root = V::fast_sqrt(vv);
+      R q;
+      if (f.ok) q = V::fast_div(mv, V::fma(root, fa, fb));
+      else q = V::mul(neg_step, V::fast_div(mv, V::fma(root, ibc2, eps)));
+      pv = decoupled ? V::fma(pv, decay, q) : V::add(pv, q);
+      store<P>(p, pv);
+      store<S>(m, mv);
+      store<S>(v, vv);
+    });
+  }
 }
 
 template <class P, class G, class S, class L>
@@ -121,16 +151,34 @@ void adagrad_typed(const AdagradConfig& c, const Buffers& b, int64_t begin, int6
   using R = typename V::reg;
   const R eps = V::set1(c.eps), wd = V::set1(c.weight_decay), neg_lr = V::set1(-c.lr);
   const bool l2 = c.weight_decay != 0.f;
-  for_blocks<P, G, S, L>(b, begin, end, false, [&](auto* p, auto* g, auto* s, auto*, auto* o) {
-    R pv = load<P>(p);
-    R gv = load<G>(g);
-    if (l2) gv = V::fma(wd, pv, gv);
-    R sv = V::fma(gv, gv, load<S>(s));
-    pv = V::fma(neg_lr, ratio<P>(gv, V::add(root<P>(sv), eps)), pv);
-    store<P>(p, pv);
-    store<S>(s, sv);
-    if constexpr (L::kind != DType::kNone) store<L>(o, pv);
-  });
+  if constexpr (P::kind == DType::kF32) {
+    for_blocks<P, G, S, L>(b, begin, end, false, [&](auto* p, auto* g, auto* s, auto*, auto* o) {
+      R pv = load<P>(p);
+      R gv = load<G>(g);
+      if (l2) gv = V::fma(wd, pv, gv);
+      R sv = V::fma(gv, gv, load<S>(s));
+      pv = V::fma(neg_lr, V::div(gv, V::add(V::sqrt(sv), eps)), pv);
+      store<P>(p, pv);
+      store<S>(s, sv);
+      if constexpr (L::kind != DType::kNone) store<L>(o, pv);
+    });
+  } else {
+    // Same folding as Adam's: p + g / (sqrt(s) / -lr + eps / -lr).
+    const Folded f = fold(1.f, c.eps, -c.lr);
+    const R fa = V::set1(f.a), fb = V::set1(f.b);
+    for_blocks<P, G, S, L>(b, begin, end, false, [&](auto* p, auto* g, auto* s, auto*, auto*) {
+      R pv = load<P>(p);
+      R gv = load<G>(g);
+      if (l2) gv = V::fma(wd, pv, gv);
+      const R sv = V::fma(gv, gv, load<S>(s));
+      const R root = V::fast_sqrt(sv);
+      R q;
+      if (f.ok) q = V::fast_div(gv, V::fma(root, fa, fb));
+      else q = V::mul(neg_lr, V::fast_div(gv, V::add(root, eps)));
+      store<P>(p, V::add(pv, q));
+      store<S>(s, sv);
+    });
+  }
 }
 
 template <class P, class G, class S, class L>

@@ -61,10 +61,15 @@ bool supported(const Types& t) {
 #if defined(__x86_64__) || defined(__i386__)
 #define DS_DISPATCH(fn, ...)                                                    \
   switch (ds::simd_level()) {                                                   \
+    case SimdLevel::kAvx512Bf16: avx512bf16::fn(__VA_ARGS__); break;            \
     case SimdLevel::kAvx512: avx512::fn(__VA_ARGS__); break;                    \
     case SimdLevel::kAvx2: avx2::fn(__VA_ARGS__); break;                        \
     default: scalar::fn(__VA_ARGS__); break;                                    \
   }
+#elif defined(__aarch64__) && defined(DS_HAVE_NEON)
+#define DS_DISPATCH(fn, ...)                                                    \
+  if (ds::simd_level() == SimdLevel::kNeon) neon::fn(__VA_ARGS__);              \
+  else scalar::fn(__VA_ARGS__);
 #else
 #define DS_DISPATCH(fn, ...) scalar::fn(__VA_ARGS__);
 #endif

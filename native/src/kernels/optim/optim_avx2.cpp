@@ -2,6 +2,7 @@
 // only for this file; chosen at run time when the CPU has them.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "variants.h"
@@ -40,14 +41,18 @@ struct V {
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
   static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
   static reg sqrt(reg a) { return _mm256_sqrt_ps(a); }
-  // 12-bit estimates + one Newton step (~22 bits). x >= 0 for sqrt.
-  static reg fast_rcp(reg x) {
-    reg r = _mm256_rcp_ps(x);
-    return _mm256_mul_ps(r, _mm256_fnmadd_ps(x, r, _mm256_set1_ps(2.f)));
+  // a / b from the 12-bit reciprocal estimate r and one Newton step on the quotient:
+  // q = a*r + r*(a - b*a*r) (about 2^-21 relative).
+  static reg fast_div(reg a, reg b) {
+    reg r = _mm256_rcp_ps(b);
+    reg q = _mm256_mul_ps(a, r);
+    return _mm256_fmadd_ps(r, _mm256_fnmadd_ps(b, q, a), q);
   }
+  // 12-bit estimate + one Newton step (~22 bits). x >= 0.
   static reg fast_sqrt(reg x) {
     reg y = _mm256_rsqrt_ps(x);
     reg xy = _mm256_mul_ps(x, y);  // ~sqrt(x)
@@ -59,6 +64,7 @@ struct V {
     return _mm256_and_ps(s, _mm256_cmp_ps(x, _mm256_set1_ps(1.17549435e-38f), _CMP_GE_OQ));
   }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg fmsub(reg a, reg b, reg c) { return _mm256_fmsub_ps(a, b, c); }
   static reg sign(reg a) {
     const reg zero = _mm256_setzero_ps();
     reg s = _mm256_or_ps(_mm256_and_ps(a, _mm256_set1_ps(-0.f)), _mm256_set1_ps(1.f));

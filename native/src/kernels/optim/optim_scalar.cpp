@@ -21,12 +21,21 @@ struct V {
   static void store_bf16(uint16_t* p, reg v) { *p = f32_to_bf16(v); }
   static void store_f16(uint16_t* p, reg v) { *p = f32_to_f16(v); }
   static reg add(reg a, reg b) { return a + b; }
+  static reg sub(reg a, reg b) { return a - b; }
   static reg mul(reg a, reg b) { return a * b; }
   static reg div(reg a, reg b) { return a / b; }
   static reg sqrt(reg a) { return std::sqrt(a); }
   static reg fast_sqrt(reg a) { return std::sqrt(a); }
-  static reg fast_rcp(reg a) { return 1.f / a; }
+  static reg fast_div(reg a, reg b) { return a / b; }
+  // Fused where the target has a fused multiply-add instruction (aarch64; not baseline x86-64,
+  // where a library fmaf would be slow), so there the scalar and vector variants round alike.
+#if defined(__FP_FAST_FMAF)
+  static reg fma(reg a, reg b, reg c) { return __builtin_fmaf(a, b, c); }
+  static reg fmsub(reg a, reg b, reg c) { return __builtin_fmaf(a, b, -c); }
+#else
   static reg fma(reg a, reg b, reg c) { return a * b + c; }
+  static reg fmsub(reg a, reg b, reg c) { return a * b - c; }
+#endif
   static reg sign(reg a) { return a > 0.f ? 1.f : (a < 0.f ? -1.f : a); }
 };
 

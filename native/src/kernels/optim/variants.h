@@ -24,6 +24,10 @@ DS_OPTIM_DECLARE_VARIANT(scalar)
 #if defined(__x86_64__) || defined(__i386__)
 DS_OPTIM_DECLARE_VARIANT(avx2)
 DS_OPTIM_DECLARE_VARIANT(avx512)
+DS_OPTIM_DECLARE_VARIANT(avx512bf16)
+#endif
+#if defined(__aarch64__) && defined(DS_HAVE_NEON)
+DS_OPTIM_DECLARE_VARIANT(neon)
 #endif
 }  // namespace optim
 }  // namespace ds

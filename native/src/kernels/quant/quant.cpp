@@ -17,6 +17,7 @@ int64_t groups_of(int64_t n, int64_t gs) { return (n + gs - 1) / gs; }
 #if defined(__x86_64__) || defined(__i386__)
 #define DS_QUANT_DISPATCH(fn, ...)                  \
   switch (ds::simd_level()) {                       \
+    case ds::SimdLevel::kAvx512Bf16:                \
     case ds::SimdLevel::kAvx512:                    \
       avx512::fn(__VA_ARGS__);                      \
       break;                                        \
