@@ -219,8 +219,7 @@ class GatheredParameters:
             s = shard_of(p)
             if s.persistent:
                 continue
-            p.data = torch.empty(0, dtype=s.dtype, device=s.shard.device)
-            s.status = ParamStatus.NOT_AVAILABLE
+            _coll_of(p).release_param(p)  # hands a pooled buffer back
         self._gathered.clear()
 
     def _write_back(self, p: torch.nn.Parameter) -> None:

@@ -20,6 +20,7 @@ import torch
 
 from ds.interfaces.comm import Communicator, ReduceOp
 from ds.interfaces.errors import CommError
+from ds.zero.stage3.pool import BufferPool
 from ds.zero.stage3.shard import ParamStatus, ShardState, shard_of
 
 
@@ -47,6 +48,8 @@ class Collectives:
         self.rank = 0 if comm is None else comm.get_rank(group)
         self.check_order = check_order and self.world > 1
         self.context = ""  # what the caller is doing, for the order-error message
+        # Full-size buffers for gathered parameters and staging; None allocates fresh ones.
+        self.pool: BufferPool | None = None
         self.gathers = 0
         self.reduce_scatters = 0
 
@@ -84,17 +87,31 @@ class Collectives:
             s.status = ParamStatus.INFLIGHT
         if self.comm is None:
             return PendingGather(params, None, None, self.world)
-        if len(states) == 1:
-            s = states[0]
-            out = torch.empty(s.padded_numel, dtype=s.dtype, device=s.shard.device)
-            work = self.comm.all_gather_into_tensor(
-                out, s.shard, group=self.group, async_op=async_op
+        # One collective per parameter, each straight into the buffer that becomes the
+        # parameter: no staging buffer and no copy out of a rank-major layout. The order check
+        # above covers the whole batch.
+        outs, works = [], []
+        for s in states:
+            out = self._take(s.padded_numel, s.dtype, s.shard.device)
+            works.append(
+                self.comm.all_gather_into_tensor(out, s.shard, group=self.group, async_op=async_op)
             )
-            return PendingGather(params, out, work, self.world)
-        inp = torch.cat([s.shard for s in states])
-        out = torch.empty(inp.numel() * self.world, dtype=inp.dtype, device=inp.device)
-        work = self.comm.all_gather_into_tensor(out, inp, group=self.group, async_op=async_op)
-        return PendingGather(params, out, work, self.world)
+            outs.append(out)
+        return PendingGather(params, outs, works, self.world)
+
+    def _take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        if self.pool is None:
+            return torch.empty(numel, dtype=dtype, device=device)
+        return self.pool.take(numel, dtype, device)
+
+    def release_param(self, p: torch.nn.Parameter) -> None:
+        """Drop a gathered parameter's full data, handing its buffer back to the pool."""
+        s = shard_of(p)
+        ptr = p.data.data_ptr() if p.data.numel() else 0
+        p.data = torch.empty(0, dtype=s.dtype, device=s.shard.device)
+        s.status = ParamStatus.NOT_AVAILABLE
+        if self.pool is not None and ptr:
+            self.pool.give(ptr)
 
     # -- gradients -----------------------------------------------------------------------------
     def reduce_scatter(
@@ -137,17 +154,21 @@ class PendingGather:
     """A gather in flight. ``wait()`` installs every parameter's full data exactly once."""
 
     def __init__(
-        self, params: Sequence[torch.nn.Parameter], out: torch.Tensor | None, work: Any, world: int
+        self,
+        params: Sequence[torch.nn.Parameter],
+        outs: list[torch.Tensor] | None,
+        works: list[Any] | None,
+        world: int,
     ) -> None:
         self.params = list(params)
         self.states = [shard_of(p) for p in params]
-        self.out = out
-        self.work = work
+        self.outs = outs
+        self.works = works
         self.world = world
         self.done = False
         # Single rank: the shard is the whole tensor; hold it now (an NVMe-swapped shard is
         # dropped from the state right after the gather is issued).
-        self.local = [t.shard for t in self.states] if out is None else None
+        self.local = [t.shard for t in self.states] if outs is None else None
         for s in self.states:
             s.pending = self
 
@@ -155,25 +176,16 @@ class PendingGather:
         if self.done:
             return
         self.done = True
-        if self.work is not None:
-            self.work.wait()
-        for s, p in zip(self.states, self.params):
+        for w in self.works or ():
+            if w is not None:
+                w.wait()
+        self.works = None  # work objects reference the buffers: let them go
+        fulls = self.local if self.local is not None else self.outs
+        assert fulls is not None
+        for s, p, t in zip(self.states, self.params, fulls):
             s.pending = None
             s.status = ParamStatus.AVAILABLE
-            p.data = self._full(s, p)
-        self.out = None
+            # The gathered buffer itself becomes the parameter; release hands it back.
+            p.data = t[: s.numel].view(s.shape)
+        self.outs = None
         self.local = None
-
-    def _full(self, s: ShardState, p: torch.nn.Parameter) -> torch.Tensor:
-        if self.local is not None:
-            return self.local[self.states.index(s)][: s.numel].view(s.shape)
-        if len(self.states) == 1:
-            return self.out[: s.numel].view(s.shape)
-        total = self.out.numel() // self.world
-        off = 0
-        for t in self.states:
-            if t is s:
-                break
-            off += t.shard_numel
-        cols = self.out.view(self.world, total)[:, off : off + s.shard_numel]
-        return cols.reshape(-1)[: s.numel].view(s.shape)

@@ -4,21 +4,34 @@
 until backward, so releasing the parameter after forward frees nothing. This function saves the
 parameter itself instead; stage 3 gathers it again before the module's backward, which reads the
 restored data.
+
+With an allocator (stage 3 passes its buffer pool's ``take``), the weight gradient is computed
+straight into a pooled buffer: autograd adopts it as ``param.grad``, the reduce-scatter reads it
+and the buffer returns to the pool afterwards, so the largest per-step gradient transients never
+touch the C heap.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+
+Alloc = Callable[[int, torch.dtype, torch.device], torch.Tensor]
 
 
 class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        alloc: Alloc | None,
     ) -> torch.Tensor:
         ctx.save_for_backward(x, weight, bias)
+        ctx.alloc = alloc
         return torch.nn.functional.linear(x, weight, bias)
 
     @staticmethod
@@ -29,22 +42,30 @@ class _Linear(torch.autograd.Function):
             gx = grad.matmul(weight)
         g2 = grad.reshape(-1, grad.shape[-1])
         if ctx.needs_input_grad[1]:
-            gw = g2.t().matmul(x.reshape(-1, x.shape[-1]))
+            x2 = x.reshape(-1, x.shape[-1])
+            if ctx.alloc is None or x2.dtype != grad.dtype:
+                gw = g2.t().matmul(x2)
+            else:
+                buf = ctx.alloc(weight.numel(), grad.dtype, grad.device)
+                gw = torch.mm(g2.t(), x2, out=buf.view(weight.shape))
         if bias is not None and ctx.needs_input_grad[2]:
             gb = g2.sum(0)
-        return gx, gw, gb
+        return gx, gw, gb, None
 
 
 def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return _Linear.apply(x, self.weight, self.bias)  # type: ignore[no-any-return]
+    alloc = self.__dict__.get("_ds_grad_alloc")
+    return _Linear.apply(x, self.weight, self.bias, alloc)  # type: ignore[no-any-return]
 
 
-def patch_linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
-    """Route plain ``nn.Linear`` modules of ``module`` through :class:`_Linear`."""
+def patch_linears(module: torch.nn.Module, alloc: Alloc | None = None) -> list[torch.nn.Linear]:
+    """Route plain ``nn.Linear`` modules of ``module`` through :class:`_Linear`; weight
+    gradients come from ``alloc`` when given."""
     patched = []
     for m in module.modules():
         if type(m) is torch.nn.Linear and "forward" not in m.__dict__:
             m.forward = _forward.__get__(m)  # type: ignore[method-assign]
+            m.__dict__["_ds_grad_alloc"] = alloc
             patched.append(m)
     return patched
 
@@ -52,3 +73,4 @@ def patch_linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
 def unpatch_linears(patched: list[torch.nn.Linear]) -> None:
     for m in patched:
         m.__dict__.pop("forward", None)
+        m.__dict__.pop("_ds_grad_alloc", None)

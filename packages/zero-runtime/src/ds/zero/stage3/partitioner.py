@@ -22,8 +22,10 @@ import torch
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
+from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
-from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
+from ds.zero.stage3.pool import BufferPool
+from ds.zero.stage3.shard import ParamStatus, partition_param, shard_of
 from ds.zero.stage3.swap import ParamSwapper
 
 log = get_logger(__name__)
@@ -140,8 +142,6 @@ class Stage3Partitioner:
         self.by_name = {shard_of(p).name: p for p in self.params}
         self._live: dict[int, torch.nn.Parameter] = {}  # id(param) -> param, gathered
         self._in_use: dict[int, int] = {}  # id(param) -> how many running modules use it
-        self._bucket: list[tuple[ShardState, torch.Tensor]] = []
-        self._bucket_numel = 0
         self._trace: list[torch.nn.Module] | None = None
         self._recording: list[torch.nn.Module] = []
         self._pos = 0
@@ -156,8 +156,16 @@ class Stage3Partitioner:
                 self.acct.partition_bytes += s.shard_bytes
             if s.status is ParamStatus.AVAILABLE:
                 self._add_live(p)
+        self.pool = BufferPool(self._pool_budget())
+        collectives.pool = self.pool
+        self.grads = GradReducer(
+            collectives,
+            self.pool,
+            [shard_of(p) for p in self.params],
+            self.limits.reduce_bucket_size,
+        )
         self._held = 0
-        self._patched = patch_linears(module)
+        self._patched = patch_linears(module, self.pool.take)
         self._register_hooks()
         module.__dict__["_ds_stage3"] = self  # found by ds.zero.generation
         # Persistent parameters created on the meta device (or swapped) need one gather now.
@@ -165,6 +173,21 @@ class Stage3Partitioner:
         if missing:
             self._gather(missing).wait()
         self.release_all()  # anything left whole by construction that is not persistent
+
+    def _pool_budget(self) -> int:
+        """Idle bytes the buffer pool may keep: one step's worth of gather and gradient
+        transients (the live window plus one module, padded copies and partial sums of
+        gradients being reduced)."""
+        sharded = [shard_of(p) for p in self.params if not shard_of(p).persistent]
+        if not sharded:
+            return 0
+        total = sum(s.padded_numel for s in sharded)
+        biggest = max(s.padded_numel for s in sharded)
+        item = max(s.dtype.itemsize for s in sharded)
+        lim = self.limits
+        window = min(lim.max_live_parameters + lim.prefetch_bucket_size + biggest, total)
+        reduce = min(lim.reduce_bucket_size + biggest, total)
+        return item * (window + reduce)
 
     # -- hooks ---------------------------------------------------------------------------------
     def _register_hooks(self) -> None:
@@ -230,13 +253,8 @@ class Stage3Partitioner:
         p.grad = None
         if g is None:
             return
-        flat = g.reshape(-1)
-        if s.padded_numel != s.numel:
-            flat = torch.nn.functional.pad(flat, (0, s.padded_numel - s.numel))
-        self._bucket.append((s, flat))
-        self._bucket_numel += s.padded_numel
-        if self._bucket_numel >= self.limits.reduce_bucket_size:
-            self.flush_grads()
+        self.grads.add(s, g)
+        del g  # the full gradient is in the bucket now
         if not self._in_use.get(id(p)):
             self.release([p])  # type: ignore[list-item]
 
@@ -316,8 +334,7 @@ class Stage3Partitioner:
             if s.pending is not None:
                 s.pending.wait()
             if s.status is ParamStatus.AVAILABLE:
-                p.data = torch.empty(0, dtype=s.dtype, device=s.shard.device)
-                s.status = ParamStatus.NOT_AVAILABLE
+                self.coll.release_param(p)
             if self._live.pop(id(p), None) is not None:
                 self.acct.live_bytes -= s.full_bytes
 
@@ -387,19 +404,8 @@ class Stage3Partitioner:
 
     # -- gradients -----------------------------------------------------------------------------
     def flush_grads(self) -> None:
-        if not self._bucket:
-            return
-        states = [s for s, _ in self._bucket]
-        grads = [g for _, g in self._bucket]
-        self._bucket, self._bucket_numel = [], 0
-        self.coll.context = "gradient reduce-scatter"
-        parts = self.coll.reduce_scatter(states, grads)
-        for s, part in zip(states, parts):
-            part = part.float()
-            if s.grad is None:
-                s.grad = part
-            else:
-                s.grad.add_(part)
+        """Reduce every pending gradient and wait for all reductions."""
+        self.grads.finish()
 
     def after_backward(self) -> None:
         """Finish a backward pass: reduce the last gradients, release everything, keep the trace."""
@@ -423,5 +429,5 @@ class Stage3Partitioner:
         pers = [p for p in self.params if shard_of(p).persistent]
         if pers:
             for p in pers:
-                shard_of(p).status = ParamStatus.NOT_AVAILABLE
+                self.coll.release_param(p)  # its buffer goes back to the pool
             self._gather(pers).wait()

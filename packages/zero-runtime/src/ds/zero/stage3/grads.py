@@ -1,0 +1,140 @@
+"""Stage-3 gradient reduction: asynchronous per-parameter reduce-scatters overlapped with the
+rest of backward, landing in one flat fp32 buffer of this rank's gradient partitions.
+
+Gradients are grouped as autograd produces them; a group of about half ``reduce_bucket_size``
+elements passes one order check and then starts one reduce-scatter per parameter without
+waiting. The reduce reads the full gradient autograd produced (a padded copy only when the
+parameter's size is not a multiple of the world size) and, on the first backward of a step,
+writes this rank's partition straight into its slice of the flat gradient buffer, so nothing is
+copied or bucketed. Gradients held by groups and reductions in flight stay within about
+``reduce_bucket_size`` elements; ``finish`` (end of backward) waits for the rest.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ds.interfaces.comm import ReduceOp
+from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.pool import BufferPool
+from ds.zero.stage3.shard import ShardState
+
+
+@dataclass
+class _Flight:
+    s: ShardState
+    work: Any
+    inp: torch.Tensor  # the full (padded) gradient being reduced
+    out: torch.Tensor  # this rank's reduced partition (sum over ranks)
+    first: bool  # ``out`` is the flat-buffer slice itself (no earlier micro-step gradient)
+
+
+class GradReducer:
+    def __init__(
+        self,
+        coll: Collectives,
+        pool: BufferPool,
+        states: list[ShardState],
+        bucket_numel: int,
+    ) -> None:
+        self.coll = coll
+        self.pool = pool
+        self.world = coll.world
+        self.half = max(1, bucket_numel // 2)
+        # One flat fp32 buffer holds every gradient partition; ``s.grad`` are views into it.
+        self._offsets: dict[int, int] = {}
+        off = 0
+        for s in states:
+            self._offsets[s.ds_id] = off
+            off += s.shard_numel
+        self._flat_numel = off
+        self._flat: torch.Tensor | None = None
+        self._group: list[tuple[ShardState, torch.Tensor]] = []
+        self._group_numel = 0
+        self._flights: deque[_Flight] = deque()
+        self._flight_numel = 0
+        self.launched = 0  # order-checked groups
+        self.peak_held_numel = 0  # most gradient elements held at once (grouped + in flight)
+
+    def _slice(self, s: ShardState) -> torch.Tensor:
+        if self._flat is None:
+            self._flat = torch.empty(self._flat_numel, dtype=torch.float32)
+        o = self._offsets[s.ds_id]
+        return self._flat[o : o + s.shard_numel]
+
+    # -- filling -------------------------------------------------------------------------------
+    def add(self, s: ShardState, grad: torch.Tensor) -> None:
+        """Take a parameter's full gradient (the caller drops its own reference)."""
+        self._group.append((s, grad))
+        self._group_numel += s.padded_numel
+        self.peak_held_numel = max(self.peak_held_numel, self._group_numel + self._flight_numel)
+        if self._group_numel >= self.half:
+            self.launch()
+
+    def launch(self) -> None:
+        """Check the group's order across ranks and start its reductions."""
+        if not self._group:
+            return
+        group, self._group, self._group_numel = self._group, [], 0
+        self.coll.context = "gradient reduce-scatter"
+        self.coll._check("reduce_scatter", [s for s, _ in group])
+        self.coll.reduce_scatters += 1
+        self.launched += 1
+        for s, grad in group:
+            self._start(s, grad)
+        while self._flight_numel > self.half and self._flights:
+            self._land(self._flights.popleft())
+
+    def _start(self, s: ShardState, grad: torch.Tensor) -> None:
+        flat = grad.reshape(-1)
+        if s.padded_numel != s.numel:
+            inp = self.pool.take(s.padded_numel, flat.dtype, flat.device)
+            inp[: s.numel].copy_(flat)
+            inp[s.numel :].zero_()
+        else:
+            inp = flat
+        first = s.grad is None and flat.dtype == torch.float32
+        if self.coll.comm is None:
+            out = inp[: s.shard_numel]
+            work = None
+        else:
+            out = (
+                self._slice(s) if first else self.pool.take(s.shard_numel, flat.dtype, flat.device)
+            )
+            work = self.coll.comm.reduce_scatter_tensor(
+                out, inp, op=ReduceOp.SUM, group=self.coll.group, async_op=True
+            )
+        self._flights.append(_Flight(s, work, inp, out, first and self.coll.comm is not None))
+        self._flight_numel += s.padded_numel
+
+    def finish(self) -> None:
+        """Reduce what is left and wait for every reduction (end of backward)."""
+        self.launch()
+        while self._flights:
+            self._land(self._flights.popleft())
+
+    # -- accumulating --------------------------------------------------------------------------
+    def _land(self, f: _Flight) -> None:
+        if f.work is not None:
+            f.work.wait()
+        f.work = None
+        s = f.s
+        self._flight_numel -= s.padded_numel
+        if f.first:
+            s.grad = f.out.div_(self.world)
+        elif s.grad is None:
+            s.grad = torch.div(f.out, self.world, out=self._slice(s))
+        else:
+            s.grad.add_(f.out / self.world)  # divide first: the same rounding as the first
+        ptrs = [t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)]
+        del f.inp, f.out
+        for ptr in ptrs:
+            self.pool.give(ptr)
+
+    @property
+    def flat_bytes(self) -> int:
+        return 0 if self._flat is None else self._flat.numel() * 4

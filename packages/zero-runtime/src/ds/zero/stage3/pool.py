@@ -1,0 +1,128 @@
+"""Reusable flat buffers for stage 3's full-size transients.
+
+Every gather needs full-size storage for the parameters it makes whole (plus a staging buffer
+for coalesced gathers), and every gradient bucket needs a full-size reduce-scatter input. Fresh
+allocations for each of them and frees on release leave the memory in the C allocator's heap
+(glibc keeps freed chunks below its mmap threshold, which rises to the largest freed mapping),
+so a step's transients raise the process's resident set far beyond the live window. The pool
+keeps released buffers and hands them out again: the trace repeats every step, so the same sizes
+come back, and the process holds one live window's worth of buffers instead of a heap that grows
+to the sum of every transient.
+
+A buffer goes back to the pool only when nothing else references its storage; a tensor autograd
+saved from a gathered parameter keeps the storage alive and the buffer is simply forgotten
+(freed when autograd lets go), so reuse can never overwrite data still in use.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+from dataclasses import dataclass
+
+import torch
+
+
+def _use_count(t: torch.Tensor) -> int:
+    return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
+# Host buffers at least this big get their own anonymous mapping (see ``_alloc``).
+MAP_MIN_BYTES = 1 << 16
+
+
+def _alloc(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A fresh buffer. Host buffers are private anonymous mappings rather than C-heap memory:
+    they never share the heap with the step's other allocations (activations, autograd
+    gradients), so pooling them cannot fragment it, and a dropped buffer goes straight back to
+    the operating system."""
+    nbytes = numel * dtype.itemsize
+    if device.type != "cpu" or nbytes < MAP_MIN_BYTES:
+        return torch.empty(numel, dtype=dtype, device=device)
+    # The tensor keeps the mapping alive and unmaps it when its storage is freed.
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=numel)
+
+
+# What a tensor that is the only holder of its storage reports (the query itself adds to it).
+_SOLE = _use_count(torch.empty(1))
+
+
+@dataclass
+class PoolStats:
+    allocated_bytes: int = 0  # every buffer the pool owns now (handed out + free)
+    free_bytes: int = 0  # buffers waiting to be reused
+    peak_allocated_bytes: int = 0
+    fresh: int = 0  # buffers created
+    reused: int = 0  # requests served from the free list
+    dropped: int = 0  # buffers returned beyond the budget, or still referenced elsewhere
+
+
+class BufferPool:
+    """Flat buffers keyed by (dtype, device), served best-fit from a free list.
+
+    ``budget_bytes`` bounds the free list: buffers returned beyond it are freed, so the pool
+    never holds more than the budget of idle memory.
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget_bytes = budget_bytes
+        self.stats = PoolStats()
+        # (dtype, device) -> sorted list of (numel, serial, buffer)
+        self._free: dict[tuple[torch.dtype, torch.device], list[tuple[int, int, torch.Tensor]]] = {}
+        self._out: dict[int, torch.Tensor] = {}  # data_ptr -> the whole buffer handed out
+        self._serial = 0
+
+    def take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A flat tensor of exactly ``numel`` elements (a prefix of a pooled buffer); its
+        contents are undefined. Return it with :meth:`give`."""
+        free = self._free.get((dtype, device), [])
+        i = bisect.bisect_left(free, (numel, -1))
+        # Best fit, but never waste more than half a buffer on a small request.
+        if i < len(free) and free[i][0] <= 2 * numel:
+            n, _, buf = free.pop(i)
+            self.stats.free_bytes -= n * buf.element_size()
+            self.stats.reused += 1
+        else:
+            buf = _alloc(numel, dtype, device)
+            self.stats.fresh += 1
+            self.stats.allocated_bytes += buf.numel() * buf.element_size()
+            self.stats.peak_allocated_bytes = max(
+                self.stats.peak_allocated_bytes, self.stats.allocated_bytes
+            )
+        self._out[buf.data_ptr()] = buf
+        return buf[:numel]
+
+    def give(self, data_ptr: int) -> None:
+        """Return the buffer whose first element is at ``data_ptr`` (from :meth:`take`), once
+        the caller has dropped its own references to it; unknown addresses are ignored."""
+        buf = self._out.pop(data_ptr, None)
+        if buf is None:
+            return
+        nbytes = buf.numel() * buf.element_size()
+        # More references than ``buf`` alone: a view is still alive somewhere (autograd).
+        if _use_count(buf) > _SOLE or self.stats.free_bytes + nbytes > self.budget_bytes:
+            self.stats.dropped += 1
+            self.stats.allocated_bytes -= nbytes
+            return
+        self._serial += 1
+        bisect.insort(
+            self._free.setdefault((buf.dtype, buf.device), []), (buf.numel(), self._serial, buf)
+        )
+        self.stats.free_bytes += nbytes
+
+    def owns(self, t: torch.Tensor) -> bool:
+        return t.numel() > 0 and t.data_ptr() in self._out
+
+    def forget(self, data_ptr: int) -> None:
+        """Stop tracking a handed-out buffer without reusing it (its holder keeps it)."""
+        buf = self._out.pop(data_ptr, None)
+        if buf is not None:
+            self.stats.allocated_bytes -= buf.numel() * buf.element_size()
+
+    def clear(self) -> None:
+        """Free every idle buffer."""
+        for free in self._free.values():
+            for n, _, buf in free:
+                self.stats.allocated_bytes -= n * buf.element_size()
+        self._free.clear()
+        self.stats.free_bytes = 0
