@@ -237,8 +237,18 @@ def run_case(
         avg = loss.detach().clone()
         comm.all_reduce(avg)
         losses.append(float(avg) / world)
+    files16 = []
+    if case.get("save16"):
+        # save_checkpoint writes the consolidated file into the tag directory; the method
+        # writes it wherever asked.
+        engine.save_checkpoint(case["save_dir"], "final")
+        files16.append(os.path.join(case["save_dir"], "final", "pytorch_model.bin"))
+        direct = os.path.join(out_dir, f"w16-{case['name']}")
+        assert engine.save_16bit_model(direct, "model.bin")
+        files16.append(os.path.join(direct, "model.bin"))
     strategy = engine.strategy
     result = {
+        "files16": files16,
         "losses": losses,
         "weights": strategy.consolidated_state_dict(),  # type: ignore[attr-defined]
         "acct": vars(strategy.partitioner.acct).copy(),  # type: ignore[attr-defined]

@@ -47,6 +47,14 @@ def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
         {"name": "partition_acts", "kind": "partition_activations"},
         {"name": "modifier", "kind": "modifier"},
         {"name": "memory", "steps": 3, "global_batch": 4, "model": MEM_MODEL, "zero": MEM_LIMITS},
+        {
+            **BASE,
+            "name": "save16",
+            "steps": 4,
+            "zero": {**BASE["zero"], "stage3_gather_16bit_weights_on_model_save": True},
+            "save16": True,
+            "save_dir": str(out / "ckpt16"),
+        },
         # Last: after the expected failure the ranks carry on with nothing else to do.
         {**BASE, "name": "dynamic", "dynamic": True, "expect_error": True},
     ]
@@ -136,3 +144,27 @@ def test_gathered_parameters_modifier_rank_broadcasts(world2: Any) -> None:
     expect = torch.nn.Linear(4, 4).weight.detach()
     for r in results:
         assert torch.equal(r["modifier"]["seeded"], expect)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_16bit_weights_file_equals_single_process_state_dict(world2: Any) -> None:
+    """stage3_gather_16bit_weights_on_model_save: save_checkpoint and save_16bit_model write
+    the whole model's weights, equal to single-process AdamW's state_dict."""
+    import torch
+
+    results, _ = world2
+    case = {**BASE, "steps": 4}
+    _, ref = launch.load_worker().reference(case)
+    files = results[0]["save16"]["files16"]
+    assert len(files) == 2
+    saved = [torch.load(f, weights_only=True) for f in files]
+    for sd in saved:
+        assert sorted(sd) == sorted(ref)
+        for name, t in ref.items():
+            assert sd[name].dtype == t.dtype and sd[name].shape == t.shape
+            err = float((sd[name] - t).norm() / t.norm().clamp_min(1e-12))
+            assert err <= 1e-5, f"{name}: relative error {err:.2e}"
+        for name, t in results[0]["save16"]["weights"].items():
+            assert torch.equal(sd[name], t)

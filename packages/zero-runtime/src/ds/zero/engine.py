@@ -409,8 +409,35 @@ class ZeroEngine:
         )
         state.rank_objects.update(_rng_state())
         handle = ckpt.save(save_dir, tag, state, async_save=self.ds_config.checkpoint.async_save)
-        if not self.ds_config.checkpoint.async_save:
+        gather16 = self.ds_config.zero_optimization.gather_16bit_weights_on_model_save
+        if not self.ds_config.checkpoint.async_save or (self.config.stage == 3 and gather16):
+            # The consolidated weights file goes into the committed tag directory.
             handle.wait()
+        if self.config.stage == 3 and gather16:
+            self.save_16bit_model(os.path.join(save_dir, tag))
+
+    def save_16bit_model(self, save_dir: str, save_filename: str = "pytorch_model.bin") -> bool:
+        """Write the whole module's weights, in the model dtype, to ``save_dir/save_filename``
+        (``torch.save`` of a state dict; rank 0 writes). At stage 3 every rank must call it (it
+        gathers one parameter at a time) and it needs
+        ``stage3_gather_16bit_weights_on_model_save``; without it nothing is written and the
+        result is False."""
+        if self.config.stage == 3:
+            if not self.ds_config.zero_optimization.gather_16bit_weights_on_model_save:
+                log.warning(
+                    "save_16bit_model skipped: set "
+                    "zero_optimization.stage3_gather_16bit_weights_on_model_save to true to "
+                    "gather the stage-3 weights, or save a checkpoint and consolidate it offline"
+                )
+                return False
+            weights = self.strategy.consolidated_state_dict()  # type: ignore[attr-defined]
+        else:
+            self.strategy.synchronize_parameters()
+            weights = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+        if self.rank == 0:
+            os.makedirs(save_dir, exist_ok=True)
+            torch.save(weights, os.path.join(save_dir, save_filename))
+        return True
 
     def load_checkpoint(
         self,
