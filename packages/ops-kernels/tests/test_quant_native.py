@@ -111,9 +111,52 @@ def test_every_simd_variant_equals_reference(level: str) -> None:
                 dtype
             )
             for scheme in SCHEMES:
-                for gs in (5, 64, 1000):
+                for gs in (5, 64, 128, 1000):
                     a, b = reference.quantize(x, scheme, gs), native.quantize(x, scheme, gs)
                     assert_same(a, b)
                     assert torch.equal(reference.dequantize(a), native.dequantize(b))
+    finally:
+        _C.set_simd_level(before)
+
+
+def _edge_groups(dtype: torch.dtype) -> torch.Tensor:
+    # One 128-element group each: all zeros, subnormals and values near half the maximum of
+    # `dtype` (so that max - min stays finite), exact rounding ties (k + 0.5 at scale 1), one
+    # large outlier among small values, all negative, and signed zeros with positives
+    # (asymmetric zero point at 0).
+    g = torch.Generator().manual_seed(11)
+    ties = torch.arange(-64, 64, dtype=torch.float32) + 0.5
+    ties[0] = 127.0
+    outlier = torch.randn(128, generator=g) * 1e-3
+    outlier[77] = 1e4
+    signed_zeros = torch.rand(128, generator=g)
+    signed_zeros[::3] = -0.0
+    groups = [
+        torch.zeros(128),
+        torch.randn(128, generator=g) * torch.finfo(dtype).tiny * 0.25,
+        torch.randn(128, generator=g).clamp(-1, 1) * torch.finfo(dtype).max * 0.49,
+        ties,
+        outlier,
+        -torch.rand(128, generator=g) - 0.1,
+        signed_zeros,
+    ]
+    return torch.cat(groups).to(dtype)
+
+
+@pytest.mark.parametrize("level", _levels())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_edge_groups_equal_reference_at_every_level(level: str, dtype: torch.dtype) -> None:
+    # Whole groups of 128 take the AVX-512 group kernels; the portable loop must agree.
+    from ds.ops import _C
+
+    before = _C.simd_level()
+    if not _C.set_simd_level(level):
+        pytest.skip(f"this CPU cannot run the {level} variant")
+    try:
+        x = _edge_groups(dtype)
+        for scheme in SCHEMES:
+            a, b = reference.quantize(x, scheme, 128), native.quantize(x, scheme, 128)
+            assert_same(a, b)
+            assert torch.equal(reference.dequantize(a), native.dequantize(b))
     finally:
         _C.set_simd_level(before)

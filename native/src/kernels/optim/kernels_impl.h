@@ -78,7 +78,8 @@ inline void store(typename D::T* x, typename V::reg v) {
 // Low-precision params (bf16/fp16): sqrt and division cost more than the memory traffic of a
 // 2-byte element, so the update takes the hardware estimates refined by one Newton step each
 // (V::fast_sqrt, V::fast_div: about 2^-21 relative, far below the 2^-9 / 2^-12 half-ulp
-// rounding of the stored param) and folds the step size into the denominator:
+// rounding of the stored param; for bf16 params Adam's sqrt may skip the Newton step,
+// V::rough_sqrt, leaving the update within 2^-13 relative) and folds the step size into the denominator:
 //   p - step * m / (sqrt(v) * a + eps)  =  p + m / (sqrt(v) * (a / -step) + eps / -step),
 // one fma instead of a multiply per element. The moments are formed as m + (1-b1) * (g - m) and
 // v + (1-b2) * (g*g - v), which take one operation fewer than b1*m + (1-b1)*g; they differ from
@@ -134,7 +135,9 @@ void adam_typed(const AdamConfig& c, const Buffers& b, int64_t begin, int64_t en
       const R m0 = load<S>(m), v0 = load<S>(v);
       const R mv = V::fma(omb1, V::sub(gv, m0), m0);
       const R vv = V::fma(omb2, V::fmsub(gv, gv, v0), v0);
-      const R root = V::fast_sqrt(vv);
+      R root;
+      if constexpr (P::kind == DType::kBF16) root = V::rough_sqrt(vv);
+      else root = V::fast_sqrt(vv);
       R q;
       if (f.ok) q = V::fast_div(mv, V::fma(root, fa, fb));
       else q = V::mul(neg_step, V::fast_div(mv, V::fma(root, ibc2, eps)));

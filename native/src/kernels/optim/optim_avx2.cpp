@@ -63,6 +63,7 @@ struct V {
     // under 1.1e-19, far below any eps the update adds to it).
     return _mm256_and_ps(s, _mm256_cmp_ps(x, _mm256_set1_ps(1.17549435e-38f), _CMP_GE_OQ));
   }
+  static reg rough_sqrt(reg x) { return fast_sqrt(x); }  // 12-bit estimate: keep the Newton step
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg fmsub(reg a, reg b, reg c) { return _mm256_fmsub_ps(a, b, c); }
   static reg sign(reg a) {

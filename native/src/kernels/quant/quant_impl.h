@@ -8,6 +8,10 @@
 #include <cmath>
 #include <cstdint>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "ds/quant.h"
 #include "fp8_impl.h"
 #include "load.h"
@@ -92,23 +96,36 @@ struct GroupParams {
   float zp;
 };
 
+inline GroupParams asym_params(float lo, float hi, const IntScheme& s) {
+  GroupParams p{};
+  p.scale = normal_scale((hi - lo) / static_cast<float>(s.qmax - s.qmin));
+  p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
+  p.zp = clampf(rne(-lo * p.inv), 0.0f, static_cast<float>(s.qmax));
+  return p;
+}
+
+inline GroupParams sym_params(float amax, const IntScheme& s) {
+  GroupParams p{};
+  p.scale = normal_scale(amax / static_cast<float>(s.qmax));
+  p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
+  p.zp = 0.0f;
+  return p;
+}
+
 template <class L>
 GroupParams int_params(const typename L::T* xs, int64_t len, const IntScheme& s) {
-  GroupParams p{};
   if (s.asym) {
     float hi = 0.0f, lo = 0.0f;
     range_min_max<L>(xs, len, &lo, &hi);
-    p.scale = normal_scale((hi - lo) / static_cast<float>(s.qmax - s.qmin));
-    p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
-    p.zp = clampf(rne(-lo * p.inv), 0.0f, static_cast<float>(s.qmax));
-  } else {
-    const float amax = abs_max<L>(xs, len);
-    p.scale = normal_scale(amax / static_cast<float>(s.qmax));
-    p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
-    p.zp = 0.0f;
+    return asym_params(lo, hi, s);
   }
-  return p;
+  return sym_params(abs_max<L>(xs, len), s);
 }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define DS_QUANT_GROUP_AVX512 1
+#include "quant_group_avx512.h"
+#endif
 
 template <class L>
 void quantize_int_t(const typename L::T* x, int64_t n, int64_t gs, const IntScheme& s,
@@ -119,6 +136,13 @@ void quantize_int_t(const typename L::T* x, int64_t n, int64_t gs, const IntSche
     const int64_t start = g * gs;
     const int64_t len = imin_(gs, n - start);
     const typename L::T* xs = x + start;
+#if defined(DS_QUANT_GROUP_AVX512)
+    if (len == gs && gs % 32 == 0) {
+      quantize_int_group_avx512<L>(xs, len, s, data + g * bpg, scales + g,
+                                   s.asym ? zps + g : nullptr);
+      continue;
+    }
+#endif
     const GroupParams p = int_params<L>(xs, len, s);
     scales[g] = p.scale;
     if (s.asym) zps[g] = p.zp;
@@ -161,6 +185,16 @@ void quantize_fp8_t(const typename L::T* x, int64_t n, int64_t gs, Fp8Format f,
     const int64_t start = g * gs;
     const int64_t len = imin_(gs, n - start);
     const typename L::T* xs = x + start;
+#if defined(DS_QUANT_GROUP_AVX512)
+    if (len == gs && gs % 32 == 0) {
+      const float scale = normal_scale(abs_max_avx512<L>(xs, len) / fmax);
+      scales[g] = scale;
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      if (f == Fp8Format::E4M3) fp8_codes_avx512<L, 3, 7>(xs, len, inv, fmax, data + g * gs);
+      else fp8_codes_avx512<L, 2, 15>(xs, len, inv, fmax, data + g * gs);
+      continue;
+    }
+#endif
     const float amax = abs_max<L>(xs, len);
     const float scale = normal_scale(amax / fmax);
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;

@@ -1,0 +1,167 @@
+// AVX-512 group kernels for the quantizers (int8/int4 symmetric and asymmetric, fp8): one pass
+// over the group for its statistics (max |x|, or min and max) in 16-lane registers, then one
+// fused pass that scales, rounds, offsets, clamps, narrows and packs 16 (int8, fp8) or 32 (int4)
+// codes per step. Included by quant_impl.h when the variant is compiled with AVX-512 F/BW.
+//
+// Every operation mirrors the portable loop in quant_impl.h, so the bytes are the same:
+//   - max/min: vmaxps(v, acc) returns acc when v is NaN or equal, like fmaxf_(acc, v); the
+//     accumulators start at 0 like the portable ones. Max and min are exact in any order.
+//   - code: v * inv (its own rounding; the library is built with -ffp-contract=off), round half
+//     to even (vrndscaleps, as rintf), + zp, clamp with the operands ordered so a NaN passes
+//     through like clampf, truncate to int32 (NaN gives 0x80000000 like the scalar conversion),
+//     + bias, keep the low byte.
+// Only whole groups whose size is a multiple of 32 take this path; other groups (and the last
+// partial group) take the portable loop.
+
+template <class L>
+inline __m512 load16(const typename L::T* p);
+template <>
+inline __m512 load16<LoadF32>(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+template <>
+inline __m512 load16<LoadBF16>(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+template <>
+inline __m512 load16<LoadF16>(const uint16_t* p) {
+  // vcvtph2ps is exact for every half, subnormals included (no DAZ for this conversion).
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Lane reductions as a tree: exact for max/min in any order, since the accumulators never hold
+// NaN or -0 (they start at +0 and take a value only when it is strictly larger / smaller).
+inline float hmax16(__m512 v) {
+  __m256 h = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_max_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+inline float hmin16(__m512 v) {
+  __m256 h = _mm256_min_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 q = _mm_min_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_min_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_min_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+
+template <class L>
+float abs_max_avx512(const typename L::T* xs, int64_t len) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 m0 = _mm512_setzero_ps(), m1 = _mm512_setzero_ps();
+  for (int64_t i = 0; i < len; i += 32) {
+    m0 = _mm512_max_ps(_mm512_andnot_ps(sign, load16<L>(xs + i)), m0);
+    m1 = _mm512_max_ps(_mm512_andnot_ps(sign, load16<L>(xs + i + 16)), m1);
+  }
+  return hmax16(_mm512_max_ps(m0, m1));
+}
+
+template <class L>
+GroupParams int_params_avx512(const typename L::T* xs, int64_t len, const IntScheme& s) {
+  const __m512 zero = _mm512_setzero_ps();
+  if (s.asym) {
+    __m512 lo0 = zero, lo1 = zero, hi0 = zero, hi1 = zero;
+    for (int64_t i = 0; i < len; i += 32) {
+      const __m512 a = load16<L>(xs + i), b = load16<L>(xs + i + 16);
+      lo0 = _mm512_min_ps(a, lo0);
+      hi0 = _mm512_max_ps(a, hi0);
+      lo1 = _mm512_min_ps(b, lo1);
+      hi1 = _mm512_max_ps(b, hi1);
+    }
+    return asym_params(hmin16(_mm512_min_ps(lo0, lo1)), hmax16(_mm512_max_ps(hi0, hi1)), s);
+  }
+  return sym_params(abs_max_avx512<L>(xs, len), s);
+}
+
+// 16 codes as int32 lanes. ASYM: add the zero point (symmetric schemes skip the + 0, which cannot change the integer).
+template <class L, bool ASYM>
+inline __m512i codes16(const typename L::T* p, __m512 inv, __m512 zp, __m512 qmin, __m512 qmax,
+                       __m512i bias) {
+  const __m512 y = _mm512_mul_ps(load16<L>(p), inv);
+  __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  if constexpr (ASYM) r = _mm512_add_ps(r, zp);
+  const __m512 c = _mm512_min_ps(qmax, _mm512_max_ps(qmin, r));
+  return _mm512_add_epi32(_mm512_cvttps_epi32(c), bias);
+}
+
+template <class L, bool ASYM>
+void codes_avx512(const typename L::T* xs, int64_t len, const IntScheme& s, const GroupParams& p,
+                  uint8_t* out) {
+  const __m512 inv = _mm512_set1_ps(p.inv), zp = _mm512_set1_ps(p.zp);
+  const __m512 qmin = _mm512_set1_ps(static_cast<float>(s.qmin));
+  const __m512 qmax = _mm512_set1_ps(static_cast<float>(s.qmax));
+  const __m512i bias = _mm512_set1_epi32((s.bits == 4 && !s.asym) ? 8 : 0);
+  if (s.bits == 8) {
+    for (int64_t i = 0; i < len; i += 16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                       _mm512_cvtepi32_epi8(codes16<L, ASYM>(xs + i, inv, zp, qmin, qmax, bias)));
+    return;
+  }
+  // int4: codes 2j and 2j+1 share a 64-bit lane; lane | (lane >> 28) puts code 2j+1 in bits 4-7
+  // of the low byte, which vpmovqb keeps.
+  // Codes are masked to their low byte first, as the portable loop stores them in bytes.
+  const __m512i lo8 = _mm512_set1_epi32(0xFF);
+  for (int64_t i = 0; i < len; i += 32) {
+    const __m512i a = _mm512_and_si512(codes16<L, ASYM>(xs + i, inv, zp, qmin, qmax, bias), lo8);
+    const __m512i b =
+        _mm512_and_si512(codes16<L, ASYM>(xs + i + 16, inv, zp, qmin, qmax, bias), lo8);
+    const __m128i pa = _mm512_cvtepi64_epi8(_mm512_or_si512(a, _mm512_srli_epi64(a, 28)));
+    const __m128i pb = _mm512_cvtepi64_epi8(_mm512_or_si512(b, _mm512_srli_epi64(b, 28)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 2), _mm_unpacklo_epi64(pa, pb));
+  }
+}
+
+template <class L>
+void quantize_int_group_avx512(const typename L::T* xs, int64_t len, const IntScheme& s,
+                               uint8_t* out, float* scale_out, float* zp_out) {
+  const GroupParams p = int_params_avx512<L>(xs, len, s);
+  *scale_out = p.scale;
+  if (s.asym) {
+    *zp_out = p.zp;
+    codes_avx512<L, true>(xs, len, s, p, out);
+  } else {
+    codes_avx512<L, false>(xs, len, s, p, out);
+  }
+}
+
+// fp8 (e4m3 / e5m2) group kernel: max |x| as above, then encode_fp8 (fp8_impl.h) on 16 lanes:
+// the same integer rounding of the float32 bits for normals, the same float addition for
+// subnormals, selected per lane. The clamp mirrors clampf's operand order (NaN passes through).
+template <int M, int BIAS>
+inline __m128i encode_fp8_16(__m512 y) {
+  const __m512i b = _mm512_castps_si512(y);
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(b, 24), _mm512_set1_epi32(0x80));
+  const __m512i a = _mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF));
+  constexpr int kEmin = 1 - BIAS;
+  constexpr uint32_t kMinNormal = static_cast<uint32_t>(127 + kEmin) << 23;
+  constexpr uint32_t kMagic = static_cast<uint32_t>(127 + kEmin - M + 23) << 23;
+  constexpr int kShift = 23 - M;
+  const __m512i magic = _mm512_set1_epi32(static_cast<int>(kMagic));
+  const __m512i sub = _mm512_sub_epi32(
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(magic))),
+      magic);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, kShift), _mm512_set1_epi32(1));
+  const __m512i round = _mm512_add_epi32(_mm512_set1_epi32((1 << (kShift - 1)) - 1), odd);
+  const __m512i rebias =
+      _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(127 - BIAS) << 23));
+  const __m512i normal =
+      _mm512_srli_epi32(_mm512_sub_epi32(_mm512_add_epi32(a, round), rebias), kShift);
+  const __mmask16 is_sub =
+      _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(kMinNormal)));
+  const __m512i code = _mm512_mask_blend_epi32(is_sub, normal, sub);
+  return _mm512_cvtepi32_epi8(_mm512_or_si512(sign, code));
+}
+
+template <class L, int M, int BIAS>
+void fp8_codes_avx512(const typename L::T* xs, int64_t len, float inv, float fmax, uint8_t* out) {
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512 hi = _mm512_set1_ps(fmax), lo = _mm512_set1_ps(-fmax);
+  for (int64_t i = 0; i < len; i += 16) {
+    const __m512 y = _mm512_mul_ps(load16<L>(xs + i), vinv);
+    const __m512 c = _mm512_min_ps(hi, _mm512_max_ps(lo, y));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), encode_fp8_16<M, BIAS>(c));
+  }
+}
+
