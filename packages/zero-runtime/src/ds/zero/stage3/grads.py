@@ -75,13 +75,20 @@ class GradReducer:
         if self._group_numel >= self.half:
             self.launch()
 
-    def launch(self) -> None:
-        """Check the group's order across ranks and start its reductions."""
+    @property
+    def grouped(self) -> list[ShardState]:
+        """Parameters whose gradients wait for the next launch."""
+        return [s for s, _ in self._group]
+
+    def launch(self, checked: bool = False) -> None:
+        """Check the group's order across ranks (unless the caller's check covered it) and
+        start its reductions."""
         if not self._group:
             return
         group, self._group, self._group_numel = self._group, [], 0
-        self.coll.context = "gradient reduce-scatter"
-        self.coll._check("reduce_scatter", [s for s, _ in group])
+        if not checked:
+            self.coll.context = "gradient reduce-scatter"
+            self.coll._check("reduce_scatter", [s for s, _ in group])
         self.coll.reduce_scatters += 1
         self.launched += 1
         for s, grad in group:

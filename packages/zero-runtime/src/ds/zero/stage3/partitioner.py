@@ -266,14 +266,14 @@ class Stage3Partitioner:
             self.acct.bump()
 
     def _gather(
-        self, params: Sequence[torch.nn.Parameter], async_op: bool = False
+        self, params: Sequence[torch.nn.Parameter], async_op: bool = False, checked: bool = False
     ) -> PendingGather:
         if self.swapper is not None:
             for p in params:
                 s = shard_of(p)
                 if s.swapped:
                     self.swapper.swap_in(s)
-        pending = self.coll.gather(params, async_op=async_op)
+        pending = self.coll.gather(params, async_op=async_op, checked=checked)
         for p in params:
             self._add_live(p)
             self.acct.fetched_numel += shard_of(p).numel
@@ -305,14 +305,26 @@ class Stage3Partitioner:
         self._follow_trace(module)
         own = self._direct.get(id(module), [])
         need = [p for p in own if shard_of(p).status is ParamStatus.NOT_AVAILABLE]
+        numel = sum(shard_of(p).numel for p in need)
         if need:
-            self._make_room(sum(shard_of(p).numel for p in need))
-            self._gather(need).wait()
+            self._make_room(numel)
+        picked = self._prefetch_pick({id(p) for p in need}, numel)
+        grouped = self.grads.grouped if need or picked else []
+        if need or picked:
+            # One order check covers the gradients reduced so far, this module's gather and the
+            # prefetch behind it: every check is a synchronising round trip, so batching them
+            # keeps the asynchronous collectives asynchronous.
+            states = grouped + [shard_of(p) for p in need + picked]
+            self.coll._check(f"rs{len(grouped)}+gather{len(need)}", states)
+            self.grads.launch(checked=True)
+        if need:
+            self._gather(need, checked=True).wait()
         for p in own:
             pending = shard_of(p).pending
             if pending is not None:
                 pending.wait()
-        self._prefetch()
+        if picked:
+            self._gather(picked, async_op=True, checked=True)
 
     def gather_all(self, params: Iterable[torch.nn.Parameter] | None = None) -> None:
         """Gather the given (default: all) parameters in one collective, e.g. for generation."""
@@ -367,13 +379,21 @@ class Stage3Partitioner:
         log.debug("stage3 module trace invalidated", position=self._pos)
         self._trace = None
 
-    def _prefetch(self) -> None:
+    def _prefetch_pick(self, exclude: set[int], extra_live: int) -> list[torch.nn.Parameter]:
+        """Parameters of the next modules along the trace to gather ahead, within the prefetch
+        bucket and the live budget (``extra_live``: elements about to be gathered)."""
         budget = self.limits.prefetch_bucket_size
         if self._trace is None or budget <= 0:
-            return
-        live = sum(shard_of(p).numel for p in self._live.values() if not shard_of(p).persistent)
+            return []
+        sharded = [shard_of(p) for p in self._live.values() if not shard_of(p).persistent]
+        ahead = sum(s.numel for s in sharded if s.status is ParamStatus.INFLIGHT)
+        if ahead * 2 >= budget:
+            # Top up only when half the bucket has been consumed: fewer, larger prefetches
+            # (each costs an order check and a collective launch).
+            return []
+        live = sum(s.numel for s in sharded) + extra_live
         picked: list[torch.nn.Parameter] = []
-        seen: set[int] = set()
+        seen: set[int] = set(exclude)
         numel = 0
         for m in self._trace[self._pos :]:
             for p in self._direct[id(m)]:
@@ -387,8 +407,7 @@ class Stage3Partitioner:
                 numel += s.numel
             if numel >= budget:
                 break
-        if picked:
-            self._gather(picked, async_op=True)
+        return picked
 
     def _reused_soon(self, module: torch.nn.Module) -> bool:
         if self._trace is None:
