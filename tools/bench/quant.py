@@ -6,6 +6,10 @@ that must move: the float32 input plus the codes and per-group scales written (q
 plus the float32 output (dequantize). ``ds-native out=`` decodes into a reused buffer: no fresh
 64 MiB allocation, so no page faults (the allocating calls of both implementations pay them).
 
+``bandwidth floor`` moves the same bytes in the same rounds with no arithmetic to speak of: one
+pass reading the input (``amax``) and one writing an output of the output's size (``fill_``),
+both into reused buffers; "x floor" is each implementation's median over the floor's median.
+
     python tools/bench/quant.py [--mib 64] [--group-size 128] [--threads 1 2] [--rounds 7]
 """
 
@@ -29,6 +33,12 @@ def _qbytes(q) -> int:  # type: ignore[no-untyped-def]
     return q.data.numel() * q.data.element_size() + q.scales.numel() * 4 + zp
 
 
+def _per_floor(res: dict) -> None:  # type: ignore[type-arg]
+    floor_s = res["bandwidth floor"].median_s
+    for r in res.values():
+        r.extra["x floor"] = r.median_s / floor_s
+
+
 def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: list[str]) -> Bench:
     n = mib * 1024 * 1024 // 4
     x = torch.randn(n)
@@ -39,10 +49,12 @@ def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: lis
         for scheme in schemes:
             q = native.quantize(x, scheme, group_size)
             q_bytes = _qbytes(q)
+            sink = torch.zeros(q_bytes, dtype=torch.uint8)
             case = f"quantize {scheme} {mib} MiB g{group_size} {t}t"
-            bench.interleave(
+            res = bench.interleave(
                 case,
                 {
+                    "bandwidth floor": lambda sink=sink: (x.amax(), sink.fill_(1)),
                     "ds-native": lambda s=scheme: native.quantize(x, s, group_size),
                     "torch-reference": lambda s=scheme: reference.quantize(x, s, group_size),
                 },
@@ -50,11 +62,13 @@ def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: lis
                 warmup=1,
                 work_bytes=n * 4 + q_bytes,
             )
+            _per_floor(res)
             case = f"dequantize {scheme} {mib} MiB g{group_size} {t}t"
             out = torch.empty(n)
-            bench.interleave(
+            res = bench.interleave(
                 case,
                 {
+                    "bandwidth floor": lambda sink=sink, out=out: (sink.amax(), out.fill_(1.0)),
                     "ds-native": lambda q=q: native.dequantize(q),
                     "ds-native out=": lambda q=q, out=out: native.dequantize(q, out=out),
                     "torch-reference": lambda q=q: reference.dequantize(q),
@@ -63,6 +77,7 @@ def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: lis
                 warmup=1,
                 work_bytes=n * 4 + q_bytes,
             )
+            _per_floor(res)
     return bench
 
 
