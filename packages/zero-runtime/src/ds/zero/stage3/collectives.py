@@ -41,6 +41,7 @@ class Collectives:
         comm: Communicator | None,
         group: Any = None,
         check_order: bool = True,
+        all_reduce: bool | None = None,
     ) -> None:
         self.comm = comm
         self.group = group
@@ -48,8 +49,14 @@ class Collectives:
         self.rank = 0 if comm is None else comm.get_rank(group)
         self.check_order = check_order and self.world > 1
         self.context = ""  # what the caller is doing, for the order-error message
-        # Full-size buffers for gathered parameters and staging; None allocates fresh ones.
+        # Full-size buffers for gathered parameters; None allocates fresh ones.
         self.pool: BufferPool | None = None
+        # Fetch by all-reduce (each rank contributes its shard into a zeroed full buffer) and
+        # reduce gradients by an in-place all-reduce. Both run in place in the caller's buffer;
+        # gloo's all-gather and reduce-scatter stage every call through full-size temporaries
+        # of their own, which on host memory cost more resident memory than the doubled traffic
+        # costs time. None: decided per tensor (host tensors use it).
+        self.all_reduce = all_reduce
         self.gathers = 0
         self.reduce_scatters = 0
 
@@ -97,11 +104,25 @@ class Collectives:
         outs, works = [], []
         for s in states:
             out = self._take(s.padded_numel, s.dtype, s.shard.device)
-            works.append(
-                self.comm.all_gather_into_tensor(out, s.shard, group=self.group, async_op=async_op)
-            )
+            if self.use_all_reduce(out):
+                # Adding zeros is exact, so the sum is every rank's shard, bit for bit.
+                out.zero_()
+                out[s.offset : s.offset + s.shard_numel].copy_(s.shard)
+                work = self.comm.all_reduce(
+                    out, op=ReduceOp.SUM, group=self.group, async_op=async_op
+                )
+            else:
+                work = self.comm.all_gather_into_tensor(
+                    out, s.shard, group=self.group, async_op=async_op
+                )
+            works.append(work)
             outs.append(out)
         return PendingGather(params, outs, works, self.world)
+
+    def use_all_reduce(self, t: torch.Tensor) -> bool:
+        if self.all_reduce is None:
+            return t.device.type == "cpu"
+        return self.all_reduce
 
     def _take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         if self.pool is None:

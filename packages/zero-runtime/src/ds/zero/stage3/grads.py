@@ -1,13 +1,15 @@
-"""Stage-3 gradient reduction: asynchronous per-parameter reduce-scatters overlapped with the
-rest of backward, landing in one flat fp32 buffer of this rank's gradient partitions.
+"""Stage-3 gradient reduction: asynchronous per-parameter reductions overlapped with the rest
+of backward, landing in one flat fp32 buffer of this rank's gradient partitions.
 
-Gradients are grouped as autograd produces them; a group of about half ``reduce_bucket_size``
-elements passes one order check and then starts one reduce-scatter per parameter without
-waiting. The reduce reads the full gradient autograd produced (a padded copy only when the
-parameter's size is not a multiple of the world size) and, on the first backward of a step,
-writes this rank's partition straight into its slice of the flat gradient buffer, so nothing is
-copied or bucketed. Gradients held by groups and reductions in flight stay within about
-``reduce_bucket_size`` elements; ``finish`` (end of backward) waits for the rest.
+Gradients are grouped as autograd produces them; a group passes one order check (batched with
+the next module fetch's, or on its own once it reaches half ``reduce_bucket_size`` elements)
+and then starts one reduction per parameter without waiting. On host tensors the reduction is
+an in-place all-reduce of the full gradient (see ``Collectives.all_reduce``) and this rank's
+partition is read out when it lands; elsewhere it is a reduce-scatter that, on the first
+backward of a step, writes straight into the partition's slice of the flat buffer. Either way
+nothing is bucketed or copied on the way out (a padded copy only when the parameter's size is
+not a multiple of the world size). Gradients held by groups and reductions in flight stay
+within about ``reduce_bucket_size`` elements; ``finish`` (end of backward) waits for the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 
 from ds.interfaces.comm import ReduceOp
 from ds.zero.stage3.collectives import Collectives
-from ds.zero.stage3.pool import BufferPool
+from ds.zero.stage3.pool import BufferPool, alloc_host
 from ds.zero.stage3.shard import ShardState
 
 
@@ -62,7 +64,9 @@ class GradReducer:
 
     def _slice(self, s: ShardState) -> torch.Tensor:
         if self._flat is None:
-            self._flat = torch.empty(self._flat_numel, dtype=torch.float32)
+            # A fresh mapping per step: its pages become resident only as partitions land, so
+            # the forward pass (and the start of backward, the step's peak) never holds them.
+            self._flat = alloc_host(self._flat_numel, torch.float32)
         o = self._offsets[s.ds_id]
         return self._flat[o : o + s.shard_numel]
 
@@ -108,6 +112,13 @@ class GradReducer:
         if self.coll.comm is None:
             out = inp[: s.shard_numel]
             work = None
+        elif self.coll.use_all_reduce(inp):
+            # In place on the full gradient; this rank's partition is read out when it lands.
+            out = inp[s.offset : s.offset + s.shard_numel]
+            work = self.coll.comm.all_reduce(
+                inp, op=ReduceOp.SUM, group=self.coll.group, async_op=True
+            )
+            first = False
         else:
             out = (
                 self._slice(s) if first else self.pool.take(s.shard_numel, flat.dtype, flat.device)
@@ -137,10 +148,14 @@ class GradReducer:
             s.grad = torch.div(f.out, self.world, out=self._slice(s))
         else:
             s.grad.add_(f.out / self.world)  # divide first: the same rounding as the first
-        ptrs = [t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)]
+        ptrs = {t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)}
         del f.inp, f.out
         for ptr in ptrs:
             self.pool.give(ptr)
+
+    def drop(self) -> None:
+        """Forget the gradient partitions (after the optimizer consumed them)."""
+        self._flat = None
 
     @property
     def flat_bytes(self) -> int:

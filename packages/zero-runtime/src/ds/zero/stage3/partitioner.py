@@ -24,7 +24,7 @@ from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
-from ds.zero.stage3.pool import BufferPool
+from ds.zero.stage3.pool import BufferPool, release_free_heap
 from ds.zero.stage3.shard import ParamStatus, partition_param, shard_of
 from ds.zero.stage3.swap import ParamSwapper
 
@@ -435,6 +435,7 @@ class Stage3Partitioner:
         self._in_use.clear()
         self.release_all()
         self.end_trace()
+        release_free_heap()
 
     def end_trace(self) -> None:
         fits = 0 < len(self._recording) <= 16 * len(self._direct) + 64

@@ -17,6 +17,9 @@ saved from a gathered parameter keeps the storage alive and the buffer is simply
 from __future__ import annotations
 
 import bisect
+import ctypes
+import ctypes.util
+import functools
 import mmap
 from dataclasses import dataclass
 
@@ -28,7 +31,7 @@ def _use_count(t: torch.Tensor) -> int:
 
 
 # Host buffers at least this big get their own anonymous mapping (see ``_alloc``).
-MAP_MIN_BYTES = 1 << 16
+MAP_MIN_BYTES = 1 << 12
 
 
 def _alloc(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -41,6 +44,12 @@ def _alloc(numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
         return torch.empty(numel, dtype=dtype, device=device)
     # The tensor keeps the mapping alive and unmaps it when its storage is freed.
     return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=numel)
+
+
+def alloc_host(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A host buffer (contents undefined); when large, its pages become resident only as they
+    are written."""
+    return _alloc(numel, dtype, torch.device("cpu"))
 
 
 # What a tensor that is the only holder of its storage reports (the query itself adds to it).
@@ -126,3 +135,24 @@ class BufferPool:
                 self.stats.allocated_bytes -= n * buf.element_size()
         self._free.clear()
         self.stats.free_bytes = 0
+
+
+@functools.cache
+def _malloc_trim() -> object | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim  # glibc only
+    except (OSError, AttributeError):
+        return None
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the operating system (glibc ``malloc_trim``).
+
+    Called between the phases of a step (end of backward, end of the optimizer step): the
+    activations of the finished phase are freed by then, but glibc keeps freed memory below its
+    (dynamically raised) mmap threshold in the heap, resident, and the next phase's allocations
+    do not always land in those holes. Without glibc this does nothing."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)  # type: ignore[operator]

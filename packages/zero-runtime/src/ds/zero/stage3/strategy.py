@@ -54,7 +54,11 @@ class Stage3Strategy(ZeroStrategy):
         super().__init__(ctx)
         cfg = ctx.config
         zero = cfg.zero
-        self.coll = Collectives(ctx.comm, ctx.group)
+        # use_all_reduce_for_fetch_params forces all-reduce fetches everywhere; otherwise host
+        # tensors use them (see Collectives.all_reduce) and accelerator tensors all-gather.
+        self.coll = Collectives(
+            ctx.comm, ctx.group, all_reduce=True if zero.use_all_reduce_for_fetch_params else None
+        )
         self.limits = limits_from(zero, cfg.reduce_bucket_size)
         module = ctx.module
         # Parameters cast to a lower precision after ds.zero.Init partitioned them: cast the
