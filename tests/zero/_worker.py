@@ -337,7 +337,79 @@ def scenario_reshard(rank: int, world: int, comm: Any, out: Path, src: str = "")
     return {"loaded": loaded, "global_steps": engine.global_steps} if rank == 0 else {}
 
 
+class Probe(torch.nn.Module):
+    """One parameter whose gradient is exactly the constant each rank passes in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(64))
+
+    def forward(self, c: torch.Tensor) -> torch.Tensor:
+        return (self.w * c).sum()
+
+
+def reduction_variants() -> dict[str, dict[str, Any]]:
+    """Gradient-reduction settings: prescale, predivide and the communication dtype."""
+    v: dict[str, dict[str, Any]] = {}
+    for stage in (0, 1, 2):
+        v[f"fp16comm_stage{stage}"] = {"communication_data_type": "fp16"}
+        v[f"fp16comm_prescale_stage{stage}"] = {
+            "communication_data_type": "fp16",
+            "prescale_gradients": True,
+        }
+        v[f"fp16comm_predivide_stage{stage}"] = {
+            "communication_data_type": "fp16",
+            "gradient_predivide_factor": 2.0,
+        }
+        v[f"bf16comm_stage{stage}"] = {"communication_data_type": "bf16"}
+        v[f"fp32comm_stage{stage}"] = {"communication_data_type": "fp32"}
+    return v
+
+
+def scenario_reduction(rank: int, world: int, comm: Any, out: Path) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    # 1. The averaged gradient of a probe whose per-rank gradient is a chosen constant: fp16
+    #    communication overflows on 40000 + 40000 unless the gradients are divided first, and
+    #    bf16 communication rounds 1 + 2**-10 to 1.
+    for name, extra in reduction_variants().items():
+        stage = int(name[-1])
+        value = 1.0 + 2.0**-10 if name.startswith(("bf16", "fp32")) else 40000.0
+        cfg = {**base_config(stage), **extra}
+        engine = ZeroEngine(Probe(), cfg, comm=comm)
+        engine.backward(engine(torch.full((64,), value)))
+        shards = [g.detach().clone() for g in engine.strategy.local_grad_shards()]
+        gathered: list[Any] = [None] * world
+        comm.all_gather_object(gathered, shards)
+        if rank == 0:
+            results[name] = {"value": value, "shards": gathered}
+        engine.destroy()
+    # 2. Training parity with the single-process AdamW reference.
+    for name, stage, extra in (
+        ("train_prescale_stage1", 1, {"prescale_gradients": True}),
+        ("train_predivide_stage2", 2, {"gradient_predivide_factor": 4.0}),
+        ("train_bf16comm_stage1", 1, {"communication_data_type": "bf16"}),
+        ("train_bf16comm_stage2", 2, {"communication_data_type": "bf16"}),
+        (
+            "train_fp16comm_prescale_stage0",
+            0,
+            {"communication_data_type": "fp16"} | {"prescale_gradients": True},
+        ),
+    ):
+        cfg = {**base_config(stage, overlap_comm=True), **extra}
+        engine = ZeroEngine(fresh_model(), cfg, comm=comm)
+        losses = mean_over_ranks(comm, train_engine(engine, rank, world, 0, STEPS), world)
+        if rank == 0:
+            results[name] = {
+                "losses": losses,
+                "weights": copy.deepcopy(engine.module.state_dict()),
+                "reference": reference(base_config(stage), world),
+            }
+        engine.destroy()
+    return results
+
+
 SCENARIOS = {
+    "reduction": scenario_reduction,
     "parity": scenario_parity,
     "precision": scenario_precision,
     "resume": scenario_resume,

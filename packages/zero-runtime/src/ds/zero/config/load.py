@@ -14,7 +14,12 @@ from pydantic import BaseModel, ValidationError
 from ds.interfaces.errors import ConfigError
 from ds.zero.config.model import DsConfig, ResolvedConfig
 from ds.zero.config.suggest import closest
-from ds.zero.config.unimplemented import NESTED_DEFAULTS, TOP_LEVEL, ZERO_KEYS_DEFAULTS
+from ds.zero.config.unimplemented import (
+    NESTED_DEFAULTS,
+    STAGE3_DEFAULTS,
+    TOP_LEVEL,
+    ZERO_KEYS_DEFAULTS,
+)
 
 
 class UnimplementedConfigWarning(UserWarning):
@@ -152,7 +157,10 @@ def _warn_unimplemented(data: Mapping[str, Any]) -> None:
         for key, default in ZERO_KEYS_DEFAULTS.items():
             if key in zero and zero[key] != default:
                 names.append(f"zero_optimization.{key}")
-    for path, default in NESTED_DEFAULTS.items():
+    nested = dict(NESTED_DEFAULTS)
+    if isinstance(zero, dict) and str(zero.get("stage", 0)) == "3":
+        nested.update(STAGE3_DEFAULTS)
+    for path, default in nested.items():
         node: Any = data
         for part in path:
             node = node.get(part, default) if isinstance(node, dict) else default

@@ -61,13 +61,17 @@ ZERO_KEYS_DEFAULTS: dict[str, object] = {
 
 # Nested keys ds accepts but does not act on yet: warned about when set to anything but the default.
 NESTED_DEFAULTS: dict[tuple[str, ...], object] = {
-    ("prescale_gradients",): False,
-    ("gradient_predivide_factor",): 1.0,
-    ("communication_data_type",): None,
     ("fp16", "auto_cast"): False,
     ("fp16", "fp16_master_weights_and_grads"): False,
     ("bf16", "immediate_grad_update"): False,
     ("checkpoint", "load_universal"): False,
     ("checkpoint", "use_node_local_storage"): False,
     ("zero_optimization", "offload_optimizer", "ratio"): 1.0,
+}
+
+# Gradient-reduction keys stages 0-2 honour but stage 3 does not act on yet (warned at stage 3).
+STAGE3_DEFAULTS: dict[tuple[str, ...], object] = {
+    ("prescale_gradients",): False,
+    ("gradient_predivide_factor",): 1.0,
+    ("communication_data_type",): None,
 }

@@ -72,6 +72,21 @@ class PartitionedStrategy(ZeroStrategy):
         self.offload = cfg.zero.offload_optimizer_device == "cpu"
         self.allgather_numel = max(1, cfg.allgather_bucket_size // max(self.world, 1))
         bucket_numel = max(1, cfg.reduce_bucket_size)
+        # Gradient averaging: multiply by ``pre`` before the sum over ranks and by ``post`` after
+        # (prescale_gradients: 1/world before; gradient_predivide_factor f: 1/f before, f/world
+        # after). The reduction runs in ``communication_data_type`` when set, accumulating into
+        # the fp32 partition (stage 2) or the gradient buffer (stages 0-1).
+        raw = cfg.raw
+        factor = float(raw.gradient_predivide_factor)
+        if raw.prescale_gradients:
+            self._pre, self._post = 1.0 / self.world, 1.0
+        else:
+            self._pre, self._post = 1.0 / factor, factor / self.world
+        if self.comm is None:
+            self._pre, self._post = 1.0, 1.0
+        self._comm_dtype = _COMM_DTYPES.get(raw.communication_data_type or "")
+        self._bucket_dtype = self._comm_dtype if self.comm is not None else None
+        self._bucket_dtype = self._bucket_dtype or torch.float32
         self._reduce_now = False
         self._pending: list[tuple[Any, Callable[[], None]]] = []
         self._hooks: list[Any] = []
@@ -166,11 +181,18 @@ class PartitionedStrategy(ZeroStrategy):
         bucket = group.buckets[group.bucket_of[pi]]
         if self.stage >= 2:
             if bucket.buffer is None:
-                bucket.buffer = self._take(bucket.stop - bucket.start, group.flat.flat.device)
+                bucket.buffer = self._take(
+                    bucket.stop - bucket.start, group.flat.flat.device, self._bucket_dtype
+                )
             bucket.filled.append(pi)
             off = group.flat.offsets[pi] - bucket.start
             assert param.grad is not None
-            bucket.buffer[off : off + param.numel()].copy_(param.grad.reshape(-1))
+            dst = bucket.buffer[off : off + param.numel()]
+            # One pass: cast to the communication dtype and apply the pre-reduction scale.
+            if self._pre != 1.0:
+                torch.mul(param.grad.reshape(-1), self._pre, out=dst)
+            else:
+                dst.copy_(param.grad.reshape(-1))
             param.grad = None
         bucket.pending -= 1
         if bucket.pending == 0 and self.overlap:
@@ -178,16 +200,31 @@ class PartitionedStrategy(ZeroStrategy):
 
     def _launch(self, group: _Group, bucket: _Bucket) -> None:
         bucket.launched = True
+        target: torch.Tensor | None = None  # stages 0-1: where the reduced values go back
         if self.stage >= 2:
             if bucket.buffer is None:  # no parameter of the bucket got a gradient
-                bucket.buffer = self._take(bucket.stop - bucket.start, group.flat.flat.device)
+                bucket.buffer = self._take(
+                    bucket.stop - bucket.start, group.flat.flat.device, self._bucket_dtype
+                )
             self._zero_gaps(group, bucket, bucket.buffer)
             data = bucket.buffer
         else:
             assert group.flat_grad is not None
             data = group.flat_grad[bucket.start : bucket.stop]
+            comm_dtype = self._comm_dtype or data.dtype
+            if self.comm is not None and comm_dtype != data.dtype:
+                # Reduce a copy in the communication dtype; the result is written back in _finish.
+                target = data
+                data = self._take(data.numel(), data.device, comm_dtype)
+                if self._pre != 1.0:
+                    torch.mul(target, self._pre, out=data)
+                else:
+                    data.copy_(target)
+            elif self.comm is not None and self._pre != 1.0:
+                data.mul_(self._pre)
+        finish = functools.partial(self._finish, group, bucket, data, target)
         if self.comm is None:
-            self._pending.append((None, functools.partial(self._finish, group, bucket, data)))
+            self._pending.append((None, finish))
             return
         comm = self.comm
         handles: list[Any] = []
@@ -207,27 +244,37 @@ class PartitionedStrategy(ZeroStrategy):
                     functools.partial(comm.all_reduce, data, ReduceOp.SUM, self.ctx.group, True)
                 )
             )
-        finish = functools.partial(self._finish, group, bucket, data)
         for h in handles[:-1]:
             self._pending.append((h, _noop))
         self._pending.append((handles[-1], finish))
 
-    def _finish(self, group: _Group, bucket: _Bucket, data: torch.Tensor) -> None:
-        inv = 1.0 / self.world
+    def _finish(
+        self, group: _Group, bucket: _Bucket, data: torch.Tensor, target: torch.Tensor | None
+    ) -> None:
+        post = self._post
         if self.stage >= 2:
             lo, hi = max(bucket.start, group.lo), min(bucket.stop, group.hi)
             if lo < hi:
                 piece = data[lo - bucket.start : hi - bucket.start]
-                group.master_grad[lo - group.lo : hi - group.lo].add_(piece, alpha=inv)
+                # Accumulated in fp32 whatever dtype the reduction ran in.
+                group.master_grad[lo - group.lo : hi - group.lo].add_(piece, alpha=post)
             self._give(data)
             bucket.buffer = None
-        elif self.world > 1:
-            if self.stage >= 1:  # only the owned piece is stepped (and read by norms/clipping)
-                lo, hi = max(bucket.start, group.lo), min(bucket.stop, group.hi)
-                if lo < hi:
-                    data[lo - bucket.start : hi - bucket.start].mul_(inv)
-            else:
-                data.mul_(inv)
+            return
+        if self.world == 1:
+            return
+        # Stage 1 steps (and norms/clipping read) only the owned piece; stage 0 needs everything.
+        lo, hi = bucket.start, bucket.stop
+        if self.stage >= 1:
+            lo, hi = max(lo, group.lo), min(hi, group.hi)
+        if lo < hi:
+            piece = data[lo - bucket.start : hi - bucket.start]
+            if target is not None:
+                torch.mul(piece, post, out=target[lo - bucket.start : hi - bucket.start])
+            elif post != 1.0:
+                piece.mul_(post)
+        if target is not None:
+            self._give(data)
 
     def end_backward(self) -> None:
         if not self._reduce_now:
@@ -565,6 +612,16 @@ _GATHER_PIECES = 8
 _MIN_GATHER_CHUNK = 1 << 18
 # Up to this world size gradient buckets are all-reduced even when only the owner needs them.
 _ALL_REDUCE_WORLD = 2
+
+
+_COMM_DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 def _noop() -> None:
