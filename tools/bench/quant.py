@@ -6,6 +6,8 @@ that must move: the float32 input plus the codes and per-group scales written (q
 plus the float32 output (dequantize). ``ds-native out=`` decodes into a reused buffer: no fresh
 64 MiB allocation, so no page faults (the allocating calls of both implementations pay them).
 
+``ds-native kernel`` is the same native kernel writing into reused code/scale buffers (the
+allocating call pays page faults on a fresh output, as ``dequantize`` without ``out=`` does).
 ``bandwidth floor`` moves the same bytes in the same rounds with no arithmetic to speak of: one
 pass reading the input (``amax``) and one writing an output of the output's size (``fill_``),
 both into reused buffers; "x floor" is each implementation's median over the floor's median.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 import torch
 
@@ -25,7 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from harness import Bench
 
 from ds.ops import _C
-from ds.ops.quant import SCHEMES, native, reference
+from ds.ops.quant import SCHEMES, QuantizedTensor, native, reference
 
 
 def _qbytes(q) -> int:  # type: ignore[no-untyped-def]
@@ -37,6 +40,22 @@ def _per_floor(res: dict) -> None:  # type: ignore[type-arg]
     floor_s = res["bandwidth floor"].median_s
     for r in res.values():
         r.extra["x floor"] = r.median_s / floor_s
+
+
+def _kernel_only(
+    x: torch.Tensor, scheme: str, group_size: int, q: QuantizedTensor
+) -> Callable[[], object]:
+    s = SCHEMES[scheme]
+    lib = native._lib()
+    data = torch.empty_like(q.data.view(torch.uint8))
+    scales = torch.empty_like(q.scales)
+    if s.kind == "int":
+        zps = torch.empty(scales.numel() if s.asym else 0)
+        return lambda: lib.quant_int(
+            x, group_size, s.bits, s.asym, s.qmin, s.qmax, data, scales, zps
+        )
+    e_bits = 4 if scheme == "fp8_e4m3" else 5
+    return lambda: lib.quant_fp8(x, group_size, e_bits, data, scales)
 
 
 def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: list[str]) -> Bench:
@@ -56,6 +75,7 @@ def run(mib: int, group_size: int, threads: list[int], rounds: int, schemes: lis
                 {
                     "bandwidth floor": lambda sink=sink: (x.amax(), sink.fill_(1)),
                     "ds-native": lambda s=scheme: native.quantize(x, s, group_size),
+                    "ds-native kernel": _kernel_only(x, scheme, group_size, q),
                     "torch-reference": lambda s=scheme: reference.quantize(x, s, group_size),
                 },
                 rounds=rounds,
