@@ -220,6 +220,7 @@ def run_case(
     )
     per = case["global_batch"] // world
     losses = []
+    pool_trace: list[tuple[int, int, int, int]] = []
     for step, idx in enumerate(batches(case["steps"], case["global_batch"])):
         if step == case.get("save_at"):
             engine.save_checkpoint(case["save_dir"], "t")
@@ -234,6 +235,10 @@ def run_case(
             loss = loss_of(engine, local)
         engine.backward(loss)
         engine.step()
+        stats = engine.strategy.partitioner.pool.stats  # type: ignore[attr-defined]
+        pool_trace.append(
+            (stats.fresh, stats.allocated_bytes, stats.peak_allocated_bytes, stats.dropped)
+        )
         avg = loss.detach().clone()
         comm.all_reduce(avg)
         losses.append(float(avg) / world)
@@ -249,6 +254,9 @@ def run_case(
     strategy = engine.strategy
     result = {
         "files16": files16,
+        "pool": pool_trace,
+        "pool_budget": strategy.partitioner.pool.budget_bytes,  # type: ignore[attr-defined]
+        "peak_grad_numel": strategy.partitioner.grads.peak_held_numel,  # type: ignore[attr-defined]
         "losses": losses,
         "weights": strategy.consolidated_state_dict(),  # type: ignore[attr-defined]
         "acct": vars(strategy.partitioner.acct).copy(),  # type: ignore[attr-defined]

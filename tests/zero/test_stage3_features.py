@@ -46,7 +46,7 @@ def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
         {**BASE, "name": "ac", "activation_checkpointing": AC},
         {"name": "partition_acts", "kind": "partition_activations"},
         {"name": "modifier", "kind": "modifier"},
-        {"name": "memory", "steps": 3, "global_batch": 4, "model": MEM_MODEL, "zero": MEM_LIMITS},
+        {"name": "memory", "steps": 6, "global_batch": 4, "model": MEM_MODEL, "zero": MEM_LIMITS},
         {
             **BASE,
             "name": "save16",
@@ -168,3 +168,22 @@ def test_16bit_weights_file_equals_single_process_state_dict(world2: Any) -> Non
             assert err <= 1e-5, f"{name}: relative error {err:.2e}"
         for name, t in results[0]["save16"]["weights"].items():
             assert torch.equal(sd[name], t)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_gather_buffer_pool_stops_allocating_and_stays_in_budget(world2: Any) -> None:
+    """Repeated steps reuse the pooled gather/gradient buffers: after the trace is recorded no
+    step creates a new buffer, and the pool never owns more than its budget."""
+    results, _ = world2
+    for r in results:
+        # "plain" saves a checkpoint at step 7: its one-parameter gathers may add a buffer.
+        for name, until in (("memory", None), ("plain", 7)):
+            trace = r[name]["pool"][:until]
+            budget = r[name]["pool_budget"]
+            fresh = [t[0] for t in trace]
+            assert fresh[-1] > 0  # the pool is in use
+            assert fresh[2:] == [fresh[2]] * (len(fresh) - 2), fresh  # no new buffers
+            assert len({t[1] for t in trace[2:]}) == 1  # bytes owned stay put
+            assert max(t[2] for t in trace) <= budget

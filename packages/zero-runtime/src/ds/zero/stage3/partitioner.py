@@ -187,7 +187,9 @@ class Stage3Partitioner:
         lim = self.limits
         window = min(lim.max_live_parameters + lim.prefetch_bucket_size + biggest, total)
         reduce = min(lim.reduce_bucket_size + biggest, total)
-        return item * (window + reduce)
+        # Twice the peak demand: buffers are reused best-fit across sizes, so the pool may own
+        # somewhat more than it hands out at any moment without ever growing step over step.
+        return 2 * item * (window + reduce)
 
     # -- hooks ---------------------------------------------------------------------------------
     def _register_hooks(self) -> None:

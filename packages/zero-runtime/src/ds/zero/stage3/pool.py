@@ -63,7 +63,7 @@ class PoolStats:
     peak_allocated_bytes: int = 0
     fresh: int = 0  # buffers created
     reused: int = 0  # requests served from the free list
-    dropped: int = 0  # buffers returned beyond the budget, or still referenced elsewhere
+    dropped: int = 0  # buffers returned beyond the budget (freed)
 
 
 class BufferPool:
@@ -80,10 +80,12 @@ class BufferPool:
         self._free: dict[tuple[torch.dtype, torch.device], list[tuple[int, int, torch.Tensor]]] = {}
         self._out: dict[int, torch.Tensor] = {}  # data_ptr -> the whole buffer handed out
         self._serial = 0
+        self._deferred: list[torch.Tensor] = []  # returned while still referenced
 
     def take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A flat tensor of exactly ``numel`` elements (a prefix of a pooled buffer); its
         contents are undefined. Return it with :meth:`give`."""
+        self._collect()
         free = self._free.get((dtype, device), [])
         i = bisect.bisect_left(free, (numel, -1))
         # Best fit, but never waste more than half a buffer on a small request.
@@ -107,9 +109,26 @@ class BufferPool:
         buf = self._out.pop(data_ptr, None)
         if buf is None:
             return
+        if _use_count(buf) > _SOLE:
+            # A view is still alive: a tensor autograd saved, or a collective's work object
+            # that its worker thread has not let go of yet. Reuse it once that is gone.
+            self._deferred.append(buf)
+            return
+        self._shelve(buf)
+
+    def _collect(self) -> None:
+        if self._deferred:
+            still = []
+            for buf in self._deferred:
+                if _use_count(buf) > _SOLE:
+                    still.append(buf)
+                else:
+                    self._shelve(buf)
+            self._deferred = still
+
+    def _shelve(self, buf: torch.Tensor) -> None:
         nbytes = buf.numel() * buf.element_size()
-        # More references than ``buf`` alone: a view is still alive somewhere (autograd).
-        if _use_count(buf) > _SOLE or self.stats.free_bytes + nbytes > self.budget_bytes:
+        if self.stats.free_bytes + nbytes > self.budget_bytes:
             self.stats.dropped += 1
             self.stats.allocated_bytes -= nbytes
             return
