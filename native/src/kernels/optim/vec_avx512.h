@@ -54,8 +54,10 @@ struct V {
   static void store_bf16(uint16_t* p, reg v) {
     // vcvtne2ps2bf16 flushes fp32 subnormals to zero; torch rounds them like any other value.
     // Vectors holding one take the integer path (a predictable, almost never taken branch).
-    const __mmask16 sub = _mm512_fpclass_ps_mask(v.a, 0x20) | _mm512_fpclass_ps_mask(v.b, 0x20);
-    if (__builtin_expect(sub != 0, 0)) return store_bf16_int(p, v);
+    // The masks are merged and tested in mask registers (kor/kortest), not moved to integers.
+    const __mmask16 sub =
+        _kor_mask16(_mm512_fpclass_ps_mask(v.a, 0x20), _mm512_fpclass_ps_mask(v.b, 0x20));
+    if (__builtin_expect(!_kortestz_mask16_u8(sub, sub), 0)) return store_bf16_int(p, v);
     _mm512_storeu_si512(p, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v.b, v.a)));
   }
 #else
