@@ -97,6 +97,9 @@ class GradReducer:
         self.launched += 1
         for s, grad in group:
             self._start(s, grad)
+        # Drop this frame's references before landing: a landed gradient's buffer goes back to
+        # the pool only when nothing else holds it.
+        del group, s, grad
         while self._flight_numel > self.half and self._flights:
             self._land(self._flights.popleft())
 

@@ -64,6 +64,7 @@ class PoolStats:
     fresh: int = 0  # buffers created
     reused: int = 0  # requests served from the free list
     dropped: int = 0  # buffers returned beyond the budget (freed)
+    deferred: int = 0  # returns that found the storage still referenced
 
 
 class BufferPool:
@@ -113,6 +114,7 @@ class BufferPool:
             # A view is still alive: a tensor autograd saved, or a collective's work object
             # that its worker thread has not let go of yet. Reuse it once that is gone.
             self._deferred.append(buf)
+            self.stats.deferred += 1
             return
         self._shelve(buf)
 
