@@ -36,19 +36,21 @@ struct V {
     _mm512_storeu_ps(p + 16, v.b);
   }
 
-  // Round to nearest even with integer arithmetic; NaN stays a (quiet) NaN.
-  static __m256i bf16_bits(__m512 v) {
+  // Round to nearest even with integer arithmetic on the 32-bit patterns (a NaN keeps its payload
+  // with the quiet bit set instead of rounding into infinity), then one vpermt2w gathers the high
+  // halves of both registers: 32 bf16 values, one store.
+  static __m512i bf16_round(__m512 v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb));
-    r = _mm512_srli_epi32(r, 16);
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    const __m512i qnan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, qnan));
+    return _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));
   }
   static void store_bf16_int(uint16_t* p, reg v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits(v.a));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), bf16_bits(v.b));
+    const __m512i high = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37,
+                                          35, 33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7,
+                                          5, 3, 1);
+    _mm512_storeu_si512(p, _mm512_permutex2var_epi16(bf16_round(v.a), high, bf16_round(v.b)));
   }
 #if defined(__AVX512BF16__)
   static void store_bf16(uint16_t* p, reg v) {
