@@ -1,5 +1,5 @@
 // AVX-512 + AVX512_BF16 variant of the optimizer kernels: the AVX-512 kernels with bf16 stores
-// rounded by vcvtne2ps2bf16 (one instruction for 32 lanes instead of about seven per 16).
+// rounded by vcvtne2ps2bf16 (one instruction for 32 lanes instead of thirteen).
 // Compiled with -mavx512bf16 only for this file; chosen at run time when the CPU reports
 // AVX512_BF16 (AMD Zen 4 and later, Intel Cooper Lake and Sapphire Rapids and later).
 #include <immintrin.h>
