@@ -237,7 +237,7 @@ def run_case(
         engine.step()
         stats = engine.strategy.partitioner.pool.stats  # type: ignore[attr-defined]
         pool_trace.append(
-            (stats.fresh, stats.allocated_bytes, stats.peak_allocated_bytes, stats.dropped)
+            (stats.fresh, stats.allocated_bytes, stats.peak_allocated_bytes, stats.deferred)
         )
         avg = loss.detach().clone()
         comm.all_reduce(avg)

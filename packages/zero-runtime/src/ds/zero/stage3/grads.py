@@ -154,7 +154,7 @@ class GradReducer:
         ptrs = {t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)}
         del f.inp, f.out
         for ptr in ptrs:
-            self.pool.give(ptr)
+            self.pool.give(ptr, settle_s=0.002)
 
     def drop(self) -> None:
         """Forget the gradient partitions (after the optimizer consumed them)."""

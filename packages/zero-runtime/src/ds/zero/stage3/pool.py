@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import functools
 import mmap
+import time
 from dataclasses import dataclass
 
 import torch
@@ -104,12 +105,19 @@ class BufferPool:
         self._out[buf.data_ptr()] = buf
         return buf[:numel]
 
-    def give(self, data_ptr: int) -> None:
+    def give(self, data_ptr: int, settle_s: float = 0.0) -> None:
         """Return the buffer whose first element is at ``data_ptr`` (from :meth:`take`), once
-        the caller has dropped its own references to it; unknown addresses are ignored."""
+        the caller has dropped its own references to it; unknown addresses are ignored.
+
+        ``settle_s``: how long to wait for other references to go (a collective's worker thread
+        can let go of its buffers just after the wait on it returns)."""
         buf = self._out.pop(data_ptr, None)
         if buf is None:
             return
+        if settle_s > 0 and _use_count(buf) > _SOLE:
+            deadline = time.perf_counter() + settle_s
+            while _use_count(buf) > _SOLE and time.perf_counter() < deadline:
+                time.sleep(0)
         if _use_count(buf) > _SOLE:
             # A view is still alive: a tensor autograd saved, or a collective's work object
             # that its worker thread has not let go of yet. Reuse it once that is gone.
