@@ -408,7 +408,27 @@ def scenario_reduction(rank: int, world: int, comm: Any, out: Path) -> dict[str,
     return results
 
 
+def scenario_lazy_gather(rank: int, world: int, comm: Any, out: Path) -> dict[str, Any]:
+    """Read the weights right after step(), while the stage 1-2 parameter gather is in flight."""
+    results: dict[str, Any] = {}
+    for stage in (1, 2):
+        cfg = base_config(stage, overlap_comm=True)
+        engine = ZeroEngine(fresh_model(), cfg, comm=comm)
+        train_engine(engine, rank, world, 0, STEPS)
+        in_flight = bool(engine.strategy._gathers)  # type: ignore[attr-defined]
+        named = {n: p.detach().clone() for n, p in engine.named_parameters()}
+        if rank == 0:
+            results[f"stage{stage}"] = {
+                "in_flight": in_flight,
+                "named": named,
+                "reference": reference(cfg, world),
+            }
+        engine.destroy()
+    return results
+
+
 SCENARIOS = {
+    "lazy_gather": scenario_lazy_gather,
     "reduction": scenario_reduction,
     "parity": scenario_parity,
     "precision": scenario_precision,
