@@ -25,7 +25,7 @@ from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
 from ds.zero.stage3.pool import BufferPool, release_free_heap
-from ds.zero.stage3.shard import ParamStatus, partition_param, shard_of
+from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
 from ds.zero.stage3.swap import ParamSwapper
 
 log = get_logger(__name__)
@@ -327,6 +327,23 @@ class Stage3Partitioner:
                 pending.wait()
         if picked:
             self._gather(picked, async_op=True, checked=True)
+        if self.swapper is not None:
+            self._prefetch_reads()
+
+    def _prefetch_reads(self) -> None:
+        """Start NVMe reads of the shards the trace needs next (bounded by buffer_count)."""
+        assert self.swapper is not None
+        if self._trace is None:
+            return
+        want: list[ShardState] = []
+        for m in self._trace[self._pos :]:
+            for p in self._direct[id(m)]:
+                s = shard_of(p)
+                if s.swapped and s.status is ParamStatus.NOT_AVAILABLE:
+                    want.append(s)
+            if len(want) >= self.swapper.buffer_count:
+                break
+        self.swapper.prefetch(want)
 
     def gather_all(self, params: Iterable[torch.nn.Parameter] | None = None) -> None:
         """Gather the given (default: all) parameters in one collective, e.g. for generation."""
@@ -436,6 +453,8 @@ class Stage3Partitioner:
                 shard_of(p).pending.wait()
         self._in_use.clear()
         self.release_all()
+        if self.swapper is not None:
+            self.swapper.discard()  # the optimizer step rewrites the shards
         self.end_trace()
         release_free_heap()
 

@@ -25,6 +25,8 @@ class OffloadSettings:
     param_nvme_path: str | None = None
     optimizer_nvme_path: str | None = None
     max_in_cpu: int = 1_000_000_000
+    param_buffer_count: int = 5  # NVMe swap-in buffers (reads in flight + read, not gathered)
+    pin_memory: bool = False
     aio: AioSettings = field(default_factory=AioSettings)
 
 
@@ -54,6 +56,8 @@ class Stage3Runtime:
                 offload.param_nvme_path or "",
                 self.coll.rank,
                 max_in_cpu=offload.max_in_cpu if offload.max_in_cpu < 1_000_000_000 else 0,
+                buffer_count=offload.param_buffer_count,
+                pin_memory=offload.pin_memory,
             )
         self.partitioner = Stage3Partitioner(module, self.coll, limits, swapper)
         self.optimizer = Stage3Optimizer(

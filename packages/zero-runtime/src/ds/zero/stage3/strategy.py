@@ -83,6 +83,8 @@ class Stage3Strategy(ZeroStrategy):
                 op.nvme_path or "",
                 self.coll.rank,
                 max_in_cpu=int(op.max_in_cpu) if op.max_in_cpu < 1_000_000_000 else 0,
+                buffer_count=int(op.buffer_count),
+                pin_memory=bool(op.pin_memory),
             )
         self.partitioner = Stage3Partitioner(module, self.coll, self.limits, swapper)
         # offload_optimizer=cpu: the engine's factory already returns the kernel-provider
