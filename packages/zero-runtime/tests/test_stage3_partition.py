@@ -232,8 +232,10 @@ def test_forward_keeps_no_view_of_released_weights() -> None:
         )
 
 
-@pytest.mark.parametrize("buffer_count", [1, 3])
-def test_prefetched_swap_ins_bounded_by_buffer_count(buffer_count: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("buffer_count", "pin"), [(1, False), (3, False), (2, True)])
+def test_prefetched_swap_ins_bounded_by_buffer_count(
+    buffer_count: int, pin: bool, tmp_path: Path
+) -> None:
     torch.manual_seed(0)
     ref = TinyLM(layers=3)
     model = copy.deepcopy(ref)
@@ -248,6 +250,7 @@ def test_prefetched_swap_ins_bounded_by_buffer_count(buffer_count: int, tmp_path
             param_device="nvme",
             param_nvme_path=str(tmp_path),
             param_buffer_count=buffer_count,
+            pin_memory=pin,
         ),
         kernels=get("ds.kernels", "cpu")(),
     )

@@ -57,6 +57,11 @@ def alloc_host(numel: int, dtype: torch.dtype) -> torch.Tensor:
 _SOLE = _use_count(torch.empty(1))
 
 
+def storage_refs(t: torch.Tensor) -> int:
+    """How many tensors share ``t``'s storage (``t`` included)."""
+    return _use_count(t) - _SOLE + 1
+
+
 @dataclass
 class PoolStats:
     allocated_bytes: int = 0  # every buffer the pool owns now (handed out + free)

@@ -16,6 +16,7 @@ import torch
 
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import AsyncIOHandle, KernelProvider
+from ds.zero.stage3.pool import storage_refs
 from ds.zero.stage3.shard import ShardState
 
 
@@ -156,7 +157,9 @@ class ParamSwapper:
 
     def _free(self, buf: torch.Tensor) -> None:
         raw = self._pinned.pop(buf.data_ptr(), None) if buf.numel() else None
-        if raw is not None:
+        # Back to the handle's pinned pool only when nothing but ``raw`` and ``buf`` holds it
+        # (at world size 1 the gathered parameter is the shard buffer itself).
+        if raw is not None and storage_refs(raw) <= 2:
             self.file.handle.free_pinned_buffer(raw)
 
     @property
