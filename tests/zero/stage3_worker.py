@@ -236,9 +236,7 @@ def run_case(
         engine.backward(loss)
         engine.step()
         stats = engine.strategy.partitioner.pool.stats  # type: ignore[attr-defined]
-        pool_trace.append(
-            (stats.fresh, stats.allocated_bytes, stats.peak_allocated_bytes, stats.deferred)
-        )
+        pool_trace.append((stats.fresh, stats.allocated_bytes, stats.free_bytes, stats.deferred))
         avg = loss.detach().clone()
         comm.all_reduce(avg)
         losses.append(float(avg) / world)

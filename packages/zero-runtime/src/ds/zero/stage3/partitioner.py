@@ -175,21 +175,18 @@ class Stage3Partitioner:
         self.release_all()  # anything left whole by construction that is not persistent
 
     def _pool_budget(self) -> int:
-        """Idle bytes the buffer pool may keep: one step's worth of gather and gradient
-        transients (the live window plus one module, padded copies and partial sums of
-        gradients being reduced)."""
+        """Idle bytes the buffer pool may keep: one prefetch bucket plus the largest parameter.
+
+        Enough for the next gathers to find their buffers ready; what the rest of a step
+        returns beyond it is freed (host buffers are unmapped at once), so idle buffers never
+        add more than this to a step's peak. The busiest moments reuse nothing idle anyway."""
         sharded = [shard_of(p) for p in self.params if not shard_of(p).persistent]
         if not sharded:
             return 0
         total = sum(s.padded_numel for s in sharded)
         biggest = max(s.padded_numel for s in sharded)
         item = max(s.dtype.itemsize for s in sharded)
-        lim = self.limits
-        window = min(lim.max_live_parameters + lim.prefetch_bucket_size + biggest, total)
-        reduce = min(lim.reduce_bucket_size + biggest, total)
-        # Twice the peak demand: buffers are reused best-fit across sizes, so the pool may own
-        # somewhat more than it hands out at any moment without ever growing step over step.
-        return 2 * item * (window + reduce)
+        return item * min(self.limits.prefetch_bucket_size + biggest, total)
 
     # -- hooks ---------------------------------------------------------------------------------
     def _register_hooks(self) -> None:
