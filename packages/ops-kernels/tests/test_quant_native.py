@@ -120,11 +120,12 @@ def test_every_simd_variant_equals_reference(level: str) -> None:
 
 
 def _edge_groups(dtype: torch.dtype) -> torch.Tensor:
-    # One 128-element group each: all zeros, subnormals and values near half the maximum of
+    # One 128-element group each: all zeros, subnormals, the smallest subnormals, values near half the maximum of
     # `dtype` (so that max - min stays finite), exact rounding ties (k + 0.5 at scale 1), one
     # large outlier among small values, all negative, and signed zeros with positives
     # (asymmetric zero point at 0).
     g = torch.Generator().manual_seed(11)
+    tiniest = torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps
     ties = torch.arange(-64, 64, dtype=torch.float32) + 0.5
     ties[0] = 127.0
     outlier = torch.randn(128, generator=g) * 1e-3
@@ -134,6 +135,8 @@ def _edge_groups(dtype: torch.dtype) -> torch.Tensor:
     groups = [
         torch.zeros(128),
         torch.randn(128, generator=g) * torch.finfo(dtype).tiny * 0.25,
+        # The dtype's smallest subnormals: absmax / qmax underflows to 0 in float32.
+        torch.randint(-3, 4, (128,), generator=g).float() * tiniest,
         torch.randn(128, generator=g).clamp(-1, 1) * torch.finfo(dtype).max * 0.49,
         ties,
         outlier,

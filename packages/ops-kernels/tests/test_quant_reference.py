@@ -152,6 +152,25 @@ def test_round_trip_bound_hypothesis(x: np.ndarray, scheme: str, group_size: int
 
 
 @pytest.mark.parametrize("impl", ["reference", "native"])
+def test_smallest_subnormals_keep_a_nonzero_scale(impl: str) -> None:
+    # absmax / qmax underflows to 0 here; a zero scale would encode every value as 0.
+    tiniest = torch.finfo(torch.float32).smallest_normal * torch.finfo(torch.float32).eps
+    x = torch.tensor([1.0, -2.0, 3.0, 0.0, 1.0]) * tiniest
+    quantize = reference.quantize if impl == "reference" else native_quantize()
+    for scheme in SCHEMES:
+        q = quantize(x, scheme, 5)
+        assert bool((q.scales > 0).all()), scheme
+        err = (x.double() - quant.dequantize(q).double()).abs()
+        assert bool((err <= bound(x, q)).all()), scheme
+
+
+def native_quantize():  # type: ignore[no-untyped-def]
+    from ds.ops.quant import native
+
+    return native.quantize
+
+
+@pytest.mark.parametrize("impl", ["reference", "native"])
 def test_dequantize_into_out(impl: str) -> None:
     x = torch.randn(3, 50)
     q = quant.quantize(x, "int4_sym", 32)

@@ -44,8 +44,12 @@ inline float rne(float v) {
 #endif
 }
 
-// Subnormal scales are raised to the smallest normal float so that 1 / scale stays finite.
-inline float normal_scale(float s) { return (s > 0.0f && s < FLT_MIN) ? FLT_MIN : s; }
+// A group with a nonzero spread gets a scale of at least the smallest normal float: a subnormal
+// scale would make 1 / scale overflow, and spread / qmax can underflow to 0 for a group of tiny
+// subnormals, which would encode them all as 0 (and decode with an error above half a step).
+inline float normal_scale(float s, float spread) {
+  return (spread > 0.0f && s < FLT_MIN) ? FLT_MIN : s;
+}
 
 inline float clampf(float v, float lo, float hi) { return fminf_(fmaxf_(v, lo), hi); }
 
@@ -98,7 +102,7 @@ struct GroupParams {
 
 inline GroupParams asym_params(float lo, float hi, const IntScheme& s) {
   GroupParams p{};
-  p.scale = normal_scale((hi - lo) / static_cast<float>(s.qmax - s.qmin));
+  p.scale = normal_scale((hi - lo) / static_cast<float>(s.qmax - s.qmin), hi - lo);
   p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
   p.zp = clampf(rne(-lo * p.inv), 0.0f, static_cast<float>(s.qmax));
   return p;
@@ -106,7 +110,7 @@ inline GroupParams asym_params(float lo, float hi, const IntScheme& s) {
 
 inline GroupParams sym_params(float amax, const IntScheme& s) {
   GroupParams p{};
-  p.scale = normal_scale(amax / static_cast<float>(s.qmax));
+  p.scale = normal_scale(amax / static_cast<float>(s.qmax), amax);
   p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
   p.zp = 0.0f;
   return p;
@@ -187,7 +191,8 @@ void quantize_fp8_t(const typename L::T* x, int64_t n, int64_t gs, Fp8Format f,
     const typename L::T* xs = x + start;
 #if defined(DS_QUANT_GROUP_AVX512)
     if (len == gs && gs % 32 == 0) {
-      const float scale = normal_scale(abs_max_avx512<L>(xs, len) / fmax);
+      const float amax = abs_max_avx512<L>(xs, len);
+      const float scale = normal_scale(amax / fmax, amax);
       scales[g] = scale;
       const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
       if (f == Fp8Format::E4M3) fp8_codes_avx512<L, 3, 7>(xs, len, inv, fmax, data + g * gs);
@@ -196,7 +201,7 @@ void quantize_fp8_t(const typename L::T* x, int64_t n, int64_t gs, Fp8Format f,
     }
 #endif
     const float amax = abs_max<L>(xs, len);
-    const float scale = normal_scale(amax / fmax);
+    const float scale = normal_scale(amax / fmax, amax);
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     scales[g] = scale;
     uint8_t* out = data + g * gs;

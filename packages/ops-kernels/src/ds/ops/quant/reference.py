@@ -3,8 +3,9 @@ must reproduce bit for bit. All arithmetic is float32, rounding is round-half-to
 
 Integer schemes: ``scale = absmax / qmax`` (symmetric) or ``(max(x, 0) - min(x, 0)) / (qmax - qmin)``
 (asymmetric, range widened to include 0 so that 0.0 and the padding are exact);
-``inv = 1 / scale`` (0 when the group is all zeros; subnormal scales are raised to the
-smallest normal float32 so the inverse stays finite); ``zp = clamp(rint(-min * inv), 0, qmax)``;
+``inv = 1 / scale`` (0 when the group is all zeros; any other group's scale is at least the
+smallest normal float32, so the inverse stays finite and tiny subnormals are not lost to an
+underflowing division); ``zp = clamp(rint(-min * inv), 0, qmax)``;
 ``q = clamp(rint(x * inv) + zp, qmin, qmax)``; decoding is ``(q - zp) * scale``.
 fp8 schemes: ``scale = absmax / fp8_max``, ``code = fp8(clamp(x * inv, -fp8_max, fp8_max))``,
 decoding ``float(code) * scale``.
@@ -41,9 +42,11 @@ def _grouped(x: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tens
 _FLT_MIN = torch.finfo(torch.float32).tiny
 
 
-def _normal(scale: torch.Tensor) -> torch.Tensor:
-    """Raise subnormal scales to the smallest normal float32 so that 1 / scale stays finite."""
-    return torch.where(scale > 0, scale.clamp(min=_FLT_MIN), scale)
+def _normal(scale: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
+    """Give every group with a nonzero spread a scale of at least the smallest normal float32:
+    1 / scale stays finite, and a group of tiny subnormals (spread / qmax underflows to 0) is not
+    encoded as all zeros."""
+    return torch.where(spread > 0, scale.clamp(min=_FLT_MIN), scale)
 
 
 def _inverse(scale: torch.Tensor) -> torch.Tensor:
@@ -57,11 +60,12 @@ def _quantize_int(
     if s.asym:
         hi = torch.where(mask, xg, torch.zeros_like(xg)).amax(dim=1).clamp(min=0.0)
         lo = torch.where(mask, xg, torch.zeros_like(xg)).amin(dim=1).clamp(max=0.0)
-        scale = _normal((hi - lo) / float(s.qmax - s.qmin))
+        scale = _normal((hi - lo) / float(s.qmax - s.qmin), hi - lo)
         inv = _inverse(scale)
         zp = torch.round(-lo * inv).clamp(0, s.qmax)
     else:
-        scale = _normal(xg.abs().amax(dim=1) / float(s.qmax))
+        amax = xg.abs().amax(dim=1)
+        scale = _normal(amax / float(s.qmax), amax)
         inv = _inverse(scale)
         zp = torch.zeros_like(scale)
     q = (torch.round(xg * inv[:, None]) + zp[:, None]).clamp(s.qmin, s.qmax)
@@ -77,7 +81,8 @@ def _quantize_int(
 
 
 def _quantize_fp8(xg: torch.Tensor, s: Scheme) -> tuple[torch.Tensor, torch.Tensor, None]:
-    scale = _normal(xg.abs().amax(dim=1) / s.fp8_max)
+    amax = xg.abs().amax(dim=1)
+    scale = _normal(amax / s.fp8_max, amax)
     inv = _inverse(scale)
     y = (xg * inv[:, None]).clamp(-s.fp8_max, s.fp8_max)
     return y.to(s.data_dtype).reshape(-1), scale, None

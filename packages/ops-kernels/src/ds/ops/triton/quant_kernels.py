@@ -15,9 +15,10 @@ _FLT_MIN = 1.1754943508222875e-38  # smallest normal float32
 
 
 @triton.jit
-def _normal(scale):
-    # Subnormal scales are raised to the smallest normal float so that 1 / scale stays finite.
-    return tl.where(scale > 0, tl.maximum(scale, _FLT_MIN), scale)
+def _normal(scale, spread):
+    # A nonzero spread gets at least the smallest normal scale: 1 / scale stays finite, and a group
+    # of tiny subnormals (spread / qmax underflows to 0) is not all encoded as 0.
+    return tl.where(spread > 0, tl.maximum(scale, _FLT_MIN), scale)
 
 
 @triton.jit
@@ -28,9 +29,9 @@ def _rne(v):
 @triton.jit
 def _int_params(amax, hi, lo, ASYM: tl.constexpr, QMIN: tl.constexpr, QMAX: tl.constexpr):
     if ASYM:
-        scale = _normal(tl.math.div_rn(hi - lo, (QMAX - QMIN) * 1.0))
+        scale = _normal(tl.math.div_rn(hi - lo, (QMAX - QMIN) * 1.0), hi - lo)
     else:
-        scale = _normal(tl.math.div_rn(amax, QMAX * 1.0))
+        scale = _normal(tl.math.div_rn(amax, QMAX * 1.0), amax)
     inv = tl.where(scale > 0, tl.math.div_rn(1.0, tl.where(scale > 0, scale, 1.0)), 0.0)
     if ASYM:
         zp = tl.minimum(tl.maximum(_rne(-lo * inv), 0.0), QMAX * 1.0)
@@ -119,7 +120,7 @@ def quant_fp8_kernel(
     real = slot & (idx < n)
     x = tl.load(x_ptr + idx, mask=real, other=0.0).to(tl.float32)
     amax = tl.max(tl.abs(x), axis=1)
-    scale = _normal(tl.math.div_rn(amax, FMAX))
+    scale = _normal(tl.math.div_rn(amax, FMAX), amax)
     inv = tl.where(scale > 0, tl.math.div_rn(1.0, tl.where(scale > 0, scale, 1.0)), 0.0)
     y = tl.minimum(tl.maximum(x * inv[:, None], -FMAX), FMAX)
     b = y.to(tl.uint32, bitcast=True)
