@@ -85,8 +85,9 @@ class PartitionedStrategy(ZeroStrategy):
         if self.comm is None:
             self._pre, self._post = 1.0, 1.0
         self._comm_dtype = _COMM_DTYPES.get(raw.communication_data_type or "")
-        self._bucket_dtype = self._comm_dtype if self.comm is not None else None
-        self._bucket_dtype = self._bucket_dtype or torch.float32
+        self._bucket_dtype: torch.dtype = torch.float32  # stage 2's bucket buffers
+        if self.comm is not None and self._comm_dtype is not None:
+            self._bucket_dtype = self._comm_dtype
         self._reduce_now = False
         self._pending: list[tuple[Any, Callable[[], None]]] = []
         self._hooks: list[Any] = []
@@ -406,7 +407,9 @@ class PartitionedStrategy(ZeroStrategy):
                 hook = functools.partial(self._before_forward, max(needs))
                 self._hooks.append(module.register_forward_pre_hook(hook))
         # Reading weights without a forward: state_dict() sees the gathered values.
-        self._hooks.append(root.register_state_dict_pre_hook(self._before_state_dict))
+        self._hooks.append(
+            root.register_state_dict_pre_hook(self._before_state_dict)  # type: ignore[no-untyped-call]
+        )
 
     def _before_forward(self, upto: int, module: torch.nn.Module, args: Any) -> None:
         if self._gathers:
