@@ -411,14 +411,17 @@ def scenario_reduction(rank: int, world: int, comm: Any, out: Path) -> dict[str,
 def scenario_lazy_gather(rank: int, world: int, comm: Any, out: Path) -> dict[str, Any]:
     """Read the weights right after step(), while the stage 1-2 parameter gather is in flight."""
     results: dict[str, Any] = {}
-    for stage in (1, 2):
-        cfg = base_config(stage, overlap_comm=True)
+    for stage, overlap in ((1, True), (2, True), (1, False), (2, False)):
+        cfg = base_config(stage, overlap_comm=overlap)
         engine = ZeroEngine(fresh_model(), cfg, comm=comm)
         train_engine(engine, rank, world, 0, STEPS)
         in_flight = bool(engine.strategy._gathers)  # type: ignore[attr-defined]
-        named = {n: p.detach().clone() for n, p in engine.named_parameters()}
+        if overlap:  # through the engine, which completes the gather first
+            named = {n: p.detach().clone() for n, p in engine.named_parameters()}
+        else:  # straight from the module: the weights must already be whole
+            named = {n: p.detach().clone() for n, p in engine.module.named_parameters()}
         if rank == 0:
-            results[f"stage{stage}"] = {
+            results[f"stage{stage}" + ("" if overlap else "_sync")] = {
                 "in_flight": in_flight,
                 "named": named,
                 "reference": reference(cfg, world),

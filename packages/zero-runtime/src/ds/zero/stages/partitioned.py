@@ -315,10 +315,14 @@ class PartitionedStrategy(ZeroStrategy):
                 self._launch_gather(group)
             elif not group.master_is_view:
                 group.flat.flat[group.lo : group.hi].copy_(group.master)
+        # Without overlap_comm the module's weights are whole when step() returns, so code that
+        # reads them directly (EMA copies, submodule state_dicts) needs no synchronisation.
+        if not self.overlap:
+            self.synchronize_parameters()
 
     # -- parameter all-gather (stages 1-2) -------------------------------------------------------
-    # The gather of the updated partitions is launched asynchronously at the end of ``step`` and
-    # completed lazily: chunk by chunk in forward pre-hooks of the modules whose parameters the
+    # With overlap_comm, the gather of the updated partitions is launched asynchronously at the end
+    # of ``step`` and completed lazily: chunk by chunk in forward pre-hooks of the modules whose parameters the
     # chunk carries (so the gather overlaps the next forward, as DDP's all-reduce overlaps
     # backward), at the latest by ``synchronize_parameters`` (state_dict, checkpoints, step).
     def _gather_chunks(self, fg: FlatGroup) -> list[tuple[int, int]]:
