@@ -63,7 +63,8 @@ def check_version(version: str, wheels: list[Path], work: Path, tests: list[str]
     t0 = time.perf_counter()
     sh([sys.executable, "-m", "venv", str(venv)])
     sh([str(py), "-m", "pip", "install", "-q", f"torch=={version}", *TEST_DEPS])
-    sh([str(py), "-m", "pip", "install", "-q", "--no-deps", *map(str, wheels)])
+    # Same version string as a wheel from an earlier run in a kept venv: force the fresh build in.
+    sh([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", *map(str, wheels)])
     row["install_s"] = round(time.perf_counter() - t0, 1)
     probe = (
         "import torch, ds.ops, ds.ops._C as C; "
