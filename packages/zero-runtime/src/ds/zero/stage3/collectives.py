@@ -51,11 +51,12 @@ class Collectives:
         self.context = ""  # what the caller is doing, for the order-error message
         # Full-size buffers for gathered parameters; None allocates fresh ones.
         self.pool: BufferPool | None = None
-        # Fetch by all-reduce (each rank contributes its shard into a zeroed full buffer) and
-        # reduce gradients by an in-place all-reduce. Both run in place in the caller's buffer;
-        # gloo's all-gather and reduce-scatter stage every call through full-size temporaries
-        # of their own, which on host memory cost more resident memory than the doubled traffic
-        # costs time. None: decided per tensor (host tensors use it).
+        # In-place collectives: over the world group, point-to-point exchanges (gather: every
+        # rank sends its shard to each peer; gradients: every rank sends each peer its slice and
+        # adds what it receives); over a sub-group, all-reduce of a zeroed full buffer holding
+        # the shard, and in-place all-reduce of gradients. All run in the caller's buffer; gloo's
+        # all-gather and reduce-scatter stage every call through full-size temporaries of their
+        # own. None: decided per tensor (host tensors use them).
         self.all_reduce = all_reduce
         self.gathers = 0
         self.reduce_scatters = 0
@@ -104,6 +105,19 @@ class Collectives:
         outs, works = [], []
         for s in states:
             out = self._take(s.padded_numel, s.dtype, s.shard.device)
+            if self.use_all_reduce(out) and self.group is None:
+                # Host memory over the world group: exchange the shards point to point in place.
+                # Same bytes as an all-gather, half an all-reduce's, and, unlike gloo's
+                # all-gather, no full-size staging temporary.
+                n = s.shard_numel
+                mine = out[s.offset : s.offset + n]
+                mine.copy_(s.shard)
+                for r in range(self.world):
+                    if r != self.rank:
+                        works.append(self.comm.isend(mine, r))
+                        works.append(self.comm.irecv(out[r * n : (r + 1) * n], r))
+                outs.append(out)  # PendingGather.wait() completes the transfers
+                continue
             if self.use_all_reduce(out):
                 # Adding zeros is exact, so the sum is every rank's shard, bit for bit.
                 out.zero_()

@@ -35,6 +35,28 @@ class _Flight:
     first: bool  # ``out`` is the flat-buffer slice itself (no earlier micro-step gradient)
 
 
+class _PeerSum:
+    """Point-to-point reduce-scatter in flight: ``wait()`` completes the transfers, adds the
+    peers' contributions into ``out`` (in rank order) and returns the receive buffers."""
+
+    def __init__(
+        self, works: list[Any], out: torch.Tensor, recvs: list[torch.Tensor], pool: BufferPool
+    ) -> None:
+        self.works, self.out, self.recvs, self.pool = works, out, recvs, pool
+
+    def wait(self) -> None:
+        while self.works:
+            self.works.pop().wait()
+        for i in range(len(self.recvs)):
+            self.out.add_(self.recvs[i])
+        ptrs = [t.data_ptr() for t in self.recvs]
+        # No reference may survive here (a loop variable would): the pool reuses a buffer only
+        # once nothing else holds it.
+        self.recvs = []
+        for ptr in ptrs:
+            self.pool.give(ptr, settle_s=0.002)
+
+
 class GradReducer:
     def __init__(
         self,
@@ -115,6 +137,21 @@ class GradReducer:
         if self.coll.comm is None:
             out = inp[: s.shard_numel]
             work = None
+        elif self.coll.use_all_reduce(inp) and self.coll.group is None:
+            # Host memory over the world group: a point-to-point reduce-scatter. Each rank sends
+            # every peer that peer's slice and adds what it receives into its own slice in
+            # place: a reduce-scatter's bytes (half an all-reduce's) and no full-size temporary.
+            n, comm = s.shard_numel, self.coll.comm
+            out = inp[s.offset : s.offset + n]
+            works: list[Any] = []
+            recvs: list[torch.Tensor] = []
+            for r in range(self.world):
+                if r != self.coll.rank:
+                    works.append(comm.isend(inp[r * n : (r + 1) * n], r))
+                    recvs.append(self.pool.take(n, flat.dtype, flat.device))
+                    works.append(comm.irecv(recvs[-1], r))
+            work = _PeerSum(works, out, recvs, self.pool)
+            first = False
         elif self.coll.use_all_reduce(inp):
             # In place on the full gradient; this rank's partition is read out when it lands.
             out = inp[s.offset : s.offset + s.shard_numel]
