@@ -145,3 +145,36 @@ def test_module_pass_throughs() -> None:
     assert any(p.grad is not None for p in engine.parameters())
     engine.zero_grad()
     assert all(p.grad is None for p in engine.parameters())
+
+
+def _offload_engine(device: str) -> ZeroEngine:
+    from ds.accel import get_accelerator
+    from ds.ops.provider import CpuKernelProvider
+
+    offload = {"device": "cpu", "pin_memory": True}
+    cfg = _cfg(2, zero_optimization={"stage": 2, "offload_optimizer": offload})
+    model = _model().to(device)
+    return ZeroEngine(model, cfg, kernels=CpuKernelProvider(), accelerator=get_accelerator())
+
+
+def test_offloaded_master_stays_unpinned_on_a_cpu_model() -> None:
+    engine = _offload_engine("cpu")
+    master = engine.strategy.groups[0].master  # type: ignore[attr-defined]
+    assert master.device.type == "cpu" and not master.is_pinned()
+    engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
+    engine.step()
+    assert engine.global_steps == 1
+
+
+@pytest.mark.gpu
+def test_offloaded_master_is_pinned_for_an_accelerator_model() -> None:
+    engine = _offload_engine("cuda")
+    master = engine.strategy.groups[0].master  # type: ignore[attr-defined]
+    assert master.device.type == "cpu" and master.is_pinned()
+    x = torch.randn(4, 6, device="cuda")
+    before = [p.detach().clone() for p in engine.module.parameters()]
+    engine.backward(engine(x).pow(2).mean())
+    engine.step()
+    engine.synchronize_parameters()
+    after = list(engine.module.parameters())
+    assert all(not torch.equal(a, b) for a, b in zip(after, before))

@@ -103,6 +103,7 @@ def initialize(
         cfg,
         comm=communicator,
         kernels=kernels,
+        accelerator=accelerator,
         checkpoint_engine=checkpoint_engine,
         optimizer=optimizer,
         lr_scheduler=lr_scheduler,
@@ -115,7 +116,6 @@ def initialize(
         from ds.zero import checkpointing  # the section drives ds.zero.checkpointing.checkpoint
 
         checkpointing.configure(deepspeed_config=cfg.activation_checkpointing)
-    engine.accelerator = accelerator  # type: ignore[attr-defined]
     engine.ledger = ledger_obj  # type: ignore[attr-defined]
     engine.gate = None  # type: ignore[attr-defined]
     if ledger_obj is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ds.interfaces.accelerator import Accelerator
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.comm import Communicator
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
@@ -49,6 +50,7 @@ class ZeroEngine:
         comm: Communicator | None = None,
         group: Any = None,
         kernels: KernelProvider | None = None,
+        accelerator: Accelerator | None = None,
         checkpoint_engine: Any = None,
         optimizer: ClientOptimizer | None = None,
         lr_scheduler: Any = None,
@@ -70,6 +72,7 @@ class ZeroEngine:
         self.events = events or EventBus()
         self.checkpoint_engine = checkpoint_engine
         self.kernels = kernels
+        self.accelerator = accelerator
         self.timers = StepTimers()
         self.comm_stats = CommStats()
 
@@ -96,6 +99,7 @@ class ZeroEngine:
             kernels=kernels,
             device=_device_of(model),
             stats=self.comm_stats,
+            accelerator=accelerator,
         )
         self.strategy: ZeroStrategy = strategy_class(self.config.stage)(ctx)
         self.optimizer = self.strategy.optimizer

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     import torch
 
+    from ds.interfaces.accelerator import Accelerator
     from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
     from ds.interfaces.comm import Communicator
     from ds.interfaces.kernels import KernelProvider
@@ -70,6 +71,8 @@ class StrategyContext:
     kernels: KernelProvider | None = None  # needed for offload_optimizer.device="cpu"
     device: Any = "cpu"
     stats: CommStats | None = None  # collects time spent in collectives for telemetry
+    # Pins offloaded host buffers when the model lives on a device with pinned-memory copies.
+    accelerator: Accelerator | None = None
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ class PartitionedStrategy(ZeroStrategy):
             bool(cfg.zero.reduce_scatter) and self.stage >= 1 and self.world > _ALL_REDUCE_WORLD
         )
         self.offload = cfg.zero.offload_optimizer_device == "cpu"
+        off = cfg.zero.offload_optimizer
+        self.pin = self.offload and off is not None and off.pin_memory
         self.allgather_numel = max(1, cfg.allgather_bucket_size // max(self.world, 1))
         bucket_numel = max(1, cfg.reduce_bucket_size)
         # Gradient averaging: multiply by ``pre`` before the sum over ranks and by ``post`` after
@@ -129,7 +131,7 @@ class PartitionedStrategy(ZeroStrategy):
         else:
             master = fg.flat[lo:hi].detach().to(torch.float32, copy=True)
             if self.offload:
-                master = master.cpu()
+                master = self._host(master)
         flat_grad: torch.Tensor | None = None
         if self.stage <= 1:
             flat_grad = torch.zeros_like(fg.flat)
@@ -141,6 +143,20 @@ class PartitionedStrategy(ZeroStrategy):
         else:
             master_grad = torch.zeros(hi - lo, dtype=torch.float32, device=master.device)
         return _Group(fg, lo, hi, master, master_grad, master_is_view, flat_grad)
+
+    def _host(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` on the host. With ``offload_optimizer.pin_memory`` and a model on an accelerator
+        device that has pinned memory, page-locked, so the chunked copies back to the device run
+        asynchronously."""
+        acc = self.ctx.accelerator
+        pin = (
+            self.pin
+            and t.device.type != "cpu"
+            and acc is not None
+            and acc.capabilities().has_pinned_memory
+        )
+        host = t.cpu()
+        return acc.pin_memory(host) if pin and acc is not None else host
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -348,7 +364,9 @@ class PartitionedStrategy(ZeroStrategy):
         for c0, c1 in self._gather_chunks(fg):
             own = fg.flat[self.rank * part + c0 : self.rank * part + c1]
             if not group.master_is_view:
-                own.copy_(group.master[c0:c1])
+                # From pinned host memory this is asynchronous on the current stream, which the
+                # collectives below are ordered after.
+                own.copy_(group.master[c0:c1], non_blocking=group.master.is_pinned())
             if p2p:
                 handles: list[Any] = []
                 for r in range(self.world):
