@@ -138,6 +138,8 @@ def _edge_groups(dtype: torch.dtype) -> torch.Tensor:
         # The dtype's smallest subnormals: absmax / qmax underflows to 0 in float32.
         torch.randint(-3, 4, (128,), generator=g).float() * tiniest,
         torch.randn(128, generator=g).clamp(-1, 1) * torch.finfo(dtype).max * 0.49,
+        # Opposite signs near the maximum: max - min overflows float32 (bf16 and fp32 inputs).
+        torch.randn(128, generator=g).sign() * torch.finfo(dtype).max * 0.9,
         ties,
         outlier,
         -torch.rand(128, generator=g) - 0.1,

@@ -152,6 +152,20 @@ def test_round_trip_bound_hypothesis(x: np.ndarray, scheme: str, group_size: int
 
 
 @pytest.mark.parametrize("impl", ["reference", "native"])
+def test_spread_beyond_float32_range_stays_finite(impl: str) -> None:
+    # max - min overflows float32; the scale must not, or every value decodes to NaN.
+    big = torch.finfo(torch.float32).max * 0.9
+    x = torch.tensor([big, -big, 1.0, -2.0e37, 3.0e38])
+    quantize = reference.quantize if impl == "reference" else native_quantize()
+    for scheme in SCHEMES:
+        q = quantize(x, scheme, 5)
+        y = quant.dequantize(q)
+        assert bool(q.scales.isfinite().all()) and bool(y.isfinite().all()), scheme
+        err = (x.double() - y.double()).abs()
+        assert bool((err <= bound(x, q)).all()), scheme
+
+
+@pytest.mark.parametrize("impl", ["reference", "native"])
 def test_smallest_subnormals_keep_a_nonzero_scale(impl: str) -> None:
     # absmax / qmax underflows to 0 here; a zero scale would encode every value as 0.
     tiniest = torch.finfo(torch.float32).smallest_normal * torch.finfo(torch.float32).eps

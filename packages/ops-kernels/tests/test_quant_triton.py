@@ -61,6 +61,21 @@ def test_triton_equals_native_and_reference(scheme: str, n: int, group_size: int
 
 
 @interpreted
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the interpreter's numpy
+def test_triton_edge_groups_equal_reference() -> None:
+    # Smallest subnormals (absmax / qmax underflows) and opposite signs near the float32 maximum
+    # (max - min overflows), one group of 4 each.
+    tiniest = torch.finfo(torch.float32).smallest_normal * torch.finfo(torch.float32).eps
+    big = torch.finfo(torch.float32).max * 0.9
+    x = torch.tensor([tiniest, -2 * tiniest, 0.0, 3 * tiniest, big, -big, 1.0, -2.0e37])
+    for scheme in SCHEMES:
+        t = triton_quant.quantize(x, scheme, 4)
+        assert _same(t, reference.quantize(x, scheme, 4)), scheme
+        assert _same(t, native.quantize(x, scheme, 4)), scheme
+        assert torch.equal(triton_quant.dequantize(t), native.dequantize(t)), scheme
+
+
+@interpreted
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_triton_low_precision_inputs(dtype: torch.dtype) -> None:
     x = _input(50, dtype)

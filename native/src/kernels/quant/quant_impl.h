@@ -102,7 +102,12 @@ struct GroupParams {
 
 inline GroupParams asym_params(float lo, float hi, const IntScheme& s) {
   GroupParams p{};
-  p.scale = normal_scale((hi - lo) / static_cast<float>(s.qmax - s.qmin), hi - lo);
+  const float range = static_cast<float>(s.qmax - s.qmin);
+  const float spread = hi - lo;
+  // Finite values of opposite sign near the float32 maximum overflow hi - lo; divide first
+  // there (only there, so every other group keeps the one-division rounding).
+  const bool overflow = std::isinf(spread) && std::isfinite(hi) && std::isfinite(lo);
+  p.scale = normal_scale(overflow ? hi / range - lo / range : spread / range, spread);
   p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
   p.zp = clampf(rne(-lo * p.inv), 0.0f, static_cast<float>(s.qmax));
   return p;

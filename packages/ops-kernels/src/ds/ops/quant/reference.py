@@ -60,7 +60,12 @@ def _quantize_int(
     if s.asym:
         hi = torch.where(mask, xg, torch.zeros_like(xg)).amax(dim=1).clamp(min=0.0)
         lo = torch.where(mask, xg, torch.zeros_like(xg)).amin(dim=1).clamp(max=0.0)
-        scale = _normal((hi - lo) / float(s.qmax - s.qmin), hi - lo)
+        r = float(s.qmax - s.qmin)
+        spread = hi - lo
+        # Finite values of opposite sign near the float32 maximum overflow hi - lo: divide first
+        # there (only there, so every other group keeps the one-division rounding).
+        overflow = spread.isinf() & hi.isfinite() & lo.isfinite()
+        scale = _normal(torch.where(overflow, hi / r - lo / r, spread / r), spread)
         inv = _inverse(scale)
         zp = torch.round(-lo * inv).clamp(0, s.qmax)
     else:

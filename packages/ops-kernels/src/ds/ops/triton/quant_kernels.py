@@ -12,6 +12,7 @@ import triton.language as tl
 
 _RNE_MAGIC = 12582912.0  # 1.5 * 2^23
 _FLT_MIN = 1.1754943508222875e-38  # smallest normal float32
+_FLT_MAX = 3.4028234663852886e38  # largest finite float32
 
 
 @triton.jit
@@ -29,7 +30,11 @@ def _rne(v):
 @triton.jit
 def _int_params(amax, hi, lo, ASYM: tl.constexpr, QMIN: tl.constexpr, QMAX: tl.constexpr):
     if ASYM:
-        scale = _normal(tl.math.div_rn(hi - lo, (QMAX - QMIN) * 1.0), hi - lo)
+        spread = hi - lo
+        # hi - lo overflows only for finite values of opposite sign near the float32 maximum.
+        over = (spread > _FLT_MAX) & (hi <= _FLT_MAX) & (lo >= -_FLT_MAX)
+        split = tl.math.div_rn(hi, (QMAX - QMIN) * 1.0) - tl.math.div_rn(lo, (QMAX - QMIN) * 1.0)
+        scale = _normal(tl.where(over, split, tl.math.div_rn(spread, (QMAX - QMIN) * 1.0)), spread)
     else:
         scale = _normal(tl.math.div_rn(amax, QMAX * 1.0), amax)
     inv = tl.where(scale > 0, tl.math.div_rn(1.0, tl.where(scale > 0, scale, 1.0)), 0.0)
