@@ -178,3 +178,18 @@ def test_offloaded_master_is_pinned_for_an_accelerator_model() -> None:
     engine.synchronize_parameters()
     after = list(engine.module.parameters())
     assert all(not torch.equal(a, b) for a, b in zip(after, before))
+
+
+def test_optimizer_view_shares_groups_and_leaves_stepping_to_the_engine() -> None:
+    engine = ZeroEngine(_model(), _cfg(1))
+    view = engine.optimizer_view()
+    assert isinstance(view, torch.optim.Optimizer)
+    view.param_groups[0]["lr"] = 0.5  # what an LR scheduler does through the framework
+    assert engine.get_lr() == [0.5]
+    before = [p.detach().clone() for p in engine.module.parameters()]
+    engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
+    assert view.step(lambda: 7) == 7  # evaluates the closure, updates nothing
+    assert all(torch.equal(a, b) for a, b in zip(engine.module.parameters(), before))
+    engine.step()
+    assert not all(torch.equal(a, b) for a, b in zip(engine.module.parameters(), before))
+    assert view.state_dict() == {}

@@ -196,6 +196,13 @@ class ZeroEngine:
     def get_lr(self) -> list[float]:
         return [float(g["lr"]) for g in self.optimizer.param_groups]
 
+    def optimizer_view(self) -> torch.optim.Optimizer:
+        """An optimizer a training framework can hold: the engine optimizer's groups and state,
+        with ``step``/``zero_grad`` left to the engine (see :mod:`ds.zero.optimizer_view`)."""
+        from ds.zero.optimizer_view import EngineOptimizerView
+
+        return EngineOptimizerView(self)
+
     def get_global_grad_norm(self) -> float | None:
         return self._last_metrics.grad_norm if self._last_metrics else None
 

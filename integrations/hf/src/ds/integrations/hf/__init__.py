@@ -6,13 +6,12 @@ without materialising the whole model on any rank.
 """
 
 from ds.integrations.hf.config import fill_auto
-from ds.integrations.hf.trainer import DsTrainer, EngineModule, EngineOptimizer
+from ds.integrations.hf.trainer import DsTrainer, EngineModule
 from ds.integrations.hf.zero3 import SafetensorsFiles, from_pretrained_zero3
 
 __all__ = [
     "DsTrainer",
     "EngineModule",
-    "EngineOptimizer",
     "SafetensorsFiles",
     "fill_auto",
     "from_pretrained_zero3",

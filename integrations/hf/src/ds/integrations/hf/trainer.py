@@ -17,8 +17,6 @@ accumulation, clipping, mixed precision and the optimizer step:
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -49,45 +47,6 @@ class EngineModule(torch.nn.Module):
         return None
 
 
-class EngineOptimizer(torch.optim.Optimizer):
-    """The Trainer's view of the optimizer: the engine optimizer's groups, a no-op ``step``."""
-
-    def __init__(self, engine: Any) -> None:
-        # Not calling Optimizer.__init__: the groups and state belong to the engine's optimizer.
-        self.engine = engine
-        self.defaults = dict(getattr(engine.optimizer, "defaults", {}))
-        for hooks in (
-            "_optimizer_step_pre_hooks",
-            "_optimizer_step_post_hooks",
-            "_optimizer_state_dict_pre_hooks",
-            "_optimizer_state_dict_post_hooks",
-            "_optimizer_load_state_dict_pre_hooks",
-            "_optimizer_load_state_dict_post_hooks",
-        ):
-            setattr(self, hooks, OrderedDict())
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        groups: list[dict[str, Any]] = self.engine.optimizer.param_groups
-        return groups
-
-    @property
-    def state(self) -> Any:  # type: ignore[override]
-        return self.engine.optimizer.state
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        return closure() if closure is not None else None  # the engine stepped in training_step
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}  # optimizer state lives in the engine's sharded checkpoint
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        return None
-
-
 class DsTrainer(Trainer):
     """``Trainer`` plus ``ds_config`` (a path, JSON string or dict in DeepSpeed's format; "auto"
     values are filled from ``TrainingArguments``). Start several processes with
@@ -102,10 +61,11 @@ class DsTrainer(Trainer):
             )
         self.ds_config = fill_auto(ds_config, self.args, self.args.world_size)
         self.engine: Any = None
+        self._engine_view: Any = None  # engine.optimizer_view(), once the engine exists
 
     # -- engine construction ---------------------------------------------------------------------
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
-        if self.engine is not None and isinstance(self.optimizer, EngineOptimizer):
+        if self.engine is not None and self.optimizer is self._engine_view:
             return self.optimizer
         client = None
         if "optimizer" not in self.ds_config:
@@ -121,7 +81,7 @@ class DsTrainer(Trainer):
         initialize = provided("default")
         engine, _, _, _ = initialize(model=self.model, optimizer=client, config=self.ds_config)
         self.engine = engine
-        self.optimizer = EngineOptimizer(engine)
+        self.optimizer = self._engine_view = engine.optimizer_view()
         return self.optimizer
 
     def _wrap_model(self, model: Any, training: bool = True, dataloader: Any = None) -> Any:

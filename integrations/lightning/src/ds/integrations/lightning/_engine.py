@@ -4,7 +4,6 @@ the engine from the composition root found through the registry, and an optimize
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -60,49 +59,6 @@ def build_config(
     elif precision.startswith("16") and "fp16" not in cfg:
         cfg["fp16"] = {"enabled": True}
     return cfg
-
-
-class EngineOptimizer(torch.optim.Optimizer):
-    """What Lightning sees as the optimizer: the engine's parameter groups (so LR schedulers and
-    LR monitors act on the engine), with a ``step`` that only evaluates the closure — the engine
-    steps in ``backward`` at its own accumulation boundaries."""
-
-    def __init__(self, engine: Any) -> None:
-        # Deliberately not calling Optimizer.__init__: the groups belong to the engine's optimizer.
-        self.engine = engine
-        self.defaults = dict(getattr(engine.optimizer, "defaults", {}))
-        for hooks in (
-            "_optimizer_step_pre_hooks",
-            "_optimizer_step_post_hooks",
-            "_optimizer_state_dict_pre_hooks",
-            "_optimizer_state_dict_post_hooks",
-            "_optimizer_load_state_dict_pre_hooks",
-            "_optimizer_load_state_dict_post_hooks",
-        ):
-            setattr(self, hooks, OrderedDict())
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        groups: list[dict[str, Any]] = self.engine.optimizer.param_groups
-        return groups
-
-    @property
-    def state(self) -> Any:  # type: ignore[override]
-        return self.engine.optimizer.state
-
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        return closure() if closure is not None else None
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        # The engine clears its gradients after each step.
-        return None
-
-    def state_dict(self) -> dict[str, Any]:
-        # Optimizer state is saved by the engine's sharded checkpoint, not by Lightning.
-        return {}
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        return None
 
 
 def rebind_scheduler(scheduler: Any, old: Any, new: Any) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from ds.integrations.lightning._engine import (
-    EngineOptimizer,
     build_config,
     consolidated_state_dict,
     initializer,
@@ -79,7 +78,7 @@ class DsFabricStrategy(DDPStrategy):
         engine, optimizer, _, _ = initializer()(model=module, optimizer=client, config=cfg)
         self.engine = engine
         rebind_scheduler(scheduler, client, optimizer)
-        return EngineModule(engine), [EngineOptimizer(engine)], scheduler
+        return EngineModule(engine), [engine.optimizer_view()], scheduler
 
     def setup_module(self, module: torch.nn.Module) -> Any:
         raise ConfigError(

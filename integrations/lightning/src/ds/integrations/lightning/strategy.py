@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from ds.integrations.lightning._engine import (
-    EngineOptimizer,
     build_config,
     consolidated_state_dict,
     initializer,
@@ -126,7 +125,7 @@ class DsStrategy(DDPStrategy):
         for lr_config in self.lr_scheduler_configs:
             rebind_scheduler(lr_config.scheduler, client, optimizer)
         self.model = wrapper
-        self.optimizers = [EngineOptimizer(engine)]
+        self.optimizers = [engine.optimizer_view()]
 
     # -- the step ------------------------------------------------------------------------------------
     def backward(
