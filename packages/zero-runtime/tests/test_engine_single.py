@@ -193,3 +193,20 @@ def test_optimizer_view_shares_groups_and_leaves_stepping_to_the_engine() -> Non
     engine.step()
     assert not all(torch.equal(a, b) for a, b in zip(engine.module.parameters(), before))
     assert view.state_dict() == {}
+
+
+def test_set_gradient_accumulation_boundary_moves_the_window() -> None:
+    engine = ZeroEngine(_model(), _cfg(1, gradient_accumulation_steps=4))
+    assert not engine.is_gradient_accumulation_boundary()
+    engine.set_gradient_accumulation_boundary(True)  # a loop ending the window early
+    assert engine.is_gradient_accumulation_boundary()
+    engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
+    engine.step()
+    assert engine.global_steps == 1  # stepped after one micro-batch, not four
+    assert not engine.is_gradient_accumulation_boundary()
+    for _ in range(3):
+        engine.set_gradient_accumulation_boundary(False)
+        assert not engine.is_gradient_accumulation_boundary()
+        engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
+        engine.step()
+    assert engine.global_steps == 1

@@ -263,6 +263,19 @@ class ZeroEngine:
     def is_gradient_accumulation_boundary(self) -> bool:
         return (self.micro_steps + 1) % self.config.gradient_accumulation_steps == 0
 
+    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
+        """Make the next micro-step end (or not end) an accumulation window. For training loops
+        that decide the window themselves (a framework steps on an epoch's last batch, or after
+        resuming mid-window): the micro-step counter moves so the engine's boundary falls on the
+        loop's."""
+        if self.is_gradient_accumulation_boundary() == is_boundary:
+            return
+        gas = self.config.gradient_accumulation_steps
+        if is_boundary:
+            self.micro_steps = (self.micro_steps // gas + 1) * gas - 1
+        else:
+            self.micro_steps += 1
+
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:
         """Backward passes inside accumulate gradients locally without communication."""

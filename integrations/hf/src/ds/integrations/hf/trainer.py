@@ -110,25 +110,13 @@ class DsTrainer(Trainer):
             scaled = (
                 self.model_accepts_loss_kwargs and num_items_in_batch is not None
             ) or self.compute_loss_func is not None
-        self._align_boundary(bool(self.accelerator.sync_gradients))
+        self.engine.set_gradient_accumulation_boundary(bool(self.accelerator.sync_gradients))
         # The engine divides by its accumulation steps; a loss already normalised over the whole
         # accumulated batch must not be divided twice.
         engine.backward(loss * gas if scaled else loss)
         engine.step()
         reported: torch.Tensor = loss if scaled else loss / gas
         return reported.detach()
-
-    def _align_boundary(self, boundary: bool) -> None:
-        """The Trainer ends an accumulation window early on an epoch's last batch; keep the
-        engine's micro-step counter so that its boundary falls on the Trainer's."""
-        engine = self.engine
-        if engine.is_gradient_accumulation_boundary() == boundary:
-            return
-        gas = engine.gradient_accumulation_steps()
-        if boundary:
-            engine.micro_steps = (engine.micro_steps // gas + 1) * gas - 1
-        else:
-            engine.micro_steps += 1
 
     def _clip_grad_norm(self, model: Any) -> Any:
         if self.engine is None:

@@ -134,25 +134,12 @@ class DsStrategy(DDPStrategy):
         assert self.lightning_module is not None
         if self.engine is None:
             raise ConfigError("backward() outside fit(): the ds engine is built when fitting")
-        self._align_boundary(self._stepping)
+        self.engine.set_gradient_accumulation_boundary(self._stepping)
         closure_loss = self.precision_plugin.pre_backward(closure_loss, self.lightning_module)
         # Lightning already divided by accumulate_grad_batches; the engine divides again.
         self.engine.backward(closure_loss * self._gas)
         self.engine.step()
         return self.precision_plugin.post_backward(closure_loss, self.lightning_module)
-
-    def _align_boundary(self, boundary: bool) -> None:
-        """Lightning decides where an accumulation window ends (it also steps on an epoch's last
-        batch and after resuming mid-window); move the engine's micro-step counter so that its
-        boundary falls on the same micro-batch."""
-        engine = self.engine
-        if engine.is_gradient_accumulation_boundary() == boundary:
-            return
-        gas = engine.gradient_accumulation_steps()
-        if boundary:
-            engine.micro_steps = (engine.micro_steps // gas + 1) * gas - 1
-        else:
-            engine.micro_steps += 1
 
     def optimizer_step(
         self,
