@@ -28,8 +28,11 @@ struct NoOut {
 constexpr int W = V::W;
 
 // Calls body(i, p, g, s1, s2, o) for every W-block of [begin, end): pointers address W elements.
+// Always inlined into the kernel: the body's constants are then registers of one function. Called
+// out of line, the body reads them through its closure, and since the vector stores may alias
+// anything, the compiler reloads every constant from memory in every iteration.
 template <class P, class G, class S, class L, class Body>
-inline void for_blocks(const Buffers& b, int64_t begin, int64_t end, bool has_s2, Body&& body) {
+__attribute__((always_inline)) inline void for_blocks(const Buffers& b, int64_t begin, int64_t end, bool has_s2, Body&& body) {
   auto* p = static_cast<typename P::T*>(b.param);
   auto* g = static_cast<const typename G::T*>(b.grad);
   auto* s1 = static_cast<typename S::T*>(b.state1);
@@ -78,8 +81,8 @@ inline void store(typename D::T* x, typename V::reg v) {
 // Low-precision params (bf16/fp16): sqrt and division cost more than the memory traffic of a
 // 2-byte element, so the update takes the hardware estimates refined by one Newton step each
 // (V::fast_sqrt, V::fast_div: about 2^-21 relative, far below the 2^-9 / 2^-12 half-ulp
-// rounding of the stored param; for bf16 params Adam's sqrt may skip the Newton step,
-// V::rough_sqrt, leaving the update within 2^-13 relative) and folds the step size into the denominator:
+// rounding of the stored param; Adam's sqrt may skip the Newton step, V::rough_sqrt, see the
+// bound in adam_typed) and folds the step size into the denominator:
 //   p - step * m / (sqrt(v) * a + eps)  =  p + m / (sqrt(v) * (a / -step) + eps / -step),
 // one fma instead of a multiply per element. The moments are formed as m + (1-b1) * (g - m) and
 // v + (1-b2) * (g*g - v), which take one operation fewer than b1*m + (1-b1)*g; they differ from
@@ -128,24 +131,50 @@ void adam_typed(const AdamConfig& c, const Buffers& b, int64_t begin, int64_t en
   } else {
     const Folded f = fold(c.inv_sqrt_bc2, c.eps, -c.step_size);
     const R fa = V::set1(f.a), fb = V::set1(f.b);
-    for_blocks<P, G, S, L>(b, begin, end, true, [&](auto* p, auto* g, auto* m, auto* v, auto*) {
-      R pv = load<P>(p);
-      R gv = load<G>(g);
-      if (l2) gv = V::fma(wd, pv, gv);
-      const R m0 = load<S>(m), v0 = load<S>(v);
-      const R mv = V::fma(omb1, V::sub(gv, m0), m0);
-      const R vv = V::fma(omb2, V::fmsub(gv, gv, v0), v0);
-      R root;
-      if constexpr (P::kind == DType::kBF16) root = V::rough_sqrt(vv);
-      else root = V::fast_sqrt(vv);
-      R q;
-      if (f.ok) q = V::fast_div(mv, V::fma(root, fa, fb));
-      else q = V::mul(neg_step, V::fast_div(mv, V::fma(root, ibc2, eps)));
-      pv = decoupled ? V::fma(pv, decay, q) : V::add(pv, q);
-      store<P>(p, pv);
-      store<S>(m, mv);
-      store<S>(v, vv);
-    });
+    // The per-call choices (decay mode, folded form) become template constants, so the loop
+    // carries no tests and no register copies for the paths it does not take.
+    auto run = [&](auto l2_c, auto decoupled_c, auto folded_c) {
+      constexpr bool kL2 = decltype(l2_c)::value, kDecoupled = decltype(decoupled_c)::value;
+      constexpr bool kFolded = decltype(folded_c)::value;
+      for_blocks<P, G, S, L>(b, begin, end, true, [&](auto* p, auto* g, auto* m, auto* v, auto*) {
+        R pv = load<P>(p);
+        R gv = load<G>(g);
+        if constexpr (kL2) gv = V::fma(wd, pv, gv);
+        const R m0 = load<S>(m), v0 = load<S>(v);
+        const R mv = V::fma(omb1, V::sub(gv, m0), m0);
+        const R vv = V::fma(omb2, V::fmsub(gv, gv, v0), v0);
+        // sqrt from the estimate alone, for bf16 and fp16 params alike (V::rough_sqrt, under
+        // 2^-14 relative where the ISA has a 14-bit estimate; exact or refined elsewhere).
+        // The error that matters is the one in the stored parameter p' = round(p + u), not in
+        // the update u: the estimate moves p + u by at most about 2^-14 |u|, and half an ulp of
+        // p' is at least 2^-12 |p'| in fp16 (2^-9 |p'| in bf16; more for subnormal p'). So for
+        // |u| <= 4 |p'| (bf16: 32 |p'|) the perturbation is below half an ulp of p': the stored
+        // value is the correctly rounded one or, when p + u lies within 2^-14 |u| of a rounding
+        // tie, its neighbour, i.e. at most one ulp off, like any fp32 rounding before the store.
+        // For |u| > 4 |p'| the update nearly cancels the param, |p| >= |u| - |p'| > 3 |u| / 4,
+        // and the perturbation is below 2^-14 * 4/3 |p|, a third of half an ulp of p. Either
+        // way a step's error stays below half an ulp of the larger of the old and new param.
+        const R root = V::rough_sqrt(vv);
+        R q;
+        if constexpr (kFolded) q = V::fast_div(mv, V::fma(root, fa, fb));
+        else q = V::mul(neg_step, V::fast_div(mv, V::fma(root, ibc2, eps)));
+        pv = kDecoupled ? V::fma(pv, decay, q) : V::add(pv, q);
+        store<P>(p, pv);
+        store<S>(m, mv);
+        store<S>(v, vv);
+      });
+    };
+    using T = std::true_type;
+    using F = std::false_type;
+    if (f.ok) {
+      if (l2) run(T{}, F{}, T{});
+      else if (decoupled) run(F{}, T{}, T{});
+      else run(F{}, F{}, T{});
+    } else {
+      if (l2) run(T{}, F{}, F{});
+      else if (decoupled) run(F{}, T{}, F{});
+      else run(F{}, F{}, F{});
+    }
   }
 }
 

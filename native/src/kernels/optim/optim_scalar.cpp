@@ -2,6 +2,7 @@
 // baseline ISA).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "half.h"
 #include "variants.h"
