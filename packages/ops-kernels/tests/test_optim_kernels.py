@@ -341,6 +341,41 @@ def test_rounding_of_special_values_matches_torch(simd: str, dtype: torch.dtype)
     assert bool(low.isnan().all())
 
 
+def test_bf16_stores_of_vectors_with_zeros_and_subnormals_match_torch(simd: str) -> None:
+    # The bf16 store converts 32 lanes at once and re-checks only vectors with a zero result lane
+    # (a zero input, or a subnormal the conversion flushed): cover each kind of vector, with the
+    # odd lane in each half of the 32, for the params' low-precision copy and for bf16 state.
+    tiny = torch.finfo(torch.float32).tiny
+    blocks = []
+    for lane in (3, 17, 31):
+        normal = torch.randn(32) + 4.0
+        with_zero = normal.clone()
+        with_zero[lane] = 0.0
+        with_sub = normal.clone()
+        with_sub[lane] = tiny / 3
+        with_both = with_sub.clone()
+        with_both[(lane + 9) % 32] = -0.0
+        only_sub = torch.full((32,), -tiny / 7)
+        blocks += [normal, with_zero, with_sub, with_both, only_sub]
+    x = torch.cat(blocks)
+    n = x.numel()
+    low = torch.empty(n, dtype=torch.bfloat16)
+    p = x.clone()
+    cpu_optim.adam_step(
+        p, torch.zeros(n), torch.zeros(n), torch.zeros(n), step=1, lr=0.0, low_precision_out=low
+    )
+    assert torch.equal(low.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+    # bf16 state: with beta1 = 0 and beta2 = 0 the new moments are g and g^2, rounded on store.
+    g = x.to(torch.bfloat16)
+    pb = torch.ones(n, dtype=torch.bfloat16)
+    m, v = torch.zeros(n, dtype=torch.bfloat16), torch.zeros(n, dtype=torch.bfloat16)
+    cpu_optim.adam_step(pb, g, m, v, step=1, lr=0.0, beta1=0.0, beta2=0.0)
+    # (values, not bits: m = 0 + (g - 0) turns -0 into +0, as b1*m + (1-b1)*g does in torch)
+    assert torch.equal(m, g)
+    assert bool((m != 0).sum() == (g != 0).sum() > 0)
+    assert torch.equal(v, (g.float() * g.float()).to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("dtype", LP_DTYPES)
 def test_low_precision_params_round_trip_unchanged(simd: str, dtype: torch.dtype) -> None:
     p = _special_values().to(dtype)

@@ -143,20 +143,21 @@ void adam_typed(const AdamConfig& c, const Buffers& b, int64_t begin, int64_t en
         const R m0 = load<S>(m), v0 = load<S>(v);
         const R mv = V::fma(omb1, V::sub(gv, m0), m0);
         const R vv = V::fma(omb2, V::fmsub(gv, gv, v0), v0);
-        // sqrt from the estimate alone, for bf16 and fp16 params alike (V::rough_sqrt, under
-        // 2^-14 relative where the ISA has a 14-bit estimate; exact or refined elsewhere).
-        // The error that matters is the one in the stored parameter p' = round(p + u), not in
-        // the update u: the estimate moves p + u by at most about 2^-14 |u|, and half an ulp of
-        // p' is at least 2^-12 |p'| in fp16 (2^-9 |p'| in bf16; more for subnormal p'). So for
-        // |u| <= 4 |p'| (bf16: 32 |p'|) the perturbation is below half an ulp of p': the stored
-        // value is the correctly rounded one or, when p + u lies within 2^-14 |u| of a rounding
-        // tie, its neighbour, i.e. at most one ulp off, like any fp32 rounding before the store.
-        // For |u| > 4 |p'| the update nearly cancels the param, |p| >= |u| - |p'| > 3 |u| / 4,
-        // and the perturbation is below 2^-14 * 4/3 |p|, a third of half an ulp of p. Either
-        // way a step's error stays below half an ulp of the larger of the old and new param.
+        // sqrt and quotient from the hardware estimates alone, for bf16 and fp16 params alike
+        // (V::rough_sqrt, V::rough_div: each under 2^-14 relative where the ISA has 14-bit
+        // estimates, exact or refined elsewhere), so the update u is within about 2^-13 relative.
+        // The error that matters is the one in the stored parameter p' = round(p + u), not in u:
+        // half an ulp of p' is at least 2^-12 |p'| in fp16 (2^-9 |p'| in bf16; more for
+        // subnormal p'). For |u| <= 2 |p'| (bf16: 16 |p'|) the perturbation 2^-13 |u| is below
+        // half an ulp of p': the stored value is the correctly rounded one or, when p + u lies
+        // within 2^-13 |u| of a rounding tie, its neighbour, one ulp off, like any fp32 rounding
+        // before the store. For |u| > 2 |p'| the update nearly cancels the param,
+        // |p| >= |u| - |p'| > |u| / 2, and the perturbation is below 2^-12 |p|, at most half an
+        // ulp of p. Either way a step's error stays below half an ulp of the larger of the old
+        // and the new param. (The unfolded form below is rare and keeps the refined quotient.)
         const R root = V::rough_sqrt(vv);
         R q;
-        if constexpr (kFolded) q = V::fast_div(mv, V::fma(root, fa, fb));
+        if constexpr (kFolded) q = V::rough_div(mv, V::fma(root, fa, fb));
         else q = V::mul(neg_step, V::fast_div(mv, V::fma(root, ibc2, eps)));
         pv = kDecoupled ? V::fma(pv, decay, q) : V::add(pv, q);
         store<P>(p, pv);

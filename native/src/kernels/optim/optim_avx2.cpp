@@ -88,6 +88,7 @@ struct V {
   }
   static reg fast_sqrt(reg x) { return {fast_sqrt1(x.a), fast_sqrt1(x.b)}; }
   static reg rough_sqrt(reg x) { return fast_sqrt(x); }  // 12-bit estimate: keep the Newton step
+  static reg rough_div(reg a, reg b) { return fast_div(a, b); }  // likewise
   static __m256 sign1(__m256 a) {
     const __m256 s = _mm256_or_ps(_mm256_and_ps(a, _mm256_set1_ps(-0.f)), _mm256_set1_ps(1.f));
     // 0 and NaN pass through

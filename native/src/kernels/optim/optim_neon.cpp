@@ -68,6 +68,7 @@ struct V {
   static reg fast_div(reg x, reg y) { return div(x, y); }
   // x * y + z, one rounding
   static reg rough_sqrt(reg x) { return sqrt(x); }
+  static reg rough_div(reg x, reg y) { return div(x, y); }
   static reg fma(reg x, reg y, reg z) { return {vfmaq_f32(z.a, x.a, y.a), vfmaq_f32(z.b, x.b, y.b)}; }
   // x * y - z, one rounding (negation is exact)
   static reg fmsub(reg x, reg y, reg z) {

@@ -29,6 +29,7 @@ struct V {
   static reg fast_sqrt(reg a) { return std::sqrt(a); }
   static reg fast_div(reg a, reg b) { return a / b; }
   static reg rough_sqrt(reg a) { return std::sqrt(a); }
+  static reg rough_div(reg a, reg b) { return a / b; }
   // Fused where the target has a fused multiply-add instruction (aarch64; not baseline x86-64,
   // where a library fmaf would be slow), so there the scalar and vector variants round alike.
 #if defined(__FP_FAST_FMAF)

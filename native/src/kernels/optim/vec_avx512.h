@@ -55,12 +55,17 @@ struct V {
 #if defined(__AVX512BF16__)
   static void store_bf16(uint16_t* p, reg v) {
     // vcvtne2ps2bf16 flushes fp32 subnormals to zero; torch rounds them like any other value.
-    // Vectors holding one take the integer path (a predictable, almost never taken branch).
-    // The masks are merged and tested in mask registers (kor/kortest), not moved to integers.
-    const __mmask16 sub =
-        _kor_mask16(_mm512_fpclass_ps_mask(v.a, 0x20), _mm512_fpclass_ps_mask(v.b, 0x20));
-    if (__builtin_expect(!_kortestz_mask16_u8(sub, sub), 0)) return store_bf16_int(p, v);
-    _mm512_storeu_si512(p, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v.b, v.a)));
+    // bf16 has fp32's exponent range, so a converted lane is +-0 only if its input was +-0 or
+    // subnormal: one vptestnmw over the 32 results finds both, and only a vector with a zero
+    // lane pays for the exact test (vfpclassps) and, holding a subnormal, the integer path.
+    const __m512i r = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v.b, v.a));
+    const __mmask32 zero = _mm512_testn_epi16_mask(r, _mm512_set1_epi16(0x7FFF));
+    if (__builtin_expect(!_kortestz_mask32_u8(zero, zero), 0)) {
+      const __mmask16 sub =
+          _kor_mask16(_mm512_fpclass_ps_mask(v.a, 0x20), _mm512_fpclass_ps_mask(v.b, 0x20));
+      if (!_kortestz_mask16_u8(sub, sub)) return store_bf16_int(p, v);
+    }
+    _mm512_storeu_si512(p, r);
   }
 #else
   static void store_bf16(uint16_t* p, reg v) { store_bf16_int(p, v); }
@@ -109,6 +114,11 @@ struct V {
     return _mm512_fmadd_ps(r, _mm512_fnmadd_ps(b, q, a), q);
   }
   static reg fast_div(reg a, reg b) { return {fast_div1(a.a, b.a), fast_div1(a.b, b.b)}; }
+  // a / b from the estimate alone (under 2^-14 relative), for bf16 and fp16 params (bound in
+  // adam_typed).
+  static reg rough_div(reg a, reg b) {
+    return {_mm512_mul_ps(a.a, _mm512_rcp14_ps(b.a)), _mm512_mul_ps(a.b, _mm512_rcp14_ps(b.b))};
+  }
 
   static __m512 sign1(__m512 a) {
     const __m512 s = _mm512_or_ps(_mm512_and_ps(a, _mm512_set1_ps(-0.f)), _mm512_set1_ps(1.f));
