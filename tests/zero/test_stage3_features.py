@@ -175,8 +175,9 @@ def test_16bit_weights_file_equals_single_process_state_dict(world2: Any) -> Non
 @pytest.mark.timeout(360)
 def test_gather_buffer_pool_stays_within_its_budget(world2: Any) -> None:
     """Repeated steps do not grow what the pooled gather/gradient buffers hold: at the end of
-    every step the idle buffers fit the pool's budget, what it owns (idle plus the small
-    always-whole parameters) stays level from step to step."""
+    every step the idle buffers fit the pool's budget (none on host: released host buffers go
+    back to the heap), what it owns (idle plus the small always-whole parameters) stays level
+    from step to step."""
     results, _ = world2
     for r in results:
         # "plain" saves a checkpoint at step 7: its one-parameter gathers use the pool too.
@@ -185,7 +186,8 @@ def test_gather_buffer_pool_stays_within_its_budget(world2: Any) -> None:
             budget = r[name]["pool_budget"]
             owned = [t[1] for t in trace]
             idle = [t[2] for t in trace]
-            assert 0 < max(idle) <= budget, (idle, budget)
+            assert max(idle) <= budget, (idle, budget)
             # Bounded, not growing step over step (a buffer a collective still held when it
             # came back may shift the total by a little).
-            assert max(owned[2:]) - min(owned[2:]) <= budget // 8, owned
+            assert min(owned[2:]) > 0, owned  # the always-whole parameters
+            assert max(owned[2:]) - min(owned[2:]) <= max(budget, min(owned[2:])) // 8, owned

@@ -1,12 +1,17 @@
 """Stage-3 gradient reduction: asynchronous per-parameter reductions overlapped with the rest
-of backward, landing in one flat fp32 buffer of this rank's gradient partitions.
+of backward, landing in fp32 tensors that hold this rank's gradient partitions.
+
+Each partition lands in its own tensor from the C heap: by the end of backward most activations
+are freed, and their heap memory takes the gradients without new pages (a separate mapping for
+all partitions made every landing page-fault, about 13k faults a step for 27M parameters at
+world 2, and kept the freed activations resident beside it).
 
 Gradients are grouped as autograd produces them; a group passes one order check (batched with
 the next module fetch's, or on its own once it reaches half ``reduce_bucket_size`` elements)
 and then starts one reduction per parameter without waiting. On host tensors the reduction is
 an in-place all-reduce of the full gradient (see ``Collectives.all_reduce``) and this rank's
 partition is read out when it lands; elsewhere it is a reduce-scatter that, on the first
-backward of a step, writes straight into the partition's slice of the flat buffer. Either way
+backward of a step, writes straight into the partition's tensor. Either way
 nothing is bucketed or copied on the way out (a padded copy only when the parameter's size is
 not a multiple of the world size). Gradients held by groups and reductions in flight stay
 within about ``reduce_bucket_size`` elements; ``finish`` (end of backward) waits for the rest.
@@ -22,7 +27,7 @@ import torch
 
 from ds.interfaces.comm import ReduceOp
 from ds.zero.stage3.collectives import Collectives
-from ds.zero.stage3.pool import BufferPool, alloc_host
+from ds.zero.stage3.pool import BufferPool
 from ds.zero.stage3.shard import ShardState
 
 
@@ -62,21 +67,12 @@ class GradReducer:
         self,
         coll: Collectives,
         pool: BufferPool,
-        states: list[ShardState],
         bucket_numel: int,
     ) -> None:
         self.coll = coll
         self.pool = pool
         self.world = coll.world
         self.half = max(1, bucket_numel // 2)
-        # One flat fp32 buffer holds every gradient partition; ``s.grad`` are views into it.
-        self._offsets: dict[int, int] = {}
-        off = 0
-        for s in states:
-            self._offsets[s.ds_id] = off
-            off += s.shard_numel
-        self._flat_numel = off
-        self._flat: torch.Tensor | None = None
         self._group: list[tuple[ShardState, torch.Tensor]] = []
         self._group_numel = 0
         self._flights: deque[_Flight] = deque()
@@ -84,13 +80,9 @@ class GradReducer:
         self.launched = 0  # order-checked groups
         self.peak_held_numel = 0  # most gradient elements held at once (grouped + in flight)
 
-    def _slice(self, s: ShardState) -> torch.Tensor:
-        if self._flat is None:
-            # A fresh mapping per step: its pages become resident only as partitions land, so
-            # the forward pass (and the start of backward, the step's peak) never holds them.
-            self._flat = alloc_host(self._flat_numel, torch.float32)
-        o = self._offsets[s.ds_id]
-        return self._flat[o : o + s.shard_numel]
+    @staticmethod
+    def _partition(s: ShardState, device: torch.device) -> torch.Tensor:
+        return torch.empty(s.shard_numel, dtype=torch.float32, device=device)
 
     # -- filling -------------------------------------------------------------------------------
     def add(self, s: ShardState, grad: torch.Tensor) -> None:
@@ -161,7 +153,9 @@ class GradReducer:
             first = False
         else:
             out = (
-                self._slice(s) if first else self.pool.take(s.shard_numel, flat.dtype, flat.device)
+                self._partition(s, flat.device)
+                if first
+                else self.pool.take(s.shard_numel, flat.dtype, flat.device)
             )
             work = self.coll.comm.reduce_scatter_tensor(
                 out, inp, op=ReduceOp.SUM, group=self.coll.group, async_op=True
@@ -185,18 +179,10 @@ class GradReducer:
         if f.first:
             s.grad = f.out.div_(self.world)
         elif s.grad is None:
-            s.grad = torch.div(f.out, self.world, out=self._slice(s))
+            s.grad = torch.div(f.out, self.world, out=self._partition(s, f.out.device))
         else:
             s.grad.add_(f.out / self.world)  # divide first: the same rounding as the first
         ptrs = {t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)}
         del f.inp, f.out
         for ptr in ptrs:
             self.pool.give(ptr, settle_s=0.002)
-
-    def drop(self) -> None:
-        """Forget the gradient partitions (after the optimizer consumed them)."""
-        self._flat = None
-
-    @property
-    def flat_bytes(self) -> int:
-        return 0 if self._flat is None else self._flat.numel() * 4

@@ -20,7 +20,6 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.kernels import AdamHyper, KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.partitioner import Stage3Partitioner
-from ds.zero.stage3.pool import release_free_heap
 from ds.zero.stage3.shard import shard_of
 from ds.zero.stage3.swap import AioSettings, SwapFile, open_aio
 
@@ -167,7 +166,6 @@ class Stage3Optimizer:
     def zero_grad(self) -> None:
         for p in self.part.params:
             shard_of(p).grad = None
-        self.part.grads.drop()
 
     def grad_norm(self) -> float:
         sq = torch.zeros(1, dtype=torch.float64)
@@ -198,7 +196,6 @@ class Stage3Optimizer:
             self._step_torch()
         self.zero_grad()
         self.part.refresh_persistent()
-        release_free_heap()  # the step's temporaries are gone: return their pages
         return norm
 
     def _write_back(self, s: Any, master: torch.Tensor) -> None:
