@@ -196,21 +196,34 @@ void adagrad_typed(const AdagradConfig& c, const Buffers& b, int64_t begin, int6
       if constexpr (L::kind != DType::kNone) store<L>(o, pv);
     });
   } else {
-    // Same folding as Adam's: p + g / (sqrt(s) / -lr + eps / -lr).
+    // Same folding as Adam's: p + g / (sqrt(s) / -lr + eps / -lr), and the same estimates for
+    // sqrt and quotient (the bound in adam_typed holds for this update u as well).
     const Folded f = fold(1.f, c.eps, -c.lr);
     const R fa = V::set1(f.a), fb = V::set1(f.b);
-    for_blocks<P, G, S, L>(b, begin, end, false, [&](auto* p, auto* g, auto* s, auto*, auto*) {
-      R pv = load<P>(p);
-      R gv = load<G>(g);
-      if (l2) gv = V::fma(wd, pv, gv);
-      const R sv = V::fma(gv, gv, load<S>(s));
-      const R root = V::fast_sqrt(sv);
-      R q;
-      if (f.ok) q = V::fast_div(gv, V::fma(root, fa, fb));
-      else q = V::mul(neg_lr, V::fast_div(gv, V::add(root, eps)));
-      store<P>(p, V::add(pv, q));
-      store<S>(s, sv);
-    });
+    auto run = [&](auto l2_c, auto folded_c) {
+      constexpr bool kL2 = decltype(l2_c)::value, kFolded = decltype(folded_c)::value;
+      for_blocks<P, G, S, L>(b, begin, end, false, [&](auto* p, auto* g, auto* s, auto*, auto*) {
+        R pv = load<P>(p);
+        R gv = load<G>(g);
+        if constexpr (kL2) gv = V::fma(wd, pv, gv);
+        const R sv = V::fma(gv, gv, load<S>(s));
+        const R root = V::rough_sqrt(sv);
+        R q;
+        if constexpr (kFolded) q = V::rough_div(gv, V::fma(root, fa, fb));
+        else q = V::mul(neg_lr, V::fast_div(gv, V::add(root, eps)));
+        store<P>(p, V::add(pv, q));
+        store<S>(s, sv);
+      });
+    };
+    using T = std::true_type;
+    using F = std::false_type;
+    if (f.ok) {
+      if (l2) run(T{}, T{});
+      else run(F{}, T{});
+    } else {
+      if (l2) run(T{}, F{});
+      else run(F{}, F{});
+    }
   }
 }
 
