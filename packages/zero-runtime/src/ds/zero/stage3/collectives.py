@@ -8,12 +8,20 @@ Every collective is preceded by a fixed-size all-reduce of a fingerprint of the 
 moves. Ranks whose forward/backward visits modules in a different order (dynamic control flow)
 would otherwise pair mismatched collectives and hang or corrupt data; with the fingerprint all
 ranks detect the divergence at the same collective and raise the same clear error.
+
+The fingerprint all-reduce is started without waiting (``start_check``) and verified before
+anything waits on the data it covers, and before the next fingerprint starts. Waiting on it at
+once made every prefetch a synchronising round trip between ranks; verified late, it costs no
+waiting beyond what the data needs anyway. At most one fingerprint is unverified at a time, so
+ranks that diverge stop at the same one: none has started a later collective that the other
+would pair wrongly.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,6 +39,19 @@ class ModuleOrderError(CommError):
 def _fingerprint(kind: str, states: Sequence[ShardState]) -> int:
     ids = ",".join(str(s.ds_id) for s in states)
     return zlib.crc32(f"{kind}:{ids}".encode())
+
+
+@dataclass
+class _Probe:
+    """A fingerprint all-reduce in flight and what it covers (for the error message)."""
+
+    work: Any
+    probe: torch.Tensor
+    fp: int
+    n: int
+    kind: str
+    states: Sequence[ShardState]
+    context: str
 
 
 class Collectives:
@@ -60,23 +81,46 @@ class Collectives:
         self.all_reduce = all_reduce
         self.gathers = 0
         self.reduce_scatters = 0
+        self._probe: _Probe | None = None  # the fingerprint not yet verified
 
     # -- order check ---------------------------------------------------------------------------
     def _check(self, kind: str, states: Sequence[ShardState]) -> None:
+        """Check at once that every rank is at the same collective."""
+        self.start_check(kind, states)
+        self.verify()
+
+    def start_check(self, kind: str, states: Sequence[ShardState]) -> None:
+        """Start the fingerprint all-reduce for the collective(s) about to move ``states``;
+        :meth:`verify` must run before anything waits on their data."""
         if not self.check_order:
             return
         assert self.comm is not None
+        self.verify()
         fp = _fingerprint(kind, states)
         n = sum(s.shard_numel for s in states)
         probe = torch.tensor([fp, -fp, n, -n], dtype=torch.int64)
-        self.comm.all_reduce(probe, op=ReduceOp.MAX, group=self.group)
-        if int(probe[0]) == fp and int(probe[1]) == -fp and int(probe[2]) == n:
+        work = self.comm.all_reduce(probe, op=ReduceOp.MAX, group=self.group, async_op=True)
+        self._probe = _Probe(work, probe, fp, n, kind, list(states), self.context)
+
+    def verify(self) -> None:
+        """Wait for the outstanding fingerprint (if any); raise if the ranks disagree."""
+        p, self._probe = self._probe, None
+        if p is None:
             return
-        mine = f"{kind} of [{', '.join(s.name or f'#{s.ds_id}' for s in states)}]"
-        if self.context:
-            mine += f" in {self.context}"
+        if p.work is not None:
+            p.work.wait()
+        got = p.probe
+        if int(got[0]) == p.fp and int(got[1]) == -p.fp and int(got[2]) == p.n:
+            return
+        assert self.comm is not None
+        mine = f"{p.kind} of [{', '.join(s.name or f'#{s.ds_id}' for s in p.states)}]"
+        if p.context:
+            mine += f" in {p.context}"
         views: list[Any] = [None] * self.world
-        self.comm.all_gather_object(views, mine, group=self.group)
+        try:
+            self.comm.all_gather_object(views, mine, group=self.group)
+        except Exception:  # the peers' views are a courtesy; the error below is the point
+            views = [mine if r == self.rank else "(unavailable)" for r in range(self.world)]
         lines = "; ".join(f"rank {r}: {v}" for r, v in enumerate(views))
         raise ModuleOrderError(
             "ZeRO stage 3: ranks disagree on the order of parameter collectives "
@@ -98,7 +142,7 @@ class Collectives:
         for s in states:
             s.status = ParamStatus.INFLIGHT
         if self.comm is None:
-            return PendingGather(params, None, None, self.world)
+            return PendingGather(params, None, None, self)
         # One collective per parameter, each straight into the buffer that becomes the
         # parameter: no staging buffer and no copy out of a rank-major layout. The order check
         # above covers the whole batch.
@@ -131,7 +175,7 @@ class Collectives:
                 )
             works.append(work)
             outs.append(out)
-        return PendingGather(params, outs, works, self.world)
+        return PendingGather(params, outs, works, self)
 
     def use_all_reduce(self, t: torch.Tensor) -> bool:
         if self.all_reduce is None:
@@ -197,13 +241,13 @@ class PendingGather:
         params: Sequence[torch.nn.Parameter],
         outs: list[torch.Tensor] | None,
         works: list[Any] | None,
-        world: int,
+        coll: Collectives,
     ) -> None:
+        self.coll = coll
         self.params = list(params)
         self.states = [shard_of(p) for p in params]
         self.outs = outs
         self.works = works
-        self.world = world
         self.done = False
         # Single rank: the shard is the whole tensor; hold it now (an NVMe-swapped shard is
         # dropped from the state right after the gather is issued).
@@ -215,6 +259,7 @@ class PendingGather:
         if self.done:
             return
         self.done = True
+        self.coll.verify()  # ranks are known to agree before this waits on their data
         for w in self.works or ():
             if w is not None:
                 w.wait()

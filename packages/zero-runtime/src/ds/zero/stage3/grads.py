@@ -106,7 +106,7 @@ class GradReducer:
         group, self._group, self._group_numel = self._group, [], 0
         if not checked:
             self.coll.context = "gradient reduce-scatter"
-            self.coll._check("reduce_scatter", [s for s, _ in group])
+            self.coll.start_check("reduce_scatter", [s for s, _ in group])
         self.coll.reduce_scatters += 1
         self.launched += 1
         for s, grad in group:
@@ -171,6 +171,7 @@ class GradReducer:
 
     # -- accumulating --------------------------------------------------------------------------
     def _land(self, f: _Flight) -> None:
+        self.coll.verify()  # the ranks agree on this reduction before it is waited on
         if f.work is not None:
             f.work.wait()
         f.work = None
