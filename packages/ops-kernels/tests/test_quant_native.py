@@ -28,7 +28,8 @@ def assert_same(a: quant.QuantizedTensor, b: quant.QuantizedTensor) -> None:
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(
-    "n,group_size", [(1, 1), (7, 2), (1023, 128), (4096 + 3, 512), (10**5 + 17, 4096)]
+    "n,group_size",
+    [(1, 1), (7, 2), (1023, 128), (4096 + 3, 512), (10**5 + 17, 4096), (40_005, 64)],
 )
 def test_native_equals_reference(scheme: str, dtype: torch.dtype, n: int, group_size: int) -> None:
     g = torch.Generator().manual_seed(n)

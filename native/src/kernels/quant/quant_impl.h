@@ -141,17 +141,22 @@ void quantize_int_t(const typename L::T* x, int64_t n, int64_t gs, const IntSche
                          uint8_t* data, float* scales, float* zps, int64_t g0, int64_t g1) {
   const float qmin = static_cast<float>(s.qmin), qmax = static_cast<float>(s.qmax);
   const int64_t bpg = s.bits == 4 ? (gs + 1) / 2 : gs;
-  for (int64_t g = g0; g < g1; ++g) {
+  int64_t g = g0;
+#if defined(DS_QUANT_GROUP_AVX512)
+  // Whole groups of a multiple of 32 elements, in blocks; the rest take the portable loop.
+  if (gs % 32 == 0) {
+    const int64_t whole = imin_(g1, n / gs);
+    for (int64_t k = 0; g < whole; g += k) {
+      k = imin_(kBlock, whole - g);
+      quantize_int_block_avx512<L>(x + g * gs, gs, k, s, data + g * bpg, bpg, scales + g,
+                                   s.asym ? zps + g : nullptr);
+    }
+  }
+#endif
+  for (; g < g1; ++g) {
     const int64_t start = g * gs;
     const int64_t len = imin_(gs, n - start);
     const typename L::T* xs = x + start;
-#if defined(DS_QUANT_GROUP_AVX512)
-    if (len == gs && gs % 32 == 0) {
-      quantize_int_group_avx512<L>(xs, len, s, data + g * bpg, scales + g,
-                                   s.asym ? zps + g : nullptr);
-      continue;
-    }
-#endif
     const GroupParams p = int_params<L>(xs, len, s);
     scales[g] = p.scale;
     if (s.asym) zps[g] = p.zp;
@@ -190,21 +195,20 @@ template <class L>
 void quantize_fp8_t(const typename L::T* x, int64_t n, int64_t gs, Fp8Format f,
                          uint8_t* data, float* scales, int64_t g0, int64_t g1) {
   const float fmax = f == Fp8Format::E4M3 ? 448.0f : 57344.0f;
-  for (int64_t g = g0; g < g1; ++g) {
+  int64_t g = g0;
+#if defined(DS_QUANT_GROUP_AVX512)
+  if (gs % 32 == 0) {
+    const int64_t whole = imin_(g1, n / gs);
+    for (int64_t k = 0; g < whole; g += k) {
+      k = imin_(kBlock, whole - g);
+      quantize_fp8_block_avx512<L>(x + g * gs, gs, k, f, data + g * gs, scales + g);
+    }
+  }
+#endif
+  for (; g < g1; ++g) {
     const int64_t start = g * gs;
     const int64_t len = imin_(gs, n - start);
     const typename L::T* xs = x + start;
-#if defined(DS_QUANT_GROUP_AVX512)
-    if (len == gs && gs % 32 == 0) {
-      const float amax = abs_max_avx512<L>(xs, len);
-      const float scale = normal_scale(amax / fmax, amax);
-      scales[g] = scale;
-      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-      if (f == Fp8Format::E4M3) fp8_codes_avx512<L, 3, 7>(xs, len, inv, fmax, data + g * gs);
-      else fp8_codes_avx512<L, 2, 15>(xs, len, inv, fmax, data + g * gs);
-      continue;
-    }
-#endif
     const float amax = abs_max<L>(xs, len);
     const float scale = normal_scale(amax / fmax, amax);
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
