@@ -166,3 +166,41 @@ def test_edge_groups_equal_reference_at_every_level(level: str, dtype: torch.dty
             assert torch.equal(reference.dequantize(a), native.dequantize(b))
     finally:
         _C.set_simd_level(before)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_groups_with_nan_and_inf_give_the_same_bytes_at_every_level(scheme: str) -> None:
+    # The reference propagates NaN into a group's scale; the native kernels skip NaN in the
+    # group statistics (NaN elements encode as NaN's byte). Every native variant must agree on
+    # that: the AVX-512 group kernels form codes differently (integer rounding and clamping for
+    # finite zero points, a float path for a NaN zero point) from the portable loop.
+    from ds.ops import _C
+
+    g = torch.Generator().manual_seed(5)
+    specials = [float("nan"), float("inf"), float("-inf")]
+    groups = []
+    for i in range(12):
+        x = torch.randn(128, generator=g)
+        x[(7 * i) % 128] = specials[i % 3]
+        if i >= 6:
+            x[(7 * i + 50) % 128] = specials[(i + 1) % 3]
+        groups.append(x)
+    x = torch.cat(groups)
+    before = _C.simd_level()
+    results = {}
+    try:
+        for level in _levels():
+            if _C.set_simd_level(level):
+                results[level] = native.quantize(x, scheme, 128)
+    finally:
+        _C.set_simd_level(before)
+    first = results.pop("scalar")
+    assert results, "no SIMD variant runs on this CPU"
+    for level, q in results.items():
+        assert torch.equal(q.data.view(torch.uint8), first.data.view(torch.uint8)), level
+        assert torch.equal(q.scales.view(torch.int32), first.scales.view(torch.int32)), level
+        if first.zero_points is not None:
+            assert q.zero_points is not None
+            same = q.zero_points.view(torch.int32) == first.zero_points.view(torch.int32)
+            assert bool(same.all()), level
+        assert torch.equal(native.dequantize(q).isnan(), native.dequantize(first).isnan()), level

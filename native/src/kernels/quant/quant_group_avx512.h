@@ -75,41 +75,70 @@ GroupParams int_params_avx512(const typename L::T* xs, int64_t len, const IntSch
   return sym_params(abs_max_avx512<L>(xs, len), s);
 }
 
-// 16 codes as int32 lanes. ASYM: add the zero point (symmetric schemes skip the + 0, which cannot change the integer).
-template <class L, bool ASYM>
-inline __m512i codes16(const typename L::T* p, __m512 inv, __m512 zp, __m512 qmin, __m512 qmax,
-                       __m512i bias) {
+// How a group's codes are formed (all give the portable loop's bytes):
+//   kSym: clamp, then round to nearest even while converting (one vcvtps2dq instead of
+//     vrndscaleps + vcvttps2dq): rounding is monotonic and fixes the integer bounds, so
+//     rne(clamp(y)) = clamp(rne(y)); a NaN still converts to 0x80000000.
+//   kAsymInt: rne(y) + zp, clamped, in integers: a finite y is within the code range up to
+//     rounding (every x lies in [lo, hi], so |x| <= spread and |x * inv| <= range), the sums
+//     are small integers either way, and a NaN y converts to 0x80000000, which + zp (>= 0)
+//     clamps to qmin = 0: the low byte the float path stores for NaN. Needs qmin = 0 (every
+//     asymmetric scheme has it).
+//   kAsymFloat: rne(y) + zp, clamped, in floats, for any other asymmetric group: one whose zero
+//     point is NaN (a -inf in the group) must turn every code into NaN's byte.
+enum CodeMode { kSym, kAsymInt, kAsymFloat };
+
+// 16 codes as int32 lanes. BIAS: add the int4 symmetric bias (8); the others add nothing.
+template <class L, CodeMode MODE, bool BIAS>
+inline __m512i codes16(const typename L::T* p, __m512 inv, __m512 zp, __m512i zpi, __m512 qmin,
+                       __m512 qmax, __m512i qmaxi, __m512i bias) {
+  constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const __m512 y = _mm512_mul_ps(load16<L>(p), inv);
-  __m512 r = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  if constexpr (ASYM) r = _mm512_add_ps(r, zp);
-  const __m512 c = _mm512_min_ps(qmax, _mm512_max_ps(qmin, r));
-  return _mm512_add_epi32(_mm512_cvttps_epi32(c), bias);
+  __m512i q;
+  if constexpr (MODE == kSym) {
+    q = _mm512_cvt_roundps_epi32(_mm512_min_ps(qmax, _mm512_max_ps(qmin, y)), kRne);
+  } else if constexpr (MODE == kAsymInt) {
+    q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(y, kRne), zpi);
+    q = _mm512_min_epi32(qmaxi, _mm512_max_epi32(_mm512_setzero_si512(), q));  // qmin = 0
+  } else {
+    const __m512 r = _mm512_add_ps(_mm512_roundscale_ps(y, kRne), zp);
+    q = _mm512_cvttps_epi32(_mm512_min_ps(qmax, _mm512_max_ps(qmin, r)));
+  }
+  if constexpr (BIAS) q = _mm512_add_epi32(q, bias);
+  return q;
 }
 
-template <class L, bool ASYM>
+template <class L, CodeMode MODE>
 void codes_avx512(const typename L::T* xs, int64_t len, const IntScheme& s, const GroupParams& p,
                   uint8_t* out) {
   const __m512 inv = _mm512_set1_ps(p.inv), zp = _mm512_set1_ps(p.zp);
+  const __m512i zpi = _mm512_set1_epi32(MODE == kAsymInt ? static_cast<int>(p.zp) : 0);
   const __m512 qmin = _mm512_set1_ps(static_cast<float>(s.qmin));
   const __m512 qmax = _mm512_set1_ps(static_cast<float>(s.qmax));
-  const __m512i bias = _mm512_set1_epi32((s.bits == 4 && !s.asym) ? 8 : 0);
+  const __m512i qmaxi = _mm512_set1_epi32(s.qmax);
   if (s.bits == 8) {
+    const __m512i none = _mm512_setzero_si512();
     for (int64_t i = 0; i < len; i += 16)
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                       _mm512_cvtepi32_epi8(codes16<L, ASYM>(xs + i, inv, zp, qmin, qmax, bias)));
+                       _mm512_cvtepi32_epi8(codes16<L, MODE, false>(xs + i, inv, zp, zpi, qmin,
+                                                                    qmax, qmaxi, none)));
     return;
   }
-  // int4: codes 2j and 2j+1 share a 64-bit lane; lane | (lane >> 28) puts code 2j+1 in bits 4-7
-  // of the low byte, which vpmovqb keeps.
-  // Codes are masked to their low byte first, as the portable loop stores them in bytes.
-  const __m512i lo8 = _mm512_set1_epi32(0xFF);
+  // int4: the code bytes (vpmovdb keeps each code's low byte, as the portable loop stores them)
+  // are read as 16-bit words c0 | c1 << 8; one vpternlog keeps bits 0-3 of the word and bits
+  // 4-7 of the word shifted right by 4 (c1's low nibble); vpmovwb keeps the low bytes.
+  constexpr bool kBias = MODE == kSym;  // int4 symmetric codes are stored biased by 8
+  const __m512i bias = _mm512_set1_epi32(8);
+  const __m256i nib = _mm256_set1_epi16(0x000F);
   for (int64_t i = 0; i < len; i += 32) {
-    const __m512i a = _mm512_and_si512(codes16<L, ASYM>(xs + i, inv, zp, qmin, qmax, bias), lo8);
-    const __m512i b =
-        _mm512_and_si512(codes16<L, ASYM>(xs + i + 16, inv, zp, qmin, qmax, bias), lo8);
-    const __m128i pa = _mm512_cvtepi64_epi8(_mm512_or_si512(a, _mm512_srli_epi64(a, 28)));
-    const __m128i pb = _mm512_cvtepi64_epi8(_mm512_or_si512(b, _mm512_srli_epi64(b, 28)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 2), _mm_unpacklo_epi64(pa, pb));
+    const __m128i a = _mm512_cvtepi32_epi8(
+        codes16<L, MODE, kBias>(xs + i, inv, zp, zpi, qmin, qmax, qmaxi, bias));
+    const __m128i b = _mm512_cvtepi32_epi8(
+        codes16<L, MODE, kBias>(xs + i + 16, inv, zp, zpi, qmin, qmax, qmaxi, bias));
+    const __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+    // imm 0xE4: C ? A : B per bit, with C = nib, A = w, B = w >> 4
+    const __m256i packed = _mm256_ternarylogic_epi32(w, _mm256_srli_epi16(w, 4), nib, 0xE4);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i / 2), _mm256_cvtepi16_epi8(packed));
   }
 }
 
@@ -131,8 +160,11 @@ void quantize_int_block_avx512(const typename L::T* xs, int64_t gs, int64_t grou
     if (s.asym) zps[j] = p[j].zp;
   }
   for (int64_t j = 0; j < groups; ++j) {
-    if (s.asym) codes_avx512<L, true>(xs + j * gs, gs, s, p[j], out + j * bytes_per_group);
-    else codes_avx512<L, false>(xs + j * gs, gs, s, p[j], out + j * bytes_per_group);
+    const typename L::T* x = xs + j * gs;
+    uint8_t* o = out + j * bytes_per_group;
+    if (!s.asym) codes_avx512<L, kSym>(x, gs, s, p[j], o);
+    else if (s.qmin == 0 && p[j].zp == p[j].zp) codes_avx512<L, kAsymInt>(x, gs, s, p[j], o);
+    else codes_avx512<L, kAsymFloat>(x, gs, s, p[j], o);
   }
 }
 
