@@ -37,29 +37,38 @@ class _Flight:
     work: Any
     inp: torch.Tensor  # the full (padded) gradient being reduced
     out: torch.Tensor  # this rank's reduced partition (sum over ranks)
-    first: bool  # ``out`` is the flat-buffer slice itself (no earlier micro-step gradient)
+    first: bool  # ``out`` is a fresh tensor this rank owns: it can become the partition
 
 
 class _PeerSum:
-    """Point-to-point reduce-scatter in flight: ``wait()`` completes the transfers, adds the
-    peers' contributions into ``out`` (in rank order) and returns the receive buffers."""
+    """Point-to-point reduce-scatter in flight: ``wait()`` completes the transfers and sums
+    this rank's slice and the peers' contributions (in rank order) into the first receive
+    buffer, which it returns; the other receive buffers go back to the pool."""
 
     def __init__(
         self, works: list[Any], out: torch.Tensor, recvs: list[torch.Tensor], pool: BufferPool
     ) -> None:
         self.works, self.out, self.recvs, self.pool = works, out, recvs, pool
 
-    def wait(self) -> None:
+    def wait(self) -> torch.Tensor:
         while self.works:
             self.works.pop().wait()
-        for i in range(len(self.recvs)):
-            self.out.add_(self.recvs[i])
-        ptrs = [t.data_ptr() for t in self.recvs]
+        if not self.recvs:  # a world of one: the slice is the sum
+            return self.out
+        # The sum lands in a receive buffer rather than in the full gradient's slice: that
+        # buffer then becomes the partition, with no further allocation or copy, while the
+        # full gradient goes back whole. (Addition commutes exactly: the same bits.)
+        total = self.recvs[0].add_(self.out)
+        for i in range(1, len(self.recvs)):
+            total.add_(self.recvs[i])
+        ptrs = [t.data_ptr() for t in self.recvs[1:]]
         # No reference may survive here (a loop variable would): the pool reuses a buffer only
         # once nothing else holds it.
         self.recvs = []
+        self.out = total
         for ptr in ptrs:
             self.pool.give(ptr, settle_s=0.002)
+        return total
 
 
 class GradReducer:
@@ -92,6 +101,11 @@ class GradReducer:
         self.peak_held_numel = max(self.peak_held_numel, self._group_numel + self._flight_numel)
         if self._group_numel >= self.half:
             self.launch()
+
+    @property
+    def held_numel(self) -> int:
+        """Full-gradient elements held: waiting for a launch or in reduction."""
+        return self._group_numel + self._flight_numel
 
     @property
     def grouped(self) -> list[ShardState]:
@@ -143,7 +157,6 @@ class GradReducer:
                     recvs.append(self.pool.take(n, flat.dtype, flat.device))
                     works.append(comm.irecv(recvs[-1], r))
             work = _PeerSum(works, out, recvs, self.pool)
-            first = False
         elif self.coll.use_all_reduce(inp):
             # In place on the full gradient; this rank's partition is read out when it lands.
             out = inp[s.offset : s.offset + s.shard_numel]
@@ -160,7 +173,10 @@ class GradReducer:
             work = self.coll.comm.reduce_scatter_tensor(
                 out, inp, op=ReduceOp.SUM, group=self.coll.group, async_op=True
             )
-        self._flights.append(_Flight(s, work, inp, out, first and self.coll.comm is not None))
+        owned = first and self.coll.comm is not None
+        if isinstance(work, _PeerSum):
+            owned = flat.dtype == torch.float32 and self.world > 1
+        self._flights.append(_Flight(s, work, inp, out, owned))
         self._flight_numel += s.padded_numel
 
     def finish(self) -> None:
@@ -172,13 +188,18 @@ class GradReducer:
     # -- accumulating --------------------------------------------------------------------------
     def _land(self, f: _Flight) -> None:
         self.coll.verify()  # the ranks agree on this reduction before it is waited on
-        if f.work is not None:
+        if isinstance(f.work, _PeerSum):
+            f.out = f.work.wait()  # a receive buffer from the pool, now holding the sum
+        elif f.work is not None:
             f.work.wait()
         f.work = None
         s = f.s
         self._flight_numel -= s.padded_numel
-        if f.first:
+        exact = f.out.untyped_storage().nbytes() == f.out.numel() * f.out.element_size()
+        if f.first and s.grad is None and exact:
             s.grad = f.out.div_(self.world)
+            if self.pool.owns(f.out):
+                self.pool.forget(f.out.data_ptr())  # the partition keeps it
         elif s.grad is None:
             s.grad = torch.div(f.out, self.world, out=self._partition(s, f.out.device))
         else:

@@ -310,7 +310,14 @@ class Stage3Partitioner:
         numel = sum(shard_of(p).numel for p in need)
         if need:
             self._make_room(numel)
-        picked = self._prefetch_pick({id(p) for p in need}, numel)
+        # Full-size gradients count against the live budget like gathered parameters: those
+        # waiting for or in reduction, and in backward the ones this module is about to
+        # produce. Prefetching past them would stack the next modules' weights on top of the
+        # step's largest transient (the output head's weight and gradient).
+        held = numel + self.grads.held_numel
+        if phase == "backward":
+            held += sum(shard_of(p).numel for p in own if p.requires_grad)
+        picked = self._prefetch_pick({id(p) for p in need}, held)
         grouped = self.grads.grouped if need or picked else []
         if need or picked:
             # One order check covers the gradients reduced so far, this module's gather and the
@@ -400,7 +407,8 @@ class Stage3Partitioner:
 
     def _prefetch_pick(self, exclude: set[int], extra_live: int) -> list[torch.nn.Parameter]:
         """Parameters of the next modules along the trace to gather ahead, within the prefetch
-        bucket and the live budget (``extra_live``: elements about to be gathered)."""
+        bucket and the live budget (``extra_live``: elements about to be gathered or held as
+        full gradients)."""
         budget = self.limits.prefetch_bucket_size
         if self._trace is None or budget <= 0:
             return []
