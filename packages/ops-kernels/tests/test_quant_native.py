@@ -45,19 +45,28 @@ def test_fp8_every_code_decodes_like_torch(scheme: str) -> None:
 
     codes = torch.arange(256, dtype=torch.uint8)
     fp8 = quant.SCHEMES[scheme].data_dtype
-    q = quant.QuantizedTensor(codes.view(fp8), torch.ones(1), None, (256,), 256, scheme)
-    want = codes.view(fp8).to(torch.float32)
-    keep = ~want.isnan()
-    before = _C.simd_level()
-    try:
-        for level in _C.simd_levels_built().split(","):
-            if not _C.set_simd_level(level):
-                continue  # this CPU cannot run that variant
-            got = native.dequantize(q)
-            assert torch.equal(got.isnan(), want.isnan()), level
-            assert torch.equal(got[keep], want[keep]), level
-    finally:
-        _C.set_simd_level(before)
+    # Scales: 1, one whose product with 2^8 overflows float32 (the AVX-512 e4m3 decode folds 2^8
+    # into the scale), and a subnormal one.
+    for scale in (1.0, 3e37, 1e-40):
+        q = quant.QuantizedTensor(codes.view(fp8), torch.tensor([scale]), None, (256,), 256, scheme)
+        want = codes.view(fp8).to(torch.float32) * torch.tensor(scale)
+        keep = ~want.isnan()
+        before = _C.simd_level()
+        bits = {}
+        try:
+            for level in _C.simd_levels_built().split(","):
+                if not _C.set_simd_level(level):
+                    continue  # this CPU cannot run that variant
+                got = native.dequantize(q)
+                assert torch.equal(got.isnan(), want.isnan()), (level, scale)
+                assert torch.equal(got[keep], want[keep]), (level, scale)
+                bits[level] = got.view(torch.int32)
+        finally:
+            _C.set_simd_level(before)
+        # NaN codes decode to the same NaN (sign | quiet NaN) at every level.
+        first = bits.pop("scalar")
+        for level, b in bits.items():
+            assert torch.equal(b, first), (level, scale)
 
 
 @settings(max_examples=60, deadline=None)

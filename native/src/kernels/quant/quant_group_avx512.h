@@ -232,3 +232,60 @@ void quantize_fp8_block_avx512(const typename L::T* xs, int64_t gs, int64_t grou
     else fp8_codes_avx512<L, 2, 15>(xs + j * gs, gs, inv[j], out + j * gs);
   }
 }
+
+// fp8 decode through the half-precision converter (F16C, exact for every half): an e5m2 code is
+// the high byte of the half with the same value; an e4m3 code shifted into a half's exponent and
+// mantissa fields is its value times 2^-8 (the half's exponent bias is 8 more, subnormals
+// included), so the 2^8 goes into the scale. The product with the scale is then the same single
+// rounding of the same real number as the portable loop's decode(c) * scale. NaN codes (e4m3fn
+// S.1111.111; e5m2 exponent 31 with a nonzero mantissa) become sign | 0x7FC00000 as there.
+template <bool E4M3>
+inline __m512 decode_fp8_16(__m128i codes) {
+  const __m256i u = _mm256_cvtepu8_epi16(codes);
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const __m512i qnan = _mm512_set1_epi32(0x7FC00000);
+  if constexpr (E4M3) {
+    // bits 0-6 of the code to bits 7-13 and the sign (bit 7) to bit 15: the shifted sign lands
+    // on bit 14, and adding that bit to itself carries it into bit 15.
+    const __m256i v = _mm256_slli_epi16(u, 7);
+    const __m256i h = _mm256_add_epi16(v, _mm256_and_si256(v, _mm256_set1_epi16(0x4000)));
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(u, _mm256_set1_epi16(0x7F)),
+                                                  _mm256_set1_epi16(0x7F));
+    const __m512i f = _mm512_castps_si512(_mm512_cvtph_ps(h));
+    // NaN lanes: (f & sign) | qnan (imm 0xEA: (A & B) | C)
+    return _mm512_castsi512_ps(_mm512_mask_ternarylogic_epi32(f, nan, sign, qnan, 0xEA));
+  } else {
+    const __m512 f = _mm512_cvtph_ps(_mm256_slli_epi16(u, 8));
+    const __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_ternarylogic_epi32(_mm512_castps_si512(f), nan, sign,
+                                                              qnan, 0xEA));
+  }
+}
+
+// One whole group of a multiple of 16 codes.
+inline void dequantize_fp8_group_avx512(const uint8_t* in, int64_t len, float scale, bool e4m3,
+                                        float* out) {
+  if (e4m3) {
+    // scale * 2^8 is exact unless it overflows; then the 2^8 is applied on its own first.
+    const float s256 = scale * 256.0f;
+    if (__builtin_isinf(s256) && !__builtin_isinf(scale)) {
+      const __m512 two8 = _mm512_set1_ps(256.0f), vs = _mm512_set1_ps(scale);
+      for (int64_t i = 0; i < len; i += 16) {
+        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(decode_fp8_16<true>(c), two8), vs));
+      }
+      return;
+    }
+    const __m512 vs = _mm512_set1_ps(s256);
+    for (int64_t i = 0; i < len; i += 16) {
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      _mm512_storeu_ps(out + i, _mm512_mul_ps(decode_fp8_16<true>(c), vs));
+    }
+    return;
+  }
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int64_t i = 0; i < len; i += 16) {
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(decode_fp8_16<false>(c), vs));
+  }
+}

@@ -292,6 +292,12 @@ void dequantize_fp8_groups(const uint8_t* data, const float* scales, int64_t n, 
     const float scale = scales[g];
     const uint8_t* in = data + start;
     float* o = out + start;
+#if defined(DS_QUANT_GROUP_AVX512)
+    if (len == gs && gs % 16 == 0) {
+      dequantize_fp8_group_avx512(in, len, scale, f == Fp8Format::E4M3, o);
+      continue;
+    }
+#endif
 #if defined(__AVX2__) || defined(__aarch64__)
     // Wide vectors: decoding by arithmetic beats a gather from the table.
     if (f == Fp8Format::E4M3) {
