@@ -23,6 +23,7 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.grads import GradReducer
+from ds.zero.stage3.heap import release_free_heap
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
 from ds.zero.stage3.pool import BufferPool
 from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
@@ -144,6 +145,10 @@ class Stage3Partitioner:
         self._in_use: dict[int, int] = {}  # id(param) -> how many running modules use it
         self._trace: list[torch.nn.Module] | None = None
         self._recording: list[torch.nn.Module] = []
+        # Where backward starts in the trace / in the recording (prefetch stops there in forward).
+        self._trace_backward = 0
+        self._recording_backward: int | None = None
+        self.trim_heap = True
         self._pos = 0
         self._direct: dict[int, list[torch.nn.Parameter]] = {}
         self._hooks: list[Any] = []
@@ -304,7 +309,7 @@ class Stage3Partitioner:
         if self._held:
             return
         self.coll.context = f"{phase} of {type(module).__name__}"
-        self._follow_trace(module)
+        self._follow_trace(module, phase)
         own = self._direct.get(id(module), [])
         need = [p for p in own if shard_of(p).status is ParamStatus.NOT_AVAILABLE]
         numel = sum(shard_of(p).numel for p in need)
@@ -317,7 +322,7 @@ class Stage3Partitioner:
         held = numel + self.grads.held_numel
         if phase == "backward":
             held += sum(shard_of(p).numel for p in own if p.requires_grad)
-        picked = self._prefetch_pick({id(p) for p in need}, held)
+        picked = self._prefetch_pick({id(p) for p in need}, held, phase)
         grouped = self.grads.grouped if need or picked else []
         if need or picked:
             # One order check covers the gradients reduced so far, this module's gather and the
@@ -394,7 +399,11 @@ class Stage3Partitioner:
                 return
 
     # -- trace and prefetch --------------------------------------------------------------------
-    def _follow_trace(self, module: torch.nn.Module) -> None:
+    def _follow_trace(self, module: torch.nn.Module, phase: str) -> None:
+        if phase == "backward" and self._recording_backward is None:
+            self._recording_backward = len(self._recording)
+            if self.trim_heap:
+                release_free_heap()  # the step's high-water mark is next (see stage3/heap.py)
         if len(self._recording) <= 16 * len(self._direct) + 64:
             self._recording.append(module)
         if self._trace is None:
@@ -405,10 +414,17 @@ class Stage3Partitioner:
         log.debug("stage3 module trace invalidated", position=self._pos)
         self._trace = None
 
-    def _prefetch_pick(self, exclude: set[int], extra_live: int) -> list[torch.nn.Parameter]:
+    def _prefetch_pick(
+        self, exclude: set[int], extra_live: int, phase: str
+    ) -> list[torch.nn.Parameter]:
         """Parameters of the next modules along the trace to gather ahead, within the prefetch
         bucket and the live budget (``extra_live``: elements about to be gathered or held as
-        full gradients)."""
+        full gradients).
+
+        Forward prefetches only forward modules: between the last forward module and the first
+        backward one lie the loss and the start of backward, the moment every activation is
+        alive, and weights gathered early would sit through it. The first backward fetch
+        prefetches the rest while the output layer's backward runs."""
         budget = self.limits.prefetch_bucket_size
         if self._trace is None or budget <= 0:
             return []
@@ -422,7 +438,10 @@ class Stage3Partitioner:
         picked: list[torch.nn.Parameter] = []
         seen: set[int] = set(exclude)
         numel = 0
-        for m in self._trace[self._pos :]:
+        end = len(self._trace)
+        if phase == "forward" and self._pos <= self._trace_backward:
+            end = self._trace_backward
+        for m in self._trace[self._pos : end]:
             for p in self._direct[id(m)]:
                 s = shard_of(p)
                 if id(p) in seen or s.status is not ParamStatus.NOT_AVAILABLE:
@@ -470,7 +489,10 @@ class Stage3Partitioner:
         fits = 0 < len(self._recording) <= 16 * len(self._direct) + 64
         if fits and (self._trace is None or self._pos != len(self._trace)):
             self._trace = self._recording
+            rb = self._recording_backward
+            self._trace_backward = len(self._recording) if rb is None else rb
         self._recording = []
+        self._recording_backward = None
         self._pos = 0
 
     def refresh_persistent(self) -> None:
