@@ -32,7 +32,8 @@ constexpr int W = V::W;
 // out of line, the body reads them through its closure, and since the vector stores may alias
 // anything, the compiler reloads every constant from memory in every iteration.
 template <class P, class G, class S, class L, class Body>
-__attribute__((always_inline)) inline void for_blocks(const Buffers& b, int64_t begin, int64_t end, bool has_s2, Body&& body) {
+__attribute__((always_inline)) inline void for_blocks(const Buffers& b, int64_t begin,
+                                                      int64_t end, bool has_s2, Body&& body) {
   auto* p = static_cast<typename P::T*>(b.param);
   auto* g = static_cast<const typename G::T*>(b.grad);
   auto* s1 = static_cast<typename S::T*>(b.state1);
@@ -79,10 +80,10 @@ inline void store(typename D::T* x, typename V::reg v) {
 }
 
 // Low-precision params (bf16/fp16): sqrt and division cost more than the memory traffic of a
-// 2-byte element, so the update takes the hardware estimates refined by one Newton step each
-// (V::fast_sqrt, V::fast_div: about 2^-21 relative, far below the 2^-9 / 2^-12 half-ulp
-// rounding of the stored param; Adam's sqrt may skip the Newton step, V::rough_sqrt, see the
-// bound in adam_typed) and folds the step size into the denominator:
+// 2-byte element, so the update takes the hardware estimates (V::rough_sqrt, V::rough_div; the
+// bound on what they leave in the stored param is in adam_typed; V::fast_sqrt / V::fast_div add
+// one Newton step each, about 2^-21 relative, where a step size of 0 needs the unfolded form) and
+// folds the step size into the denominator:
 //   p - step * m / (sqrt(v) * a + eps)  =  p + m / (sqrt(v) * (a / -step) + eps / -step),
 // one fma instead of a multiply per element. The moments are formed as m + (1-b1) * (g - m) and
 // v + (1-b2) * (g*g - v), which take one operation fewer than b1*m + (1-b1)*g; they differ from
