@@ -21,6 +21,7 @@ from ds.interfaces.kernels import AdamHyper, KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.partitioner import Stage3Partitioner
 from ds.zero.stage3.shard import shard_of
+from ds.zero.stage3.state_stream import StateStream
 from ds.zero.stage3.swap import AioSettings, SwapFile, open_aio
 
 log = get_logger(__name__)
@@ -66,6 +67,8 @@ class Stage3Optimizer:
         nvme_path: str | None = None,
         aio: AioSettings | None = None,
         gradient_clipping: float = 0.0,
+        buffer_count: int = 4,
+        pin_memory: bool = False,
     ) -> None:
         """``groups``: torch-style parameter groups over the module's parameters; ``build`` makes
         the optimizer from the same groups with ``params`` replaced by the master partitions."""
@@ -97,6 +100,7 @@ class Stage3Optimizer:
             self._hyper_groups.append((group, originals))
         self._moments: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._swap: SwapFile | None = None
+        self._stream: StateStream | None = None
         if offload == "nvme":
             if not nvme_path:
                 raise ConfigError(
@@ -106,6 +110,7 @@ class Stage3Optimizer:
             handle = open_aio(kernels, aio or AioSettings())
             rank = partitioner.coll.rank
             self._swap = SwapFile(handle, os.path.join(nvme_path, f"ds_zero3_optim_rank{rank}.swp"))
+            self._stream = StateStream(self._swap, buffer_count, pin_memory)
             self._init_nvme()
         elif offload == "cpu" and kernels is None:
             log.warning(
@@ -234,34 +239,22 @@ class Stage3Optimizer:
                 self._write_back(s, m.data)
 
     def _step_nvme(self) -> None:
-        assert self._swap is not None and self.kernels is not None
+        assert self._stream is not None and self.kernels is not None
         work = [
             (group, shard_of(p))
             for group, originals in self._hyper_groups
             for p in originals
             if shard_of(p).grad is not None
         ]
-        swap = self._swap
 
-        def load(s: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            bufs = tuple(torch.empty(s.shard_numel, dtype=torch.float32) for _ in range(3))
-            for key, b in zip("mvw", bufs):
-                swap.read((s.ds_id, key), b, async_op=True)
-            return bufs  # type: ignore[return-value]
-
-        nxt = load(work[0][1]) if work else None
-        for i, (group, s) in enumerate(work):
-            swap.handle.wait()  # this partition's reads (and the previous one's writes) are done
-            cur = nxt
-            assert cur is not None
-            nxt = load(work[i + 1][1]) if i + 1 < len(work) else None
-            m, v, w = cur
+        def step(i: int, m: torch.Tensor, v: torch.Tensor, w: torch.Tensor) -> None:
+            assert self.kernels is not None
+            group, s = work[i]
             hyper = _adam_hyper(self.optimizer, group)
             self.kernels.adam_step(self.step_count, hyper, m, s.grad, v, w)
-            for key, b in zip("mvw", cur):
-                swap.write((s.ds_id, key), b, async_op=True)
             self._write_back(s, m)
-        swap.handle.wait()
+
+        self._stream.run([(s.ds_id, s.shard_numel) for _, s in work], step)
 
     # -- checkpoint support --------------------------------------------------------------------
     def moments(self, s: Any) -> tuple[torch.Tensor, torch.Tensor] | None:

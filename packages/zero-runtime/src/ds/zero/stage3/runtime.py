@@ -26,6 +26,7 @@ class OffloadSettings:
     optimizer_nvme_path: str | None = None
     max_in_cpu: int = 1_000_000_000
     param_buffer_count: int = 5  # NVMe swap-in buffers (reads in flight + read, not gathered)
+    optimizer_buffer_count: int = 4  # NVMe optimizer-state buffer sets (read ahead + stepping)
     pin_memory: bool = False
     aio: AioSettings = field(default_factory=AioSettings)
 
@@ -69,6 +70,8 @@ class Stage3Runtime:
             nvme_path=offload.optimizer_nvme_path,
             aio=offload.aio,
             gradient_clipping=gradient_clipping,
+            buffer_count=offload.optimizer_buffer_count,
+            pin_memory=offload.pin_memory,
         )
 
     # -- training ------------------------------------------------------------------------------

@@ -99,6 +99,8 @@ class Stage3Strategy(ZeroStrategy):
             kernels=ctx.kernels,
             nvme_path=oo.nvme_path if oo is not None else None,
             aio=aio,
+            buffer_count=int(oo.buffer_count) if oo is not None else 4,
+            pin_memory=bool(oo.pin_memory) if oo is not None else False,
         )
 
     @property
