@@ -232,41 +232,57 @@ def test_forward_keeps_no_view_of_released_weights() -> None:
         )
 
 
-@pytest.mark.parametrize(("buffer_count", "pin"), [(1, False), (3, False), (2, True)])
-def test_prefetched_swap_ins_bounded_by_buffer_count(
-    buffer_count: int, pin: bool, tmp_path: Path
-) -> None:
+def _nvme_runtime(
+    limits: Stage3Limits, offload: OffloadSettings
+) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, Stage3Runtime]:
+    """A reference model with AdamW, and an identical one under a stage-3 runtime."""
     torch.manual_seed(0)
     ref = TinyLM(layers=3)
     model = copy.deepcopy(ref)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     rt = Stage3Runtime(
-        model,
-        opt,
-        None,
-        limits=Stage3Limits(param_persistence_threshold=40, prefetch_bucket_size=200),
-        offload=OffloadSettings(
+        model, opt, None, limits=limits, offload=offload, kernels=get("ds.kernels", "cpu")()
+    )
+    return ref, ref_opt, model, rt
+
+
+def _step_both(
+    ref: nn.Module,
+    ref_opt: torch.optim.Optimizer,
+    model: nn.Module,
+    rt: Stage3Runtime,
+    idx: torch.Tensor,
+) -> None:
+    ref_opt.zero_grad()
+    lr = _loss(ref, idx)
+    lr.backward()
+    ref_opt.step()
+    ls = _loss(model, idx)
+    rt.backward(ls)
+    rt.step()
+    torch.testing.assert_close(ls, lr, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize(("buffer_count", "pin"), [(1, False), (3, False), (2, True)])
+def test_prefetched_swap_ins_bounded_by_buffer_count(
+    buffer_count: int, pin: bool, tmp_path: Path
+) -> None:
+    ref, ref_opt, model, rt = _nvme_runtime(
+        Stage3Limits(param_persistence_threshold=40, prefetch_bucket_size=200),
+        OffloadSettings(
             param_device="nvme",
             param_nvme_path=str(tmp_path),
             param_buffer_count=buffer_count,
             pin_memory=pin,
         ),
-        kernels=get("ds.kernels", "cpu")(),
     )
     swapper = rt.partitioner.swapper
     assert swapper is not None and swapper.swapped_bytes > 0
     held: list[int] = []
     hook = model.register_forward_pre_hook(lambda *_: held.append(swapper.buffers_held))
     for idx in _batches(5):
-        ref_opt.zero_grad()
-        lr = _loss(ref, idx)
-        lr.backward()
-        ref_opt.step()
-        ls = _loss(model, idx)
-        rt.backward(ls)
-        rt.step()
-        torch.testing.assert_close(ls, lr, rtol=1e-5, atol=0)
+        _step_both(ref, ref_opt, model, rt, idx)
     hook.remove()
     # Later steps follow the trace: reads start ahead of use, asynchronously.
     assert swapper.async_reads > 0
@@ -285,36 +301,20 @@ def test_nvme_optimizer_state_streams_through_buffer_count_sets(
 ) -> None:
     """offload_optimizer to NVMe: masters and moments stream through at most buffer_count
     buffer sets (page-locked with pin_memory), and training matches AdamW step for step."""
-    torch.manual_seed(0)
-    ref = TinyLM(layers=3)
-    model = copy.deepcopy(ref)
-    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    rt = Stage3Runtime(
-        model,
-        opt,
-        None,
-        limits=Stage3Limits(param_persistence_threshold=40),
-        offload=OffloadSettings(
+    ref, ref_opt, model, rt = _nvme_runtime(
+        Stage3Limits(param_persistence_threshold=40),
+        OffloadSettings(
             optimizer_device="nvme",
             optimizer_nvme_path=str(tmp_path),
             optimizer_buffer_count=buffer_count,
             pin_memory=pin,
         ),
-        kernels=get("ds.kernels", "cpu")(),
     )
     stream = rt.optimizer._stream
     assert stream is not None and stream.buffer_count == buffer_count
     n_params = sum(1 for p in model.parameters() if p.requires_grad)
     for idx in _batches(4):
-        ref_opt.zero_grad()
-        lr = _loss(ref, idx)
-        lr.backward()
-        ref_opt.step()
-        ls = _loss(model, idx)
-        rt.backward(ls)
-        rt.step()
-        torch.testing.assert_close(ls, lr, rtol=1e-5, atol=0)
+        _step_both(ref, ref_opt, model, rt, idx)
         # Every partition went through the stream, never more sets at once than allowed, and
         # with more than one set the reads ran ahead of the step.
         assert 1 <= stream.peak_sets <= buffer_count
