@@ -4,8 +4,11 @@ ms/step for N parameters (default 50M) as one flat tensor and as 200 tensors, fp
 fp32 state and bf16 params with bf16 state, at 1 and 2 threads. Every case also times a pure
 bandwidth kernel with the same traffic (4 reads, 3 writes per element: param, grad, exp_avg,
 exp_avg_sq read; param and both moments written) on the same buffers' sizes; "x floor" is each
-optimizer's time over that kernel's, measured in the same interleaved rounds (memory bandwidth on a
-shared machine drifts within seconds, so only interleaved numbers are compared).
+optimizer's time over that kernel's, measured in the same interleaved rounds (memory bandwidth on
+a shared machine drifts within seconds, so only interleaved numbers are compared). With 200
+tensors the same kernel also runs over 4 lists of 200 tensors laid out like the optimizers'
+("floor, same layout"); "x layout floor" is the time over that one (equal to "x floor" for one
+tensor).
 
 DeepSpeed is optional: ``pip install deepspeed==0.19.8`` (CPU: DS_ACCELERATOR=cpu is set here);
 without it the column is skipped with a note.
@@ -80,6 +83,18 @@ def run_case(
 
     floor = [torch.empty(n, dtype=dtype).normal_() for _ in range(4)]
     fns["bandwidth floor"] = lambda: cpu_optim.stream_4r3w(*floor)
+    if tensors > 1:
+        # The same kernel over the optimizer's layout: as many tensors of the same sizes,
+        # allocated in the order the optimizers' buffers are (grads, params, then the two moments
+        # of each param in turn), so the allocator places them alike.
+        sizes = _split(n, tensors)
+        lb = [torch.empty(s, dtype=dtype).normal_() for s in sizes]
+        la = [torch.empty(s, dtype=dtype).normal_() for s in sizes]
+        lc, ld = [], []
+        for s in sizes:
+            lc.append(torch.empty(s, dtype=dtype).normal_())
+            ld.append(torch.empty(s, dtype=dtype).normal_())
+        fns["floor, same layout"] = lambda: cpu_optim.stream_4r3w(la, lb, lc, ld)
 
     fp32_states = dtype == torch.float32
     ours = CPUAdam(_make_params(n, tensors, dtype, grads), lr=LR, fp32_optimizer_states=fp32_states)
@@ -96,8 +111,10 @@ def run_case(
 
     res = bench.interleave(case, fns, rounds=rounds, warmup=2, work_bytes=work)
     floor_s = res["bandwidth floor"].median_s
+    layout_s = res["floor, same layout"].median_s if tensors > 1 else floor_s
     for r in res.values():
         r.extra["x floor"] = r.median_s / floor_s
+        r.extra["x layout floor"] = r.median_s / layout_s
 
 
 def main() -> None:

@@ -82,6 +82,10 @@ void lion_step(const LionConfig& cfg, const Types& t, const std::vector<Buffers>
 // Memory-bandwidth reference with the access pattern of a fused Adam step: reads a, b, c, d and
 // writes a, c, d (4 reads, 3 writes of `elem_bytes`-wide elements), with trivial arithmetic.
 void stream_4r3w(void* a, const void* b, void* c, void* d, int64_t n, int elem_bytes);
+// The same over the tensors of a list (param = a, grad = b, state1 = c, state2 = d of each
+// Buffers), spread over the pool like an optimizer step on that list: the floor of a step on
+// the same memory layout.
+void stream_4r3w_tensors(const std::vector<Buffers>& tensors, int elem_bytes);
 
 }  // namespace optim
 }  // namespace ds

@@ -319,4 +319,25 @@ void register_optim(nb::module_& m) {
       nb::arg("a"), nb::arg("b"), nb::arg("c"), nb::arg("d"),
       "Bandwidth reference: reads a, b, c, d and writes a, c, d (the traffic of an fp32 Adam "
       "step) with trivial arithmetic.");
+  m.def(
+      "stream_4r3w_ptrs",
+      [](int elem_bytes, const Ptrs& a, const Ptrs& b, const Ptrs& c, const Ptrs& d,
+         const std::vector<int64_t>& numels) {
+        const size_t k = numels.size();
+        if (a.size() != k || b.size() != k || c.size() != k || d.size() != k)
+          fail("stream_4r3w: the four address lists and numels must have one entry per tensor");
+        if (elem_bytes != 2 && elem_bytes != 4) fail("stream_4r3w: elem_bytes must be 2 or 4");
+        std::vector<Buffers> bufs(k);
+        for (size_t i = 0; i < k; ++i) {
+          if (numels[i] < 0) fail("stream_4r3w: negative element count");
+          bufs[i].param = reinterpret_cast<void*>(a[i]);
+          bufs[i].grad = reinterpret_cast<const void*>(b[i]);
+          bufs[i].state1 = reinterpret_cast<void*>(c[i]);
+          bufs[i].state2 = reinterpret_cast<void*>(d[i]);
+          bufs[i].n = numels[i];
+        }
+        nb::gil_scoped_release release;
+        ds::optim::stream_4r3w_tensors(bufs, elem_bytes);
+      },
+      "Bandwidth reference over address lists already checked by ds.ops (internal).");
 }

@@ -445,6 +445,45 @@ def test_bandwidth_reference_kernel_traffic_pattern() -> None:
     assert torch.equal(c.view(torch.int32), torch.arange(1000, dtype=torch.int32) ^ 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bandwidth_reference_over_lists_matches_single_calls(
+    dtype: torch.dtype, threads: int
+) -> None:
+    itype = torch.int32 if dtype == torch.float32 else torch.int16
+    sizes = [1, 63, 64, 40000, 7, 33000, 0, 129]  # a split across threads lands inside tensors
+    gen = torch.Generator().manual_seed(3)
+
+    def rand(n: int) -> torch.Tensor:
+        return torch.randint(-(2**14), 2**14, (n,), generator=gen, dtype=itype)
+
+    lists = [[rand(n) for n in sizes] for _ in range(4)]
+    before_a = [t.clone() for t in lists[0]]
+    expect = [[t.clone() for t in ts] for ts in lists]
+    for a, b, c, d in zip(*expect, strict=True):
+        cpu_optim.stream_4r3w(a.view(dtype), b.view(dtype), c.view(dtype), d.view(dtype))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        cpu_optim.stream_4r3w(*([t.view(dtype) for t in ts] for ts in lists))
+    finally:
+        torch.set_num_threads(before)
+    for got, want in zip(lists, expect, strict=True):
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)
+    # a += b in the integer lanes, for every tensor of the list (the call did write)
+    for a, a0, b in zip(lists[0], before_a, lists[1], strict=True):
+        assert torch.equal(a, (a0 + b).to(itype))
+
+
+def test_bandwidth_reference_over_lists_rejects_mixed_dtypes() -> None:
+    f, h = torch.zeros(4), torch.zeros(4, dtype=torch.bfloat16)
+    with pytest.raises(KernelError, match="share one dtype"):
+        cpu_optim.stream_4r3w([f], [f], [h], [h])
+    with pytest.raises(KernelError, match="elements"):
+        cpu_optim.stream_4r3w([f], [torch.zeros(5)], [f], [f])
+
+
 # -- errors ----------------------------------------------------------------------------------------
 
 

@@ -103,5 +103,13 @@ void stream_4r3w(void* a, const void* b, void* c, void* d, int64_t n, int elem_b
   });
 }
 
+void stream_4r3w_tensors(const std::vector<Buffers>& tensors, int elem_bytes) {
+  if (elem_bytes != 2 && elem_bytes != 4)
+    throw std::invalid_argument("stream_4r3w: elements must be 2 or 4 bytes wide");
+  run_tensors(tensors, [&](const Buffers& b, int64_t s, int64_t e) {
+    DS_DISPATCH(stream_range, b.param, b.grad, b.state1, b.state2, s, e, elem_bytes)
+  });
+}
+
 }  // namespace optim
 }  // namespace ds

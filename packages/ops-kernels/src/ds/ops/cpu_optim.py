@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Union
 
 from ds.interfaces.errors import KernelError
-from ds.ops._checks import addresses, diagnose
+from ds.ops._checks import F32, addresses, diagnose
 from ds.ops._native import native, sync_threads
 
 if TYPE_CHECKING:
@@ -170,10 +170,29 @@ def lion_step(
     )
 
 
-def stream_4r3w(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> None:
-    """Bandwidth reference with an fp32 Adam step's traffic: reads a, b, c, d; writes a, c, d."""
+def stream_4r3w(a: TensorOrList, b: TensorOrList, c: TensorOrList, d: TensorOrList) -> None:
+    """Bandwidth reference with an fp32 Adam step's traffic: reads a, b, c, d; writes a, c, d.
+
+    Single tensors, or equal-length lists (one entry per tensor, like an optimizer step's params,
+    grads, exp_avg, exp_avg_sq): a list runs as one native call spread over the pool the way a
+    step on that list is, so it measures the floor of the same memory layout.
+    """
+    import torch
+
     sync_threads()
+    if all(isinstance(x, torch.Tensor) for x in (a, b, c, d)):
+        try:
+            native().stream_4r3w(a, b, c, d)
+        except (TypeError, ValueError) as e:
+            raise KernelError(f"stream_4r3w: {e}") from e
+        return
+    order = ("params", "grads", "exp_avg", "exp_avg_sq")
+    _, lists = _lists(dict(zip(order, (a, b, c, d))), None)
+    if len({getattr(t, "dtype", None) for ts in lists.values() for t in ts}) > 1:
+        raise KernelError("stream_4r3w: all four lists must share one dtype")
+    types, ptrs, numels = addresses(lists)
+    elem = 4 if types[0] == F32 else 2
     try:
-        native().stream_4r3w(a, b, c, d)
-    except (TypeError, ValueError) as e:
+        native().stream_4r3w_ptrs(elem, *(ptrs[k] for k in order), numels)
+    except ValueError as e:
         raise KernelError(f"stream_4r3w: {e}") from e
