@@ -56,10 +56,15 @@ def variants() -> dict[str, dict[str, Any]]:
         cfg = base_config(stage, overlap_comm=True)
         cfg["gradient_accumulation_steps"] = 4
         v[f"stage{stage}_gas4"] = cfg
-    for stage in (1, 2):
+    for stage in (1, 2, 3):
         cfg = base_config(stage)
         cfg["gradient_clipping"] = 0.05
         v[f"stage{stage}_clip"] = cfg
+    # Stage 3 accumulates reduced micro-batch gradients into its partitions (the rest of stage 3
+    # is covered by tests/zero/test_stage3_parity.py).
+    cfg = base_config(3, stage3_param_persistence_threshold=64, stage3_prefetch_bucket_size=500)
+    cfg["gradient_accumulation_steps"] = 4
+    v["stage3_gas4"] = cfg
     schedules = {
         "WarmupLR": {"warmup_min_lr": 0.0, "warmup_max_lr": LR, "warmup_num_steps": 10},
         "WarmupDecayLR": {
@@ -185,10 +190,12 @@ def scenario_parity(rank: int, world: int, comm: Any, out: Path, only: str = "")
             }
         engine = ZeroEngine(model, cfg, comm=comm, kernels=kernels(), **extra)
         losses = mean_over_ranks(comm, train_engine(engine, rank, world, 0, STEPS), world)
+        # Every rank takes the state dict: under stage 3 it gathers each parameter.
+        weights = copy.deepcopy(engine.module.state_dict())
         if rank == 0:
             results[name] = {
                 "losses": losses,
-                "weights": copy.deepcopy(engine.module.state_dict()),
+                "weights": weights,
                 "lr": engine.get_lr(),
                 "reference": reference(cfg, world, client),
             }
@@ -398,10 +405,12 @@ def scenario_reduction(rank: int, world: int, comm: Any, out: Path) -> dict[str,
         cfg = {**base_config(stage, overlap_comm=True), **extra}
         engine = ZeroEngine(fresh_model(), cfg, comm=comm)
         losses = mean_over_ranks(comm, train_engine(engine, rank, world, 0, STEPS), world)
+        # Every rank takes the state dict: under stage 3 it gathers each parameter.
+        weights = copy.deepcopy(engine.module.state_dict())
         if rank == 0:
             results[name] = {
                 "losses": losses,
-                "weights": copy.deepcopy(engine.module.state_dict()),
+                "weights": weights,
                 "reference": reference(base_config(stage), world),
             }
         engine.destroy()

@@ -1,5 +1,6 @@
-"""ZeRO stages 0-2 (and offload, accumulation, clipping, schedules, client optimizers) on a real
-gloo world of 2 ranks equal single-process torch.optim.AdamW on the same global batches."""
+"""ZeRO stages 0-2 (and offload, accumulation, clipping, schedules, client optimizers; stage 3
+with accumulation and clipping) on a real gloo world of 2 ranks equal single-process
+torch.optim.AdamW on the same global batches."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ VARIANTS = [
     "stage2_gas4",
     "stage1_clip",
     "stage2_clip",
+    "stage3_gas4",
+    "stage3_clip",
     "sched_WarmupLR",
     "sched_WarmupDecayLR",
     "sched_WarmupCosineLR",
@@ -56,7 +59,7 @@ def test_schedules_reached_their_final_lr(tmp_path_factory: pytest.TempPathFacto
     assert results["stage2_client_optimizer"]["lr"] == [pytest.approx(3e-3 * 0.125)]
 
 
-WORLD3 = ["stage1", "stage2", "stage2_offload"]
+WORLD3 = ["stage1", "stage2", "stage2_offload", "stage3_gas4"]
 
 
 @pytest.mark.parametrize("name", WORLD3)
