@@ -8,11 +8,12 @@ world 2, and kept the freed activations resident beside it).
 
 Gradients are grouped as autograd produces them; a group passes one order check (batched with
 the next module fetch's, or on its own once it reaches half ``reduce_bucket_size`` elements)
-and then starts one reduction per parameter without waiting. On host tensors the reduction is
-an in-place all-reduce of the full gradient (see ``Collectives.all_reduce``) and this rank's
-partition is read out when it lands; elsewhere it is a reduce-scatter that, on the first
-backward of a step, writes straight into the partition's tensor. Either way
-nothing is bucketed or copied on the way out (a padded copy only when the parameter's size is
+and then starts one reduction per parameter without waiting. On host tensors over the world
+group the reduction is a point-to-point reduce-scatter (each rank sends every peer that peer's
+slice and sums what it receives); over a sub-group, an in-place all-reduce of the full gradient
+whose partition is read out when it lands (see ``Collectives.all_reduce``); elsewhere a
+reduce-scatter that, on the first backward of a step, writes straight into the partition's
+tensor. Either way nothing is bucketed or copied on the way out (a padded copy only when the parameter's size is
 not a multiple of the world size). Gradients held by groups and reductions in flight stay
 within about ``reduce_bucket_size`` elements; ``finish`` (end of backward) waits for the rest.
 """
