@@ -11,7 +11,8 @@
 // ALLOC=stagger (page-aligned plus 1 KB times the stream index) or ALLOC=heap (what torch gets
 // from glibc in tools/bench/optim.py: tensors packed in the brk heap in the bench's order, all
 // grads, then all params, then exp_avg and exp_avg_sq alternating, so page offsets vary).
-// FLAT_ALLOC=malloc|page|stagger places the flat buffers (tensors=1 with ALLOC=stagger compares
+// ALLOC=state: params and grads at one page offset, each moment at its own.
+// FLAT_ALLOC=malloc|page|stagger|state places the flat buffers (tensors=1 with ALLOC=stagger compares
 // the flat layout at equal and at staggered page offsets).
 #include <immintrin.h>
 
@@ -83,7 +84,11 @@ int main(int argc, char** argv) {
       if (posix_memalign(&r, 64, m * 2)) abort();
       return static_cast<uint16_t*>(r);
     }
-    const int64_t extra = alloc == "stagger" ? 1024 * stream + 64 : 0;
+    // stagger: every stream at its own page offset; state: param and grad at one offset, the
+    // two moments at two others (what an optimizer controls: it allocates only the state)
+    const int64_t extra = alloc == "stagger" ? 1024 * stream + 64
+                          : alloc == "state" ? (stream >= 2 ? 1024 * (stream - 1) : 0) + 64
+                                             : 0;
     if (posix_memalign(&r, 4096, m * 2 + extra)) abort();
     return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(r) + extra);
   };
