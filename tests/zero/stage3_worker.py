@@ -226,9 +226,11 @@ def run_case(
             engine.save_checkpoint(case["save_dir"], "t")
         local = idx[rank * per : (rank + 1) * per]
         if case.get("dynamic") and step == 1 and rank == 1:
-            # Rank 1 runs the blocks in a different order on this step only.
+            # Rank 1 runs the blocks in a different order (or, with "skip", none of them: its
+            # next collective then moves parameters of another size) on this step only.
             blocks = list(engine.module.blocks)
-            engine.module.blocks = torch.nn.ModuleList(reversed(blocks))
+            changed = [] if case["dynamic"] == "skip" else list(reversed(blocks))
+            engine.module.blocks = torch.nn.ModuleList(changed)
             loss = loss_of(engine, local)
             engine.module.blocks = torch.nn.ModuleList(blocks)
         else:

@@ -93,6 +93,28 @@ def test_ranks_disagreeing_on_module_order_fail_clearly(world2: Any) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_ranks_diverging_to_parameters_of_another_size_fail_clearly(tmp_path: Path) -> None:
+    """Rank 1 skips every block on one step: its next collective moves the output layer while
+    rank 0 moves a block. The transfers cannot pair up (gloo would abort on the size mismatch):
+    both ranks raise the order error and exit cleanly."""
+    # Without prefetch or reuse every module gathers its own parameters as it runs, so rank 0
+    # gathers the first block's weights while rank 1 gathers the output layer's.
+    zero = {
+        "stage3_param_persistence_threshold": 64,
+        "stage3_prefetch_bucket_size": 0,
+        "stage3_max_reuse_distance": 0,
+    }
+    case = {**BASE, "zero": zero, "steps": 3, "name": "skip", "dynamic": "skip"}
+    case["expect_error"] = True
+    results = launch.run_ranks([case], 2, tmp_path, timeout=100)
+    for r in results:
+        err = r["skip"]["error"]
+        assert err.startswith("ModuleOrderError"), err
+        assert "rank 0:" in err and "rank 1:" in err
+
+
+@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(360)
 def test_resident_parameter_bytes_bounded(world2: Any) -> None:

@@ -36,6 +36,15 @@ class ModuleOrderError(CommError):
     """Ranks reached different stage-3 collectives: they ran modules in different orders."""
 
 
+def p2p_tag(s: ShardState, kind: int) -> int:
+    """Tag of a parameter's point-to-point exchange (``kind`` 0: gather, 1: gradient).
+
+    Ranks that diverge exchange different parameters under different tags, so gloo never pairs a
+    send with a receive of another size (it aborts the process on such a mismatch) and the order
+    check reports the divergence instead."""
+    return (2 * s.ds_id + kind) % (1 << 30)
+
+
 def _fingerprint(kind: str, states: Sequence[ShardState]) -> int:
     ids = ",".join(str(s.ds_id) for s in states)
     return zlib.crc32(f"{kind}:{ids}".encode())
@@ -156,10 +165,11 @@ class Collectives:
                 n = s.shard_numel
                 mine = out[s.offset : s.offset + n]
                 mine.copy_(s.shard)
+                tag = p2p_tag(s, 0)
                 for r in range(self.world):
                     if r != self.rank:
-                        works.append(self.comm.isend(mine, r))
-                        works.append(self.comm.irecv(out[r * n : (r + 1) * n], r))
+                        works.append(self.comm.isend(mine, r, tag=tag))
+                        works.append(self.comm.irecv(out[r * n : (r + 1) * n], r, tag=tag))
                 outs.append(out)  # PendingGather.wait() completes the transfers
                 continue
             if self.use_all_reduce(out):

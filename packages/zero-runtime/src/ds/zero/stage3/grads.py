@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ds.interfaces.comm import ReduceOp
-from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.collectives import Collectives, p2p_tag
 from ds.zero.stage3.pool import BufferPool
 from ds.zero.stage3.shard import ShardState
 
@@ -152,11 +152,12 @@ class GradReducer:
             out = inp[s.offset : s.offset + n]
             works: list[Any] = []
             recvs: list[torch.Tensor] = []
+            tag = p2p_tag(s, 1)
             for r in range(self.world):
                 if r != self.coll.rank:
-                    works.append(comm.isend(inp[r * n : (r + 1) * n], r))
+                    works.append(comm.isend(inp[r * n : (r + 1) * n], r, tag=tag))
                     recvs.append(self.pool.take(n, flat.dtype, flat.device))
-                    works.append(comm.irecv(recvs[-1], r))
+                    works.append(comm.irecv(recvs[-1], r, tag=tag))
             work = _PeerSum(works, out, recvs, self.pool)
         elif self.coll.use_all_reduce(inp):
             # In place on the full gradient; this rank's partition is read out when it lands.
