@@ -37,20 +37,9 @@ namespace va {
 }  // namespace va
 }  // namespace optim
 }  // namespace ds
-namespace ds {
-namespace optim {
-namespace vb {
-#include "vec_avx512.h"
-// (after V)
-#include "kernels_impl.h"
-}  // namespace vb
-}  // namespace optim
-}  // namespace ds
+#include "driver_common.h"
 using namespace ds::optim;
 
-static double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 static uint16_t to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);

@@ -31,20 +31,9 @@
 
 #include "ds/optim.h"
 
-namespace ds {
-namespace optim {
-namespace vb {
-#include "vec_avx512.h"
-// (after V)
-#include "kernels_impl.h"
-}  // namespace vb
-}  // namespace optim
-}  // namespace ds
+#include "driver_common.h"
 using namespace ds::optim;
 
-static double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int main(int argc, char** argv) {
   const bool bf = argc > 1 && !strcmp(argv[1], "bf16");
