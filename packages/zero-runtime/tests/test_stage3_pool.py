@@ -61,3 +61,21 @@ def test_small_request_does_not_take_a_much_larger_buffer() -> None:
     assert small.data_ptr() != ptr
     mid = pool.take(60_000, torch.float32, CPU)
     assert mid.data_ptr() == ptr and mid.numel() == 60_000
+
+
+def test_zero_budget_returns_without_waiting_for_other_holders() -> None:
+    """With no idle budget (host memory) a returned buffer is simply released: no settle wait
+    and no deferral even while another tensor still views it."""
+    import time
+
+    pool = BufferPool(budget_bytes=0)
+    a = pool.take(4096, torch.float32, CPU)
+    view = a[:10]  # another holder, like a collective's work object
+    ptr = a.data_ptr()
+    del a
+    t = time.perf_counter()
+    pool.give(ptr, settle_s=5.0)
+    assert time.perf_counter() - t < 1.0
+    assert pool.stats.deferred == 0 and pool.stats.dropped == 1
+    assert pool.stats.allocated_bytes == 0 and pool.stats.free_bytes == 0
+    assert view.numel() == 10

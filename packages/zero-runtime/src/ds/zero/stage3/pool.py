@@ -96,6 +96,12 @@ class BufferPool:
         buf = self._out.pop(data_ptr, None)
         if buf is None:
             return
+        if self.budget_bytes == 0:
+            # Nothing is kept idle (host memory): no reuse to protect, so no waiting for other
+            # holders; the memory goes back to the allocator when the last one lets go.
+            self.stats.dropped += 1
+            self.stats.allocated_bytes -= buf.numel() * buf.element_size()
+            return
         if settle_s > 0 and _use_count(buf) > _SOLE:
             deadline = time.perf_counter() + settle_s
             while _use_count(buf) > _SOLE and time.perf_counter() < deadline:
