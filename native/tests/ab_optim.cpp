@@ -96,13 +96,7 @@ int main(int argc, char** argv) {
   t.param = d;
   t.grad = d;
   t.state = d;
-  AdamConfig ac;
-  ac.weight_decay = 0.01f;
-  ac.step_size = 1e-3f / (1 - std::pow(0.9, 10));
-  ac.inv_sqrt_bc2 = 1.0 / std::sqrt(1 - std::pow(0.999, 10));
-  ac.one_minus_beta1 = 0.1f;
-  ac.one_minus_beta2 = 0.001f;
-  ac.decay = 1 - 1e-5;
+  AdamConfig ac = driver_adam_config();
   AdagradConfig gc;
   gc.weight_decay = 0.01f;
   LionConfig lc;

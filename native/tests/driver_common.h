@@ -1,11 +1,13 @@
 // Shared by the kernel drivers in native/tests (not part of the build): the working tree's
-// AVX-512 optimizer kernels in namespace ds::optim::vb, and a wall clock in seconds.
+// AVX-512 optimizer kernels in namespace ds::optim::vb, the Adam settings they time, and a wall
+// clock in seconds.
 // Include after "ds/optim.h"; compile with -Inative/src/kernels/optim.
 #pragma once
 
 #include <immintrin.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 
 namespace ds {
@@ -17,6 +19,18 @@ namespace vb {
 }  // namespace vb
 }  // namespace optim
 }  // namespace ds
+
+// The Adam hyperparameters both drivers time (AdamW, step 10 of lr 1e-3, betas 0.9/0.999).
+static inline ds::optim::AdamConfig driver_adam_config() {
+  ds::optim::AdamConfig ac;
+  ac.weight_decay = 0.01f;
+  ac.step_size = 1e-3f / (1 - std::pow(0.9, 10));
+  ac.inv_sqrt_bc2 = 1.0 / std::sqrt(1 - std::pow(0.999, 10));
+  ac.one_minus_beta1 = 0.1f;
+  ac.one_minus_beta2 = 0.001f;
+  ac.decay = 1 - 1e-5;
+  return ac;
+}
 
 static inline double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

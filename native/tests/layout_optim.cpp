@@ -124,13 +124,7 @@ int main(int argc, char** argv) {
   make(fsplit, nt);
   Types t;
   t.param = t.grad = t.state = bf ? DType::kBF16 : DType::kF16;
-  AdamConfig ac;
-  ac.weight_decay = 0.01f;
-  ac.step_size = 1e-3f / (1 - std::pow(0.9, 10));
-  ac.inv_sqrt_bc2 = 1.0 / std::sqrt(1 - std::pow(0.999, 10));
-  ac.one_minus_beta1 = 0.1f;
-  ac.one_minus_beta2 = 0.001f;
-  ac.decay = 1 - 1e-5;
+  AdamConfig ac = driver_adam_config();
   auto adam = [&](std::vector<Buffers>& bs) {
     double t0 = now();
     for (auto& b : bs) vb::adam_range(ac, t, b, 0, b.n);
