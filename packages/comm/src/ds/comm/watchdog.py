@@ -14,9 +14,11 @@ The thread also logs a warning once a collective has been in flight for ``warn_a
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +99,11 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ds-comm-watchdog", daemon=True)
         self._thread.start()
+        # Python 3.11 ends a daemon thread that wants the GIL back during interpreter shutdown with
+        # pthread_exit; if that thread is inside a store call (C++ that released the GIL), the
+        # forced unwind aborts the process ("terminate called without an active exception") after
+        # the job has finished. Stopping the thread while the interpreter is still whole avoids it.
+        atexit.register(_stop_at_exit, weakref.ref(self))
 
     # -- call path (main thread): dictionary updates only ----------------------------------------
     def enter(self, name: str, nbytes: int, group: Any) -> Token:
@@ -114,6 +121,8 @@ class Watchdog:
     # -- background thread ------------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
+            if not _dist.is_initialized():
+                return  # the group was destroyed (perhaps by torch directly): nothing to watch
             try:
                 self._publish()
                 self._warn_slow()
@@ -186,3 +195,9 @@ class Watchdog:
             f"{who}. Check that every rank of the group issues the same collectives in the same "
             f"order, or raise the timeout (watchdog timeout_s={self.timeout_s:g}).{detail}"
         )
+
+
+def _stop_at_exit(ref: weakref.ref[Watchdog]) -> None:
+    wd = ref()
+    if wd is not None:
+        wd.stop()
