@@ -38,27 +38,21 @@
 #include <vector>
 
 #include "ds/quant.h"
+// The four group kernels of one build (qa: baseline, qb: working tree), defined in parts 1 and 2.
+#define DS_AB_DECLARE(NS)                                                                       \
+  namespace NS {                                                                                \
+  void quantize_int_groups(const void*, InputType, int64_t, int64_t, const IntScheme&, uint8_t*, \
+                           float*, float*, int64_t, int64_t);                                   \
+  void quantize_fp8_groups(const void*, InputType, int64_t, int64_t, Fp8Format, uint8_t*,       \
+                           float*, int64_t, int64_t);                                           \
+  void dequantize_int_groups(const uint8_t*, const float*, const float*, int64_t, int64_t,      \
+                             const IntScheme&, float*, int64_t, int64_t);                       \
+  void dequantize_fp8_groups(const uint8_t*, const float*, int64_t, int64_t, Fp8Format, float*, \
+                             int64_t, int64_t);                                                 \
+  }
 namespace ds::quant {
-namespace qa {
-void quantize_int_groups(const void*, InputType, int64_t, int64_t, const IntScheme&, uint8_t*,
-                         float*, float*, int64_t, int64_t);
-void quantize_fp8_groups(const void*, InputType, int64_t, int64_t, Fp8Format, uint8_t*, float*,
-                         int64_t, int64_t);
-void dequantize_int_groups(const uint8_t*, const float*, const float*, int64_t, int64_t,
-                           const IntScheme&, float*, int64_t, int64_t);
-void dequantize_fp8_groups(const uint8_t*, const float*, int64_t, int64_t, Fp8Format, float*,
-                           int64_t, int64_t);
-}  // namespace qa
-namespace qb {
-void quantize_int_groups(const void*, InputType, int64_t, int64_t, const IntScheme&, uint8_t*,
-                         float*, float*, int64_t, int64_t);
-void quantize_fp8_groups(const void*, InputType, int64_t, int64_t, Fp8Format, uint8_t*, float*,
-                         int64_t, int64_t);
-void dequantize_int_groups(const uint8_t*, const float*, const float*, int64_t, int64_t,
-                           const IntScheme&, float*, int64_t, int64_t);
-void dequantize_fp8_groups(const uint8_t*, const float*, int64_t, int64_t, Fp8Format, float*,
-                           int64_t, int64_t);
-}  // namespace qb
+DS_AB_DECLARE(qa)
+DS_AB_DECLARE(qb)
 }  // namespace ds::quant
 using namespace ds::quant;
 static double now() {
