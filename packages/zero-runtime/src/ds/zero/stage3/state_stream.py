@@ -95,10 +95,7 @@ class StateStream:
             for i, (key, n) in enumerate(parts):
                 if i not in reading:  # buffer_count 1: nothing reads ahead
                     read(i)
-                handle.wait()  # this partition's reads and the previous one's writes are done
-                held -= len(writing)
-                free.extend(writing)
-                writing = []
+                settle()  # this partition's reads and the previous one's writes are done
                 if ahead > 0 and i + ahead < len(parts):
                     read(i + ahead)
                 bset = reading.pop(i)
