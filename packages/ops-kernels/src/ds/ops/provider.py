@@ -34,6 +34,16 @@ class CpuKernelProvider:
 
         return native_info()
 
+    def new_state(self, like: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+        """Zeroed state like ``like``, placed apart from ``avoid`` (:mod:`ds.ops.placement`)."""
+        if like.device.type != "cpu":
+            import torch
+
+            return torch.zeros(like.shape, dtype=like.dtype, device=like.device)
+        from ds.ops.placement import zeros_apart
+
+        return zeros_apart(like.shape, like.dtype, avoid)
+
     def adam_step(
         self,
         step: int,

@@ -45,9 +45,7 @@ class CPUAdagrad(CPUOptimizerBase):
         super().__init__(model_params, defaults)
 
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        state["sum"] = torch.full(
-            p.shape, group["initial_accumulator_value"], dtype=self._state_dtype(p, group)
-        )
+        state["sum"] = self._new_state(p, group, state, fill=group["initial_accumulator_value"])
 
     def _run(
         self,

@@ -52,9 +52,8 @@ class CPUAdam(CPUOptimizerBase):
         super().__init__(model_params, defaults)
 
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        dtype = self._state_dtype(p, group)
-        state["exp_avg"] = torch.zeros(p.shape, dtype=dtype)
-        state["exp_avg_sq"] = torch.zeros(p.shape, dtype=dtype)
+        state["exp_avg"] = self._new_state(p, group, state)
+        state["exp_avg_sq"] = self._new_state(p, group, state)
 
     def _run(
         self,

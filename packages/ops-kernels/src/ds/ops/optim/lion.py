@@ -33,7 +33,7 @@ class CPULion(CPUOptimizerBase):
         super().__init__(model_params, defaults)
 
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
-        state["exp_avg"] = torch.zeros(p.shape, dtype=self._state_dtype(p, group))
+        state["exp_avg"] = self._new_state(p, group, state)
 
     def _run(
         self,

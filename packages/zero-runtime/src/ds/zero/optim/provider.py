@@ -20,7 +20,10 @@ class _ProviderOptimizer(FlatOptimizer):
         state = self.state.setdefault(p, {})
         for k in keys:
             if k not in state:
-                state[k] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                # The provider places the state apart from the buffers the step walks it with.
+                walked = [p] if p.grad is None else [p, p.grad]
+                walked += [v for v in state.values() if isinstance(v, torch.Tensor)]
+                state[k] = self.kernels.new_state(p, walked)
         state["step"] = int(state.get("step", 0)) + 1
         return state
 

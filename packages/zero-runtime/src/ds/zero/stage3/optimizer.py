@@ -233,7 +233,9 @@ class Stage3Optimizer:
                 m = self._masters[s.ds_id]
                 mom = self._moments.get(s.ds_id)
                 if mom is None:
-                    mom = (torch.zeros_like(m.data), torch.zeros_like(m.data))
+                    # Placed by the provider apart from the buffers the step walks them with.
+                    exp_avg = self.kernels.new_state(m.data, (m.data, s.grad))
+                    mom = (exp_avg, self.kernels.new_state(m.data, (m.data, s.grad, exp_avg)))
                     self._moments[s.ds_id] = mom
                 self.kernels.adam_step(self.step_count, hyper, m.data, s.grad, mom[0], mom[1])
                 self._write_back(s, m.data)
