@@ -32,6 +32,7 @@ FLAGS = [
 # (driver, extra defines): ab_quant.cpp is built in three parts (its header says how).
 DRIVERS = [
     ("compute_f16.cpp", []),
+    ("placement_optim.cpp", []),
     ("layout_optim.cpp", []),
     ("ab_optim.cpp", []),
     ("ab_quant.cpp", ["-DAB_PART=1"]),
