@@ -64,3 +64,30 @@ def test_state_is_placed_apart_from_master_and_grad(cls: type, names: tuple[str,
         assert _dist(state[n], p) >= MIN_GAP and _dist(state[n], grad) >= MIN_GAP
         assert torch.equal(state[n], ref_opt.state[ref][n])
     assert torch.equal(p.detach(), ref.detach())
+
+
+def test_offloaded_stage2_places_master_grad_and_moments() -> None:
+    # A ZeRO-2 engine with CPU optimizer offload: the master partition's grad and both moments
+    # come from the provider, each placed apart from what it is walked with.
+    from ds.zero.engine import ZeroEngine
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 4))
+    cfg = {
+        "train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+    }
+    kernels = RecordingProvider()
+    engine = ZeroEngine(model, cfg, kernels=kernels)
+    group = engine.strategy.groups[0]  # type: ignore[attr-defined]
+    master, grad = group.master, group.master_grad
+    assert kernels.placed[grad.data_ptr()] == {master.data_ptr()}
+    engine.backward(engine(torch.randn(2, 1024)).pow(2).mean())
+    engine.step()
+    state = engine.strategy.optimizer.state[master]  # type: ignore[attr-defined]
+    m, v = state["exp_avg"], state["exp_avg_sq"]
+    assert kernels.placed[m.data_ptr()] == {master.data_ptr(), grad.data_ptr()}
+    assert kernels.placed[v.data_ptr()] == {master.data_ptr(), grad.data_ptr(), m.data_ptr()}
+    for a, b in [(master, grad), (master, m), (master, v), (grad, m), (grad, v), (m, v)]:
+        assert _dist(a, b) >= MIN_GAP

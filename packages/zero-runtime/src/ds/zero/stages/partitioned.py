@@ -137,9 +137,14 @@ class PartitionedStrategy(ZeroStrategy):
             flat_grad = torch.zeros_like(fg.flat)
             for i, p in enumerate(fg.params):
                 p.grad = fg.view(flat_grad, i)
+        kernels = self.ctx.kernels
         if self.stage <= 1 and master_is_view:
             assert flat_grad is not None
             master_grad = flat_grad[lo:hi]
+        elif self.offload and kernels is not None and master.device.type == "cpu":
+            # The offloaded step walks the master copy and its grad in lockstep: the provider
+            # places the grad apart from it (KernelProvider.new_state).
+            master_grad = kernels.new_state(master, (master,))
         else:
             master_grad = torch.zeros(hi - lo, dtype=torch.float32, device=master.device)
         return _Group(fg, lo, hi, master, master_grad, master_is_view, flat_grad)
