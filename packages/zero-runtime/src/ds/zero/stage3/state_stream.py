@@ -22,6 +22,30 @@ from ds.zero.stage3.swap import SwapFile
 
 KINDS = ("m", "v", "w")  # master, exp_avg, exp_avg_sq
 
+# The step walks a set's three views in lockstep, and buffers whose starts are congruent modulo a
+# large power of two slow that walk down by up to 2.8x (docs/ops.md, "State placement"); with
+# views exactly one partition apart, a partition of 2**23 fp32 elements would put all three at
+# the same address modulo 32 MiB. So the views lie a stride apart that keeps each pair at least
+# _GAP bytes from congruence modulo _PERIOD (the rule of ds.ops.placement, restated here because
+# zero-runtime depends only on ds.interfaces).
+_PERIOD = 32 << 20
+_GAP = 64 << 10
+_ALIGN = 1024  # elements (4 KiB): every view starts aligned for direct I/O
+
+
+def view_stride(numel: int) -> int:
+    """Elements from one view of a buffer set to the next: at least ``numel``, a multiple of
+    4 KiB, and placing the three views pairwise apart."""
+
+    def apart(nbytes: int) -> bool:
+        d = nbytes % _PERIOD
+        return min(d, _PERIOD - d) >= _GAP
+
+    stride = -(-max(numel, 1) // _ALIGN) * _ALIGN
+    while not (apart(4 * stride) and apart(8 * stride)):
+        stride += _ALIGN
+    return stride
+
 
 class StateStream:
     def __init__(self, swap: SwapFile, buffer_count: int = 4, pin_memory: bool = False) -> None:
@@ -35,12 +59,12 @@ class StateStream:
         self.pin_memory = pin_memory
         self.peak_sets = 0  # most buffer sets held at once in the last run
 
-    def _new_set(self, numel: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        nbytes = 3 * numel * 4
+    def _new_set(self, stride: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        nbytes = 3 * stride * 4
         if self.pin_memory:
             raw = self.swap.handle.new_pinned_buffer(nbytes)
             return raw.view(torch.uint8)[:nbytes].view(torch.float32), raw
-        return torch.empty(3 * numel, dtype=torch.float32), None
+        return torch.empty(3 * stride, dtype=torch.float32), None
 
     def run(
         self,
@@ -53,7 +77,7 @@ class StateStream:
         if not parts:
             return
         handle = self.swap.handle
-        biggest = max(n for _, n in parts)
+        stride = view_stride(max(n for _, n in parts))
         ahead = self.buffer_count - 1
         free: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         held = 0
@@ -63,7 +87,7 @@ class StateStream:
         self.peak_sets = 0
 
         def views(buf: torch.Tensor, n: int) -> list[torch.Tensor]:
-            return [buf[k * biggest : k * biggest + n] for k in range(3)]
+            return [buf[k * stride : k * stride + n] for k in range(3)]
 
         def settle() -> None:
             nonlocal held, writing
@@ -79,7 +103,7 @@ class StateStream:
             if free:
                 bset = free.pop()
             else:
-                bset = self._new_set(biggest)
+                bset = self._new_set(stride)
                 owned.append(bset)
             held += 1
             self.peak_sets = max(self.peak_sets, held)
