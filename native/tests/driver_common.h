@@ -32,6 +32,17 @@ static inline ds::optim::AdamConfig driver_adam_config() {
   return ac;
 }
 
+// Buffers over four arrays of n elements: param, grad, exp_avg, exp_avg_sq.
+static inline ds::optim::Buffers driver_buffers(void* const a[4], int64_t n) {
+  ds::optim::Buffers b;
+  b.param = a[0];
+  b.grad = a[1];
+  b.state1 = a[2];
+  b.state2 = a[3];
+  b.n = n;
+  return b;
+}
+
 static inline double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -58,12 +58,7 @@ int main() {
         }
       }
     }
-    Buffers b;
-    b.param = buf[0];
-    b.grad = buf[1];
-    b.state1 = buf[2];
-    b.state2 = buf[3];
-    b.n = n;
+    Buffers b = driver_buffers(buf, n);
     const AdamConfig ac = driver_adam_config();
     std::vector<double> ns;
     for (int r = 0; r < 15; ++r) {

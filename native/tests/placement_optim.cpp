@@ -83,12 +83,7 @@ int main(int argc, char** argv) {
     }
   }
   const AdamConfig ac = driver_adam_config();
-  Buffers b;
-  b.param = a[0];
-  b.grad = a[1];
-  b.state1 = a[2];
-  b.state2 = a[3];
-  b.n = n;
+  Buffers b = driver_buffers(a, n);
   std::vector<double> ad, fl;
   for (int r = 0; r < 9; ++r) {
     double t0 = now();
