@@ -7,9 +7,9 @@ implementation alike, not only ds's (measured on this project's x86-64 machine, 
 fp16 elements, docs/benchmarks.md): four buffers congruent modulo 256 MiB took 2.8x the time of
 the same kernel on buffers 64 KiB or more apart; congruence modulo 32-128 MiB cost 1.2-1.7x; a
 single congruent pair (param and grad, or grad and second moment) 1.5-1.6x. Congruence modulo
-16 MiB or less, and a distance of 32 KiB or more, cost nothing measurable. Large tensors come from ``mmap`` at page granularity, so such
-congruences are not rare: a freed hole of the right size puts a new tensor exactly where one
-``2**k`` bytes away already is.
+16 MiB or less cost nothing measurable, nor did a congruent pair moved 32 KiB or more apart.
+Large tensors come from ``mmap`` at page granularity, so such congruences are not rare: a freed
+hole of the right size puts a new tensor exactly ``2**k`` bytes away from an old one.
 
 The state tensors are the ones an optimizer allocates itself, so it can choose their addresses:
 ``zeros_apart`` over-allocates by a few 64 KiB slots and returns the view at the first slot that is
@@ -29,8 +29,8 @@ import torch
 PERIOD = 32 << 20
 # 32 KiB apart already ran at full speed; twice that leaves margin.
 MIN_GAP = 64 << 10
-# Below this, a tensor is walked for too short a time (and usually lies in the allocator's heap,
-# not in its own mapping) for its placement to matter; it is allocated plainly.
+# Below this a tensor is allocated plainly: the slowdown was measured on large buffers, and the
+# padding would no longer be small next to the tensor.
 MIN_BYTES = 2 << 20
 
 
