@@ -63,11 +63,16 @@ def test_dense_address_sets(arena: torch.Tensor) -> None:
     # 200 buffers spread over the whole period leave about a fifth of the addresses free, so a
     # plain allocation would land too close in most of these trials.
     rng = random.Random(11)
+    padded = []
     for _ in range(10):
         offs = sorted(rng.sample(range(0, PERIOD, 4096), 200))
         avoid = [_view(arena, o, MIN_BYTES, torch.uint8) for o in offs]
         out = zeros_apart((MIN_BYTES,), torch.uint8, avoid)
         assert all(_dist(out, a) >= MIN_GAP for a in avoid)
+        assert torch.count_nonzero(out) == 0
+        padded.append(out.untyped_storage().nbytes() > MIN_BYTES)
+    # A plain allocation that already lies apart is kept unpadded; here most cannot be.
+    assert any(padded)
     with pytest.raises(ValueError, match="at most 255"):
         zeros_apart((MIN_BYTES,), torch.uint8, [avoid[0]] * 256)
 

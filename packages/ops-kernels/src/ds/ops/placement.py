@@ -12,8 +12,9 @@ Large tensors come from ``mmap`` at page granularity, so such congruences are no
 hole of the right size puts a new tensor exactly ``2**k`` bytes away from an old one.
 
 The state tensors are the ones an optimizer allocates itself, so it can choose their addresses:
-``zeros_apart`` over-allocates by a few 64 KiB slots and returns the view at the first slot that is
-at least :data:`MIN_GAP` away, modulo :data:`PERIOD`, from every buffer it will be walked with.
+``zeros_apart`` keeps a plain allocation when it is at least :data:`MIN_GAP` away, modulo
+:data:`PERIOD`, from every buffer it will be walked with; otherwise it over-allocates by a few
+64 KiB slots and returns the view at the first slot that is.
 Parameters and gradients belong to the caller; :func:`congruent_pairs` reports when two of them
 alias, which is what ``tools/bench/optim.py`` prints next to its timings.
 """
@@ -57,32 +58,29 @@ def congruent_pairs(
     return out
 
 
-def zeros_apart(
-    shape: Sequence[int] | torch.Size,
-    dtype: torch.dtype,
-    avoid: Sequence[torch.Tensor] = (),
-    fill: float = 0.0,
+def _empty_apart(
+    shape: Sequence[int] | torch.Size, dtype: torch.dtype, avoid: Sequence[torch.Tensor]
 ) -> torch.Tensor:
-    """A contiguous CPU tensor filled with ``fill``, placed at least :data:`MIN_GAP` bytes away,
-    modulo :data:`PERIOD`, from the data of every large tensor in ``avoid``.
-
-    Small tensors (under :data:`MIN_BYTES`) are allocated plainly. A placed tensor is a view into
-    a storage up to ``2 * len(avoid) * MIN_GAP`` bytes larger than its data (under 0.5% of a
-    tensor large enough to be placed, for up to three buffers to avoid); ``torch.save`` writes that
-    storage whole.
-    """
+    """Uninitialised contiguous CPU tensor, placed as :func:`zeros_apart` describes."""
+    shape = tuple(int(s) for s in shape)
     numel = 1
     for s in shape:
-        numel *= int(s)
+        numel *= s
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
     others = [t.data_ptr() for t in avoid if _big(t)]
     if nbytes < MIN_BYTES or not others:
-        return torch.full(tuple(shape), fill, dtype=dtype)
+        return torch.empty(shape, dtype=dtype)
     if 2 * len(others) + 1 > PERIOD // MIN_GAP:
         raise ValueError(
             f"zeros_apart: {len(others)} large tensors to avoid; at most "
             f"{(PERIOD // MIN_GAP - 1) // 2} can be (pass only the buffers walked with this one)"
         )
+    # Usually the plain allocation already lies apart (each address to avoid rules out 128 KiB
+    # of the 32 MiB period): then it is kept, with no padding.
+    plain = torch.empty(shape, dtype=dtype)
+    if all(_distance(plain.data_ptr(), o) >= MIN_GAP for o in others):
+        return plain
+    del plain
     # Each address to avoid rules out an open arc of 2 * MIN_GAP: at most two of the candidate
     # offsets, which are MIN_GAP apart, so 2 * len(others) + 1 candidates always leave one free.
     slots = 2 * len(others) + 1
@@ -94,14 +92,27 @@ def zeros_apart(
             break
     else:  # unreachable by the counting argument above; kept so a bug cannot go unnoticed
         raise AssertionError("no free placement slot")
-    out = raw[off : off + nbytes].view(dtype).view(tuple(shape))
-    out.fill_(fill)
-    return out
+    return raw[off : off + nbytes].view(dtype).view(shape)
+
+
+def zeros_apart(
+    shape: Sequence[int] | torch.Size,
+    dtype: torch.dtype,
+    avoid: Sequence[torch.Tensor] = (),
+    fill: float = 0.0,
+) -> torch.Tensor:
+    """A contiguous CPU tensor filled with ``fill``, placed at least :data:`MIN_GAP` bytes away,
+    modulo :data:`PERIOD`, from the data of every large tensor in ``avoid``.
+
+    Small tensors (under :data:`MIN_BYTES`) are allocated plainly, and so is any tensor whose
+    plain allocation already lies apart (the common case). Otherwise the tensor is a view into a
+    storage up to ``2 * len(avoid) * MIN_GAP`` bytes larger than its data (384 KiB for three
+    buffers to avoid), which ``torch.save`` writes whole.
+    """
+    return _empty_apart(shape, dtype, avoid).fill_(fill)
 
 
 def placed_copy(src: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
     """A contiguous CPU copy of ``src`` placed like :func:`zeros_apart` (state restored from a
     checkpoint keeps the placement of freshly created state)."""
-    out = zeros_apart(src.shape, src.dtype, avoid)
-    out.copy_(src)
-    return out
+    return _empty_apart(src.shape, src.dtype, avoid).copy_(src)
