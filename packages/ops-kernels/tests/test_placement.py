@@ -170,6 +170,9 @@ def test_provider_new_state(arena: torch.Tensor) -> None:
     assert out.shape == like.shape and out.dtype == like.dtype
     assert torch.count_nonzero(out) == 0
     assert _dist(out, like) >= MIN_GAP and _dist(out, grad) >= MIN_GAP
+    # Off the CPU there is nothing to place: zeros on the tensor's own device.
+    meta = CpuKernelProvider().new_state(torch.empty(3, 5, device="meta"), ())
+    assert meta.device.type == "meta" and meta.shape == (3, 5)
 
 
 def test_module_constants_are_consistent() -> None:
