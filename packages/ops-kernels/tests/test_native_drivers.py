@@ -34,6 +34,7 @@ DRIVERS = [
     ("compute_f16.cpp", []),
     ("placement_optim.cpp", []),
     ("incache_optim.cpp", []),
+    ("pipes_optim.cpp", []),
     ("layout_optim.cpp", []),
     ("ab_optim.cpp", []),
     ("ab_quant.cpp", ["-DAB_PART=1"]),
