@@ -97,6 +97,22 @@ def test_congruent_pairs_reports_only_near_pairs(arena: torch.Tensor) -> None:
     assert congruent_pairs([("a", a), ("b", b), ("c", c), ("s", small)]) == [("a", "b")]
 
 
+def test_bad_arguments_name_the_mistake_before_touching_elements() -> None:
+    # A tensor passed where a list of them belongs is itself iterable; each call must refuse it
+    # up front instead of walking its elements (which, for a large tensor, exhausts memory).
+    big = torch.empty(MIN_BYTES)
+    with pytest.raises(TypeError, match=r"got one tensor; pass \[tensor\]"):
+        zeros_apart((MB,), torch.float32, big)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="avoid must hold tensors, got int"):
+        placement.placed_copy(torch.zeros(4), [big, 3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="expected \\(name, tensor\\) pairs, got one tensor"):
+        congruent_pairs(big)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got an item of type Tensor"):
+        congruent_pairs([big, big])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="got an item of type tuple"):
+        congruent_pairs([(big, "grad")])  # type: ignore[list-item]
+
+
 def _adversarial_param(arena: torch.Tensor, dtype: torch.dtype) -> torch.nn.Parameter:
     # Param and grad congruent modulo PERIOD, as the caller's allocator may place them.
     n = 2 * MB  # elements: 4-8 MiB per buffer

@@ -44,11 +44,35 @@ def _big(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and t.numel() * t.element_size() >= MIN_BYTES
 
 
+def _check_avoid(fn: str, avoid: Sequence[torch.Tensor]) -> None:
+    # A tensor is itself a sequence: iterating a large one element by element would build
+    # millions of scalar tensors before failing somewhere else.
+    if isinstance(avoid, torch.Tensor):
+        raise TypeError(f"{fn}: avoid must be a list of tensors, got one tensor; pass [tensor]")
+    for t in avoid:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: avoid must hold tensors, got {type(t).__name__}")
+
+
 def congruent_pairs(
     named: Sequence[tuple[str, torch.Tensor]], gap: int = MIN_GAP
 ) -> list[tuple[str, str]]:
     """Pairs of large CPU tensors whose data start less than ``gap`` bytes apart modulo
-    :data:`PERIOD` (the placement that slows a lockstep walk over both)."""
+    :data:`PERIOD` (the placement that slows a lockstep walk over both). ``named`` holds
+    ``(name, tensor)`` pairs."""
+    if isinstance(named, torch.Tensor):
+        raise TypeError("congruent_pairs: expected (name, tensor) pairs, got one tensor")
+    for item in named:
+        if not (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], torch.Tensor)
+        ):
+            raise TypeError(
+                "congruent_pairs: expected (name, tensor) pairs, e.g. [('param', p), "
+                f"('grad', g)], got an item of type {type(item).__name__}"
+            )
     big = [(n, t) for n, t in named if _big(t)]
     out = []
     for i, (na, a) in enumerate(big):
@@ -62,6 +86,7 @@ def _empty_apart(
     shape: Sequence[int] | torch.Size, dtype: torch.dtype, avoid: Sequence[torch.Tensor]
 ) -> torch.Tensor:
     """Uninitialised contiguous CPU tensor, placed as :func:`zeros_apart` describes."""
+    _check_avoid("zeros_apart", avoid)
     shape = tuple(int(s) for s in shape)
     numel = 1
     for s in shape:
