@@ -71,6 +71,10 @@ def test_dense_address_sets(arena: torch.Tensor) -> None:
         assert all(_dist(out, a) >= MIN_GAP for a in avoid)
         assert torch.count_nonzero(out) == 0
         padded.append(out.untyped_storage().nbytes() > MIN_BYTES)
+        # A generator of the buffers is read once, for the argument check and the placement
+        # alike (read twice, the placement would see none of them).
+        out = zeros_apart((MIN_BYTES,), torch.uint8, (a for a in avoid))
+        assert all(_dist(out, a) >= MIN_GAP for a in avoid)
     # A plain allocation that already lies apart is kept unpadded; here most cannot be.
     assert any(padded)
     with pytest.raises(ValueError, match="at most 255"):
@@ -103,7 +107,7 @@ def test_bad_arguments_name_the_mistake_before_touching_elements() -> None:
     big = torch.empty(MIN_BYTES)
     with pytest.raises(TypeError, match=r"got one tensor; pass \[tensor\]"):
         zeros_apart((MB,), torch.float32, big)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="avoid must hold tensors, got int"):
+    with pytest.raises(TypeError, match="placed_copy: avoid must hold tensors, got int"):
         placement.placed_copy(torch.zeros(4), [big, 3])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="expected \\(name, tensor\\) pairs, got one tensor"):
         congruent_pairs(big)  # type: ignore[arg-type]

@@ -44,14 +44,17 @@ def _big(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" and t.numel() * t.element_size() >= MIN_BYTES
 
 
-def _check_avoid(fn: str, avoid: Sequence[torch.Tensor]) -> None:
+def _checked_avoid(fn: str, avoid: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     # A tensor is itself a sequence: iterating a large one element by element would build
-    # millions of scalar tensors before failing somewhere else.
+    # millions of scalar tensors before failing somewhere else. Taken as a tuple once, so a
+    # generator is read only once.
     if isinstance(avoid, torch.Tensor):
         raise TypeError(f"{fn}: avoid must be a list of tensors, got one tensor; pass [tensor]")
-    for t in avoid:
+    out = tuple(avoid)
+    for t in out:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{fn}: avoid must hold tensors, got {type(t).__name__}")
+    return out
 
 
 def congruent_pairs(
@@ -83,10 +86,14 @@ def congruent_pairs(
 
 
 def _empty_apart(
-    shape: Sequence[int] | torch.Size, dtype: torch.dtype, avoid: Sequence[torch.Tensor]
+    shape: Sequence[int] | torch.Size,
+    dtype: torch.dtype,
+    avoid: Sequence[torch.Tensor],
+    fn: str,
 ) -> torch.Tensor:
-    """Uninitialised contiguous CPU tensor, placed as :func:`zeros_apart` describes."""
-    _check_avoid("zeros_apart", avoid)
+    """Uninitialised contiguous CPU tensor, placed as :func:`zeros_apart` describes; ``fn`` names
+    the public caller in errors."""
+    avoid = _checked_avoid(fn, avoid)
     shape = tuple(int(s) for s in shape)
     numel = 1
     for s in shape:
@@ -97,7 +104,7 @@ def _empty_apart(
         return torch.empty(shape, dtype=dtype)
     if 2 * len(others) + 1 > PERIOD // MIN_GAP:
         raise ValueError(
-            f"zeros_apart: {len(others)} large tensors to avoid; at most "
+            f"{fn}: {len(others)} large tensors to avoid; at most "
             f"{(PERIOD // MIN_GAP - 1) // 2} can be (pass only the buffers walked with this one)"
         )
     # Usually the plain allocation already lies apart (each address to avoid rules out 128 KiB
@@ -134,10 +141,10 @@ def zeros_apart(
     storage up to ``2 * len(avoid) * MIN_GAP`` bytes larger than its data (384 KiB for three
     buffers to avoid), which ``torch.save`` writes whole.
     """
-    return _empty_apart(shape, dtype, avoid).fill_(fill)
+    return _empty_apart(shape, dtype, avoid, "zeros_apart").fill_(fill)
 
 
 def placed_copy(src: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
     """A contiguous CPU copy of ``src`` placed like :func:`zeros_apart` (state restored from a
     checkpoint keeps the placement of freshly created state)."""
-    return _empty_apart(src.shape, src.dtype, avoid).copy_(src)
+    return _empty_apart(src.shape, src.dtype, avoid, "placed_copy").copy_(src)
