@@ -8,10 +8,11 @@ whole call, so the addresses stay valid.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ds.interfaces.errors import KernelError
+from ds.interfaces.errors import ConfigError, KernelError
 
 if TYPE_CHECKING:
     import torch
@@ -19,6 +20,28 @@ if TYPE_CHECKING:
 # dtype codes of the native module (ds::optim::DType)
 F32, BF16, F16, NONE = 0, 1, 2, 3
 _NAMES = {F32: "float32", BF16: "bfloat16", F16: "float16", NONE: "none"}
+
+
+def check_nonneg(name: str, value: float) -> float:
+    """``value`` as a float; ConfigError unless it is finite and >= 0 (NaN and inf included: an
+    update with either would silently turn every parameter into NaN)."""
+    v = float(value)
+    if not (math.isfinite(v) and v >= 0.0):
+        raise ConfigError(f"{name} = {value} must be >= 0 and finite")
+    return v
+
+
+def check_beta(name: str, value: float) -> float:
+    """``value`` as a float; ConfigError unless it lies in [0, 1)."""
+    v = float(value)
+    if not 0.0 <= v < 1.0:  # also false for NaN
+        raise ConfigError(f"{name} = {value} is outside [0, 1); use e.g. betas=(0.9, 0.999)")
+    return v
+
+
+def check_betas(betas: tuple[float, float]) -> tuple[float, float]:
+    b1, b2 = betas
+    return check_beta("betas[0]", b1), check_beta("betas[1]", b2)
 
 
 def dtype_codes() -> dict[object, int]:

@@ -8,6 +8,8 @@ Dtypes: fp32 params take fp32 grads and fp32 state and may write a bf16/fp16 cop
 params into ``low_precision_out``; bf16/fp16 params take grads and state of their own dtype or
 fp32. Tensors must be contiguous CPU tensors that do not require grad (pass ``p.detach()``).
 Anything else raises :class:`~ds.interfaces.errors.KernelError` naming the tensor and the fix.
+Hyperparameters are checked before any tensor is touched: ``lr``, ``eps`` and ``weight_decay``
+must be finite and >= 0 and the betas in [0, 1), else :class:`~ds.interfaces.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Union
 
 from ds.interfaces.errors import KernelError
-from ds.ops._checks import F32, addresses, diagnose
+from ds.ops._checks import F32, addresses, check_beta, check_nonneg, diagnose
 from ds.ops._native import native, sync_threads
 
 if TYPE_CHECKING:
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 TensorOrList = Union["torch.Tensor", Sequence["torch.Tensor"]]
 
 __all__ = ["adagrad_step", "adam_step", "lion_step", "stream_4r3w"]
+
+
+def _nonneg(**values: float) -> list[float]:
+    return [check_nonneg(k, v) for k, v in values.items()]
 
 
 def _lists(
@@ -94,6 +100,8 @@ def adam_step(
     low_precision_out: TensorOrList | None = None,
 ) -> None:
     """One AdamW step (``adamw_mode=False``: Adam with L2 decay in the gradient); ``step`` >= 1."""
+    lr, eps, weight_decay = _nonneg(lr=lr, eps=eps, weight_decay=weight_decay)
+    beta1, beta2 = check_beta("beta1", beta1), check_beta("beta2", beta2)
     order = ("params", "grads", "exp_avg", "exp_avg_sq")
     single, lists = _lists(
         dict(zip(order, (params, grads, exp_avg, exp_avg_sq))), low_precision_out
@@ -127,6 +135,7 @@ def adagrad_step(
     low_precision_out: TensorOrList | None = None,
 ) -> None:
     """One Adagrad step (torch.optim.Adagrad semantics; fold any lr decay into ``lr``)."""
+    lr, eps, weight_decay = _nonneg(lr=lr, eps=eps, weight_decay=weight_decay)
     order = ("params", "grads", "state_sum")
     single, lists = _lists(dict(zip(order, (params, grads, state_sum))), low_precision_out)
     c = native()
@@ -154,6 +163,8 @@ def lion_step(
     low_precision_out: TensorOrList | None = None,
 ) -> None:
     """One Lion step: p = p*(1 - lr*wd) - lr*sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g."""
+    lr, weight_decay = _nonneg(lr=lr, weight_decay=weight_decay)
+    beta1, beta2 = check_beta("beta1", beta1), check_beta("beta2", beta2)
     order = ("params", "grads", "exp_avg")
     single, lists = _lists(dict(zip(order, (params, grads, exp_avg))), low_precision_out)
     c = native()

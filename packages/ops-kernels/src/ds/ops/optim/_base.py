@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from ds.interfaces.errors import ConfigError, KernelError
+from ds.interfaces.errors import KernelError
+from ds.ops._checks import check_beta, check_nonneg
 from ds.ops._native import native, sync_threads
 from ds.ops.optim._plan import GroupPlan, make_plan, plan_addresses
 from ds.ops.placement import placed_copy, zeros_apart
@@ -85,6 +86,7 @@ class CPUOptimizerBase(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for gi, group in enumerate(self.param_groups):
+            self._check_group(gi, group)
             params = group["params"]
             plan = self._plans.get(gi)
             if plan is not None:
@@ -100,6 +102,18 @@ class CPUOptimizerBase(torch.optim.Optimizer):
                 if made is not None:
                     self._plans[gi] = made
         return loss
+
+    @staticmethod
+    def _check_group(gi: int, group: dict[str, Any]) -> None:
+        """The hyperparameters a step reads, checked at every step: a learning-rate scheduler or
+        user code may have changed them since the constructor checked them."""
+        where = f"param_groups[{gi}]"
+        for key in ("lr", "eps", "weight_decay"):
+            if key in group:
+                check_nonneg(f"{where}['{key}']", group[key])
+        if "betas" in group:
+            for i, b in enumerate(group["betas"]):
+                check_beta(f"{where}['betas'][{i}]", b)
 
     def _fast_step(
         self,
@@ -164,17 +178,3 @@ class CPUOptimizerBase(torch.optim.Optimizer):
                 if isinstance(v, torch.Tensor):
                     state.pop(k, None)  # so the placement avoids only the state restored before it
                     state[k] = placed_copy(v.detach().cpu(), self._walked_with(p, state))
-
-
-def check_betas(betas: tuple[float, float]) -> tuple[float, float]:
-    b1, b2 = (float(b) for b in betas)
-    for i, b in enumerate((b1, b2)):
-        if not 0.0 <= b < 1.0:
-            raise ConfigError(f"betas[{i}] = {b} is outside [0, 1); use e.g. betas=(0.9, 0.999)")
-    return b1, b2
-
-
-def check_nonneg(name: str, value: float) -> float:
-    if value < 0.0:
-        raise ConfigError(f"{name} = {value} must be >= 0")
-    return float(value)

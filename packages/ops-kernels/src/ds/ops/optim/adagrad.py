@@ -9,7 +9,8 @@ import torch
 
 from ds.interfaces.errors import ConfigError
 from ds.ops import cpu_optim
-from ds.ops.optim._base import CPUOptimizerBase, check_nonneg
+from ds.ops._checks import check_nonneg
+from ds.ops.optim._base import CPUOptimizerBase
 
 
 class CPUAdagrad(CPUOptimizerBase):

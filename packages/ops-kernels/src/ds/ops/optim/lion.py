@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from ds.ops import cpu_optim
-from ds.ops.optim._base import CPUOptimizerBase, check_betas, check_nonneg
+from ds.ops._checks import check_betas, check_nonneg
+from ds.ops.optim._base import CPUOptimizerBase
 
 
 class CPULion(CPUOptimizerBase):
