@@ -108,3 +108,12 @@ def test_watchdog_describes_each_kind_of_missing_peer():
         "6 (last entered none)"
     )
     assert describe_missing(5, "all_reduce", {1: (5, "all_reduce")}).startswith("none found")
+
+
+@pytest.mark.parametrize("timeout", [0.0, -5.0, float("nan")])
+def test_watchdog_refuses_a_timeout_that_cannot_fire(timeout):
+    # NaN fails every comparison: with "<= 0" alone it would pass and the watchdog never fire.
+    from ds.comm.watchdog import Watchdog
+
+    with pytest.raises(CommError, match="timeout_s must be > 0 seconds"):
+        Watchdog(timeout_s=timeout)

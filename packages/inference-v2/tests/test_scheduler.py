@@ -146,6 +146,13 @@ def test_sampler_filters_match_transformers_processors() -> None:
 def test_invalid_sampling_parameters() -> None:
     with pytest.raises(ConfigError, match=r"temperature=-1.*top_p=1.5"):
         Sampler(SamplingParams(top_p=1.5, temperature=-1))
+    # NaN fails every comparison, so "< 0" alone would let it through into the logits.
+    with pytest.raises(ConfigError, match=r"temperature=nan .*repetition_penalty=nan"):
+        Sampler(SamplingParams(temperature=float("nan"), repetition_penalty=float("nan")))
+    with pytest.raises(ConfigError, match=r"temperature=inf \(must be finite"):
+        Sampler(SamplingParams(temperature=float("inf")))
+    with pytest.raises(ConfigError, match=r"repetition_penalty=inf"):
+        Sampler(SamplingParams(repetition_penalty=float("inf")))
 
 
 def test_abort_frees_blocks_and_other_requests_continue(tiny_dirs: dict[str, Path]) -> None:

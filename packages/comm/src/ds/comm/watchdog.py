@@ -80,7 +80,7 @@ class Watchdog:
         warn_after_s: float | None = None,
         store: Any = None,
     ) -> None:
-        if timeout_s <= 0:
+        if not timeout_s > 0:  # also refuses NaN, which would never time out
             raise CommError(f"watchdog timeout_s must be > 0 seconds, got {timeout_s}")
         if not _dist.is_initialized():
             raise CommError(

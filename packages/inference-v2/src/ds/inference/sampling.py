@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -14,14 +15,18 @@ def validate(params: SamplingParams) -> None:
     problems = []
     if params.max_new_tokens < 1:
         problems.append(f"max_new_tokens={params.max_new_tokens} (must be >= 1)")
-    if params.temperature < 0:
-        problems.append(f"temperature={params.temperature} (must be >= 0; 0 is greedy)")
+    # Written as "not (ok)" so NaN, which fails every comparison, is refused too; infinity is
+    # refused where it would divide the logits into NaN or zero.
+    if not (0 <= params.temperature < math.inf):
+        problems.append(f"temperature={params.temperature} (must be finite and >= 0; 0 is greedy)")
     if params.top_k < 0:
         problems.append(f"top_k={params.top_k} (must be >= 0; 0 disables)")
     if not 0 < params.top_p <= 1:
         problems.append(f"top_p={params.top_p} (must be in (0, 1])")
-    if params.repetition_penalty <= 0:
-        problems.append(f"repetition_penalty={params.repetition_penalty} (must be > 0)")
+    if not (0 < params.repetition_penalty < math.inf):
+        problems.append(
+            f"repetition_penalty={params.repetition_penalty} (must be finite and > 0; 1 disables)"
+        )
     if problems:
         raise ConfigError("invalid sampling parameters: " + "; ".join(problems))
 
