@@ -127,7 +127,26 @@ BAD: list[tuple[str, Any, list[str]]] = [
     (
         "negative lr",
         {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": -1}}},
-        ["lr must be a non-negative number"],
+        ["lr must be a finite, non-negative number"],
+    ),
+    (
+        # JSON readers accept NaN and Infinity; "lr < 0" alone would let NaN through.
+        "NaN lr",
+        {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": float("nan")}}},
+        ["lr must be a finite, non-negative number, got nan"],
+    ),
+    (
+        "infinite lr",
+        {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": float("inf")}}},
+        ["lr must be a finite, non-negative number, got inf"],
+    ),
+    (
+        "NaN beta",
+        {
+            "train_batch_size": 8,
+            "optimizer": {"type": "Adam", "params": {"betas": [0.9, float("nan")]}},
+        },
+        ["betas must be two numbers in [0, 1)"],
     ),
     (
         "unknown scheduler",

@@ -7,6 +7,7 @@ not implement yet are listed in :mod:`ds.zero.config.unimplemented`.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Literal
 
@@ -227,8 +228,12 @@ class OptimizerConfig(Section):
         if msg:
             raise ValueError(msg)
         lr = self.params.get("lr", 1e-3)
-        if lr != "auto" and (not isinstance(lr, int | float) or isinstance(lr, bool) or lr < 0):
-            raise ValueError(f"optimizer.params.lr must be a non-negative number, got {lr!r}")
+        if lr != "auto" and (
+            not isinstance(lr, int | float) or isinstance(lr, bool) or not 0 <= lr < math.inf
+        ):  # "not 0 <= lr" also refuses NaN, which JSON readers accept as a number
+            raise ValueError(
+                f"optimizer.params.lr must be a finite, non-negative number, got {lr!r}"
+            )
         betas = self.params.get("betas")
         if betas is not None and betas != "auto":
             ok = isinstance(betas, list | tuple) and len(betas) == 2
