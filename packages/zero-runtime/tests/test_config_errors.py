@@ -141,6 +141,22 @@ BAD: list[tuple[str, Any, list[str]]] = [
         ["lr must be a finite, non-negative number, got inf"],
     ),
     (
+        # A NaN max norm would make every gradient NaN; "< 0" alone would let it through.
+        "NaN gradient_clipping",
+        _cfg(gradient_clipping=float("nan")),
+        ["gradient_clipping must be finite and >= 0 (0 disables), got nan"],
+    ),
+    (
+        "infinite fp16 loss_scale",
+        _cfg(fp16={"enabled": True, "loss_scale": float("inf")}),
+        ["loss_scale", "finite number"],
+    ),
+    (
+        "NaN gradient_predivide_factor",
+        _cfg(gradient_predivide_factor=float("nan")),
+        ["gradient_predivide_factor", "finite number"],
+    ),
+    (
         "NaN beta",
         {
             "train_batch_size": 8,
@@ -168,7 +184,11 @@ BAD: list[tuple[str, Any, list[str]]] = [
         _cfg(scheduler={"type": "WarmupLR", "params": {"warmup_type": "cubic"}}),
         ["warmup_type must be 'log' or 'linear'"],
     ),
-    ("negative clipping", _cfg(gradient_clipping=-1.0), ["gradient_clipping must be >= 0"]),
+    (
+        "negative clipping",
+        _cfg(gradient_clipping=-1.0),
+        ["gradient_clipping must be finite and >= 0"],
+    ),
     ("steps_per_print zero", _cfg(steps_per_print=0), ["steps_per_print"]),
     ("negative loss scale", _cfg(fp16={"enabled": True, "loss_scale": -2}), ["fp16.loss_scale"]),
     ("hysteresis zero", _cfg(fp16={"enabled": True, "hysteresis": 0}), ["fp16.hysteresis"]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,7 +35,7 @@ class DsConfig(Section):
     wall_clock_breakdown: bool = False
     gradient_clipping: float | Literal["auto"] = Field(0.0)
     prescale_gradients: bool = False
-    gradient_predivide_factor: float = Field(1.0, gt=0.0)
+    gradient_predivide_factor: float = Field(1.0, gt=0.0, allow_inf_nan=False)
     communication_data_type: (
         Literal["fp32", "fp16", "bf16", "float32", "float16", "bfloat16"] | None
     ) = None
@@ -140,10 +141,11 @@ class DsConfig(Section):
             value = getattr(zero, key)
             if isinstance(value, int) and value <= 0:
                 problems.append(f"zero_optimization.{key} must be positive, got {value}")
-        if isinstance(self.gradient_clipping, float) and self.gradient_clipping < 0:
-            problems.append(
-                f"gradient_clipping must be >= 0 (0 disables), got {self.gradient_clipping}"
-            )
+        clip = self.gradient_clipping
+        # "not 0 <= clip" also refuses NaN (JSON readers accept it): a negative max norm would
+        # flip every gradient's sign, a NaN one make them all NaN.
+        if isinstance(clip, float) and not 0 <= clip < math.inf:
+            problems.append(f"gradient_clipping must be finite and >= 0 (0 disables), got {clip}")
         for key in (
             "train_batch_size",
             "train_micro_batch_size_per_gpu",

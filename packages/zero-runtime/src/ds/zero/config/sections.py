@@ -27,12 +27,14 @@ class Section(BaseModel):
 class FP16Config(Section):
     enabled: bool | Literal["auto"] = False
     auto_cast: bool = False
-    loss_scale: float = Field(0.0, ge=0.0, description="0 selects dynamic loss scaling")
+    loss_scale: float = Field(
+        0.0, ge=0.0, allow_inf_nan=False, description="0 selects dynamic loss scaling"
+    )
     initial_scale_power: Int = Field(16, ge=0, le=64)
     loss_scale_window: Int = Field(1000, ge=1)
     hysteresis: Int = Field(2, ge=1)
     consecutive_hysteresis: bool = False
-    min_loss_scale: float = Field(1.0, gt=0.0)
+    min_loss_scale: float = Field(1.0, gt=0.0, allow_inf_nan=False)
     fp16_master_weights_and_grads: bool = False
 
 
