@@ -113,3 +113,24 @@ def test_dynamic_scaler_hysteresis_and_growth() -> None:
     for _ in range(4):
         floor.update(True)
     assert floor.loss_scale == 1.0
+
+
+def test_schedules_refuse_an_lr_that_is_not_finite_and_nonnegative() -> None:
+    from ds.interfaces.errors import ConfigError
+
+    # NaN from the JSON is refused where the schedule first computes an LR (its constructor).
+    with pytest.raises(ConfigError, match=r"WarmupLR computed lr = nan .* iteration 0"):
+        WarmupLR(_opt(), warmup_min_lr=math.nan)
+    # inf * gamma(0) = inf * 0 is NaN: refused at construction as well.
+    with pytest.raises(ConfigError, match=r"computed lr = nan"):
+        WarmupLR(_opt(), warmup_max_lr=math.inf)
+    # Reached only at a later step (here the ceiling changed after construction): the groups
+    # keep their last good LR.
+    sched = WarmupLR(_opt(), warmup_min_lr=0.0, warmup_max_lr=1.0, warmup_num_steps=4)
+    sched.max_lr = math.inf
+    assert sched.optimizer.param_groups[0]["lr"] == 0.0
+    with pytest.raises(ConfigError, match=r"computed lr = inf for param group 0 at iteration 1"):
+        sched.step()
+    assert sched.optimizer.param_groups[0]["lr"] == 0.0
+    with pytest.raises(ConfigError, match=r"lr = -0\.5"):
+        WarmupLR(_opt(), warmup_min_lr=-0.5)

@@ -33,7 +33,21 @@ class _Schedule:
         if last_batch_iteration is None:
             last_batch_iteration = self.last_batch_iteration + 1
         self.last_batch_iteration = last_batch_iteration
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+        self._apply()
+
+    def _apply(self) -> None:
+        lrs = self.get_lr()
+        # Checked before any group changes: a NaN, infinite or negative LR (from a schedule
+        # parameter such as warmup_max_lr = NaN in the JSON) would otherwise reach the optimizer,
+        # and torch's optimizers check the LR only when they are built.
+        for i, lr in enumerate(lrs):
+            if not 0 <= lr < math.inf:
+                raise ConfigError(
+                    f"{type(self).__name__} computed lr = {lr} for param group {i} at iteration "
+                    f"{self.last_batch_iteration}; the LR must be finite and >= 0, so check "
+                    "the scheduler's params"
+                )
+        for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr
 
     def state_dict(self) -> dict[str, Any]:
@@ -41,8 +55,7 @@ class _Schedule:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.last_batch_iteration = int(state["last_batch_iteration"])
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
-            group["lr"] = lr
+        self._apply()
 
 
 def _warmup_gamma(iteration: int, warmup_num_steps: int, warmup_type: str) -> float:
