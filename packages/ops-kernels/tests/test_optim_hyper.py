@@ -90,3 +90,9 @@ def test_constructors_reject_nan_and_inf() -> None:
         CPUAdagrad(ps, eps=INF)
     with pytest.raises(ConfigError, match=r"betas\[0\] = nan is outside"):
         CPULion(ps, betas=(NAN, 0.99))
+    with pytest.raises(
+        ConfigError, match=r"betas must be two numbers, e.g. \(0.9, 0.999\), got 0.9"
+    ):
+        CPUAdam(ps, betas=0.9)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"betas must be two numbers"):
+        CPUAdam(ps, betas=(0.9, 0.99, 0.999))  # type: ignore[arg-type]

@@ -40,7 +40,10 @@ def check_beta(name: str, value: float) -> float:
 
 
 def check_betas(betas: tuple[float, float]) -> tuple[float, float]:
-    b1, b2 = betas
+    try:
+        b1, b2 = betas
+    except (TypeError, ValueError):
+        raise ConfigError(f"betas must be two numbers, e.g. (0.9, 0.999), got {betas!r}") from None
     return check_beta("betas[0]", b1), check_beta("betas[1]", b2)
 
 
