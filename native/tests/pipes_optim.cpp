@@ -48,7 +48,7 @@ using V = ds::optim::vb::V;
 struct Probe {
   const char* name;
   void (*run)(int64_t);
-  int per_block;  // instructions of each kind per block of 4 (pairs count one of each)
+  int per_block;  // divisor per block of 8: 8 for one kind, 4 for a pair (one of each)
 };
 // zmm0 holds 1.0f in every lane (so no input is subnormal or NaN); nothing else reads it.
 static const float kOne = 1.f;
