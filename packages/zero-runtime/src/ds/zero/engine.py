@@ -217,6 +217,46 @@ class ZeroEngine:
     def memory_report(self) -> Any:
         return self.strategy.memory_report()
 
+    # -- DeepSpeed's engine attribute names (scripts written for DeepSpeed read these) -----------
+    @property
+    def global_rank(self) -> int:
+        return self.rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (the launcher's ``LOCAL_RANK``)."""
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    @property
+    def dp_world_size(self) -> int:
+        return self.world_size  # ds is data-parallel only: every rank is a data-parallel rank
+
+    @property
+    def device(self) -> torch.device:
+        if self.accelerator is not None:
+            return torch.device(self.accelerator.current_device_name())
+        return _device_of(self.module)
+
+    def was_step_applied(self) -> bool:
+        """Whether the latest ``step()`` updated the parameters: False between accumulation
+        boundaries and when an fp16 overflow skipped the step (as in DeepSpeed)."""
+        if self._last_metrics is None or self.global_steps == 0:
+            return False
+        at_boundary = self.micro_steps % self.config.gradient_accumulation_steps == 0
+        return at_boundary and not self._last_metrics.overflow
+
+    def get_mom(self) -> list[Any]:
+        """Per group: ``betas`` (Adam-like optimizers) or ``momentum`` (SGD), as in DeepSpeed."""
+        key = "betas" if any("betas" in g for g in self.optimizer.param_groups) else "momentum"
+        return [g.get(key, 0.0) for g in self.optimizer.param_groups]
+
+    def steps_per_print(self) -> int | None:
+        return self.ds_config.steps_per_print
+
+    def save_fp16_model(self, save_dir: str, save_filename: str = "pytorch_model.bin") -> bool:
+        """DeepSpeed's older name of :meth:`save_16bit_model`."""
+        return self.save_16bit_model(save_dir, save_filename)
+
     # -- module pass-throughs (DeepSpeed's engine is used like the module it wraps) --------------
     def train(self, mode: bool = True) -> ZeroEngine:
         self.module.train(mode)
@@ -470,7 +510,13 @@ class ZeroEngine:
         *,
         load_optimizer_states: bool = True,
         load_lr_scheduler_states: bool = True,
+        load_module_strict: bool = True,
+        load_module_only: bool = False,
     ) -> tuple[str | None, dict[str, Any]]:
+        # DeepSpeed's keywords: loads are always strict (every parameter must be found);
+        # load_module_only leaves the optimizer and schedule as they are.
+        if load_module_only:
+            load_optimizer_states = load_lr_scheduler_states = False
         ckpt = self._require_checkpoint_engine()
         tag = tag or ckpt.latest_tag(load_dir)
         if tag is None:

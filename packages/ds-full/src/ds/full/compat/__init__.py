@@ -1,8 +1,10 @@
 """Migration aids for scripts written against other training libraries.
 
 ``ds.full.compat.deepspeed`` maps the ``deepspeed.*`` names scripts use onto ds. ``install()`` makes
-it importable as ``deepspeed`` so that such a script runs unchanged; it refuses to hide an installed
-DeepSpeed unless asked to (``shadow=True``).
+it importable as ``deepspeed`` (every submodule, through an import hook) so that such a script runs
+unchanged; it refuses to hide an installed DeepSpeed unless asked to (``shadow=True``).
+``ds compat enable`` does the same for every process of an environment without DeepSpeed (see
+:mod:`ds.full.compat.enable`), for scripts and libraries that are not edited at all.
 """
 
 from __future__ import annotations
@@ -11,26 +13,17 @@ import importlib
 import importlib.util
 import sys
 
+from ds.full.compat import _hook
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 
 log = get_logger(__name__)
 
-SHIM = "ds.full.compat.deepspeed"
-SUBMODULES = (
-    "",
-    ".comm",
-    ".zero",
-    ".checkpointing",
-    ".accelerator",
-    ".ops",
-    ".ops.adam",
-    ".runtime",
-)
+SHIM = _hook.SHIM
 
 
 def install(*, shadow: bool = False) -> None:
-    """Register the shim as ``deepspeed`` (and its submodules) in ``sys.modules``.
+    """Make ``import deepspeed`` (and ``deepspeed.*``) give ds's shim in this process.
 
     With a real DeepSpeed installed this raises unless ``shadow=True``, which then replaces it for
     this process only (and says so in the log).
@@ -38,7 +31,12 @@ def install(*, shadow: bool = False) -> None:
     current = sys.modules.get("deepspeed")
     if current is not None and current.__name__ == SHIM:
         return
-    if current is not None or importlib.util.find_spec("deepspeed") is not None:
+    finder = _hook.active()
+    real = current is not None or (
+        (finder.real_deepspeed_spec() if finder is not None else None) is not None
+        or (finder is None and importlib.util.find_spec("deepspeed") is not None)
+    )
+    if real:
         if not shadow:
             raise ConfigError(
                 "a DeepSpeed installation is importable as 'deepspeed'; ds.full.compat.install() "
@@ -48,12 +46,13 @@ def install(*, shadow: bool = False) -> None:
         log.warning("the 'deepspeed' module name now refers to ds in this process")
         for name in [n for n in sys.modules if n == "deepspeed" or n.startswith("deepspeed.")]:
             del sys.modules[name]
-    for sub in SUBMODULES:
-        sys.modules["deepspeed" + sub] = importlib.import_module(SHIM + sub)
+    _hook.activate(shadow=shadow)
+    importlib.import_module("deepspeed")
 
 
 def uninstall() -> None:
     """Forget the ``deepspeed`` alias (a later ``import deepspeed`` finds whatever is installed)."""
+    _hook.deactivate()
     for name in [n for n in sys.modules if n == "deepspeed" or n.startswith("deepspeed.")]:
         if sys.modules[name].__name__.startswith(SHIM):
             del sys.modules[name]

@@ -9,8 +9,24 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ds.full.compat.deepspeed import accelerator, checkpointing, comm, ops, runtime, zero
-from ds.full.training import init_distributed, initialize
+from ds.full.compat.deepspeed import (
+    accelerator,
+    checkpoint,
+    checkpointing,
+    comm,
+    launcher,
+    moe,
+    ops,
+    pipe,
+    profiling,
+    runtime,
+    utils,
+    zero,
+)
+from ds.full.compat.deepspeed._missing import missing_function
+from ds.full.training import init_distributed
+from ds.full.training import initialize as _ds_initialize
+from ds.interfaces.errors import ConfigError
 
 __version__ = "0.1.0+ds"
 __version_major__, __version_minor__, __version_patch__ = 0, 1, 0
@@ -33,6 +49,40 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'deepspeed' (ds compatibility shim) has no attribute {name!r}")
 
 
+def initialize(args: Any = None, model: Any = None, *rest: Any, **kwargs: Any) -> Any:
+    """``deepspeed.initialize``: ``ds.full.initialize`` with DeepSpeed's argument rules (a config
+    given both as ``args.deepspeed_config`` and as ``config=`` is refused, as DeepSpeed does)."""
+    config = (
+        kwargs.get("config") if kwargs.get("config") is not None else kwargs.get("config_params")
+    )
+    if len(rest) >= 9:  # config given positionally (after collate_fn)
+        config = rest[8] if config is None else config
+    if args is not None:
+        old = getattr(args, "deepscale_config", None)
+        if old is not None:
+            if getattr(args, "deepspeed_config", None) is not None:
+                raise ConfigError(
+                    "both --deepscale_config and --deepspeed_config are given; keep only "
+                    "--deepspeed_config"
+                )
+            args.deepspeed_config, args.deepscale_config = old, None
+        from_args = getattr(args, "deepspeed_config", None)
+        if from_args is not None and config is not None:
+            raise ConfigError(
+                f"a config is given twice: --deepspeed_config {from_args} and the config= "
+                "argument of initialize(); DeepSpeed refuses this too. Drop --deepspeed_config "
+                "from the command line or config= from the call"
+            )
+    return _ds_initialize(args, model, *rest, **kwargs)
+
+
+init_inference = missing_function(
+    "deepspeed.init_inference",
+    "DeepSpeed-Inference (kernel injection, tensor-parallel inference)",
+    "serve models with 'ds serve' or ds.inference (ragged batching, blocked KV cache)",
+)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--deepspeed``/``--deepspeed_config`` (and the old ``--deepscale`` spellings)."""
     group = parser.add_argument_group("DeepSpeed", "DeepSpeed configurations")
@@ -51,11 +101,18 @@ __all__ = [
     "__version__",
     "accelerator",
     "add_config_arguments",
+    "checkpoint",
     "checkpointing",
     "comm",
     "init_distributed",
+    "init_inference",
     "initialize",
+    "launcher",
+    "moe",
     "ops",
+    "pipe",
+    "profiling",
     "runtime",
+    "utils",
     "zero",
 ]

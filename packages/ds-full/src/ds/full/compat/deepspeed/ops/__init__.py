@@ -1,5 +1,5 @@
-"""``deepspeed.ops``: the CPU optimizers (``deepspeed.ops.adam.DeepSpeedCPUAdam``)."""
+"""``deepspeed.ops``: the CPU optimizers and FusedAdam (``deepspeed.ops.adam.DeepSpeedCPUAdam``)."""
 
-from ds.full.compat.deepspeed.ops import adam
+from ds.full.compat.deepspeed.ops import adagrad, adam, lion
 
-__all__ = ["adam"]
+__all__ = ["adagrad", "adam", "lion"]

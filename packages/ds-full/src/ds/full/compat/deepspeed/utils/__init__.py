@@ -1,0 +1,83 @@
+"""``deepspeed.utils``: the logger, rank-aware logging, ZeRO-3 helpers and ``zero_to_fp32``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ds.full.compat.deepspeed._missing import missing_function
+
+# DeepSpeed's module-level logger is a plain ``logging.Logger`` that scripts call .info/.warning on.
+logger = logging.getLogger("ds.deepspeed_compat")
+
+
+def log_dist(message: str, ranks: Iterable[int] | None = None, level: int = logging.INFO) -> None:
+    """Log ``message`` on the listed ranks (all ranks when ``ranks`` contains -1; rank 0 when
+    ``ranks`` is None, as DeepSpeed does)."""
+    from ds import comm
+
+    rank = comm.get_rank() if comm.is_initialized() else 0
+    wanted = set(ranks) if ranks is not None else {0}
+    if -1 in wanted or rank in wanted:
+        logger.log(level, f"[Rank {rank}] {message}")
+
+
+def set_z3_leaf_modules(model: torch.nn.Module, leaf_module_classes: list[Any]) -> list[Any]:
+    """Mark modules whose parameters ZeRO-3 fetches as one unit. ds's ZeRO-3 fetches per module
+    already, so this records the mark (``_z3_leaf``) and returns the marked modules."""
+    classes = tuple(c for c in leaf_module_classes if isinstance(c, type))
+    names = {c for c in leaf_module_classes if isinstance(c, str)}
+    marked = []
+    for m in model.modules():
+        if isinstance(m, classes) or type(m).__name__ in names:
+            m._z3_leaf = True  # type: ignore[assignment]
+            marked.append(m)
+    return marked
+
+
+def z3_leaf_module(model: torch.nn.Module) -> bool:
+    return bool(getattr(model, "_z3_leaf", False))
+
+
+def safe_get_full_fp32_param(param: torch.nn.Parameter) -> torch.Tensor | None:
+    """The whole fp32 value of ``param`` (ds keeps ZeRO-3 partitions gathered under
+    ``GatheredParameters``; collective at stage 3, like DeepSpeed's)."""
+    import ds.zero
+
+    with ds.zero.GatheredParameters([param]):
+        return param.detach().float().clone()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "zero_to_fp32":
+        from ds.full.compat.deepspeed.utils import zero_to_fp32
+
+        return zero_to_fp32
+    if name == "groups":
+        from ds.full.compat.deepspeed.utils import groups
+
+        return groups
+    raise AttributeError(f"deepspeed.utils.{name} has no ds equivalent")
+
+
+safe_get_full_optimizer_state = missing_function(
+    "deepspeed.utils.safe_get_full_optimizer_state",
+    "reading one parameter's optimizer state through the engine",
+    "save a checkpoint and read it with ds.checkpoint",
+)
+safe_set_full_fp32_param = missing_function(
+    "deepspeed.utils.safe_set_full_fp32_param",
+    "writing one parameter's fp32 master through the engine",
+    "load it from a checkpoint instead",
+)
+
+__all__ = [
+    "log_dist",
+    "logger",
+    "safe_get_full_fp32_param",
+    "set_z3_leaf_modules",
+    "z3_leaf_module",
+]
