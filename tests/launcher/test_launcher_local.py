@@ -181,6 +181,7 @@ def test_device_visibility_follows_selected_slots(  # type: ignore[no-untyped-de
 ) -> None:
     hf = tmp_path / "hostfile"
     hf.write_text("localhost slots=4\n")
+    # Four devices visible (simulated by the visibility list: there is no GPU here).
     proc = run_ds(
         "--hostfile",
         str(hf),
@@ -188,10 +189,19 @@ def test_device_visibility_follows_selected_slots(  # type: ignore[no-untyped-de
         "localhost:1,3",
         "--save_pid",
         str(scripts / "affinity.py"),
-        env=env_for(DS_ACCELERATOR="cuda"),
+        env=env_for(DS_ACCELERATOR="cuda", CUDA_VISIBLE_DEVICES="0,1,2,3"),
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("visible=1,3") == 2
+    # A list the user set is indexed by the slots, not replaced by them.
+    own = run_ds(
+        "--include",
+        "localhost:1,3",
+        str(scripts / "affinity.py"),
+        env=env_for(DS_ACCELERATOR="cuda", CUDA_VISIBLE_DEVICES="4,5,6,7"),
+    )
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.count("visible=5,7") == 2
     cpu = run_ds("--nproc", "2", str(scripts / "affinity.py"), env=env_for(DS_ACCELERATOR="cpu"))
     assert cpu.returncode == 0, cpu.stderr
     assert cpu.stdout.count("visible=-") == 2
@@ -250,3 +260,21 @@ def test_no_ssh_needs_rendezvous(run_ds, scripts: Path, env_for, tmp_path: Path)
     proc = run_ds("--hostfile", str(hf), "--no_ssh", "--node_rank", "1", str(scripts / "marker.py"))
     assert proc.returncode == 2
     assert "needs --master_addr and --master_port" in proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_more_ranks_than_visible_devices_is_refused_before_start(  # type: ignore[no-untyped-def]
+    run_ds, scripts: Path, env_for, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    proc = run_ds(
+        "--nproc",
+        "8",
+        str(scripts / "marker.py"),
+        env=env_for(DS_ACCELERATOR="cuda", CUDA_VISIBLE_DEVICES="0,1", MARKER=str(marker)),
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "--nproc 8 needs 8 cuda device(s)" in lines[0] and "but 2 are visible" in lines[0]
+    assert not marker.exists() and proc.stdout == ""

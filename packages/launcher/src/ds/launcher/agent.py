@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from ds.launcher.accel_env import DeviceCountError, check_slots
 from ds.launcher.node import NodePlan, build_members
 from ds.launcher.runners.base import decode_hosts
 from ds.launcher.supervise import Supervisor
@@ -31,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bind_core_list", default=None)
     p.add_argument("--log_dir", default=None)
     p.add_argument("--visible_device_vars", default="")
+    p.add_argument("--accelerator", default="")
     p.add_argument("--local_rank_arg", action="store_true")
     p.add_argument("--terminate_timeout", type=float, default=3.0)
     p.add_argument("--watch_stdin", action="store_true")
@@ -108,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         log_dir=Path(args.log_dir) if args.log_dir else None,
         local_rank_arg=args.local_rank_arg,
     )
+    if args.accelerator:
+        try:
+            check_slots(args.accelerator, plan.local_slots, os.environ)
+        except DeviceCountError as exc:
+            print(f"ds.launcher.agent ({plan.host}): error: {exc}", file=sys.stderr)
+            return 2
     attempt = int(os.environ.get("DS_RESTART_COUNT", "0") or 0)
     sup = Supervisor(
         # The launching node restarts the whole job and says which attempt this is.

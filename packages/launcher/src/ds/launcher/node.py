@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ds.launcher.accel_env import devices_for_slots
 from ds.launcher.procgroup import Member
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -94,9 +95,11 @@ def rank_env(
     for var in THREAD_VARS:
         if var not in base and var not in plan.extra_env:
             env[var] = str(threads)
-    slots = ",".join(str(s) for s in plan.local_slots)
+    # Every local rank sees the node's selected devices in local-rank order and computes on index
+    # LOCAL_RANK of them; a list the user set (here or with --env) is indexed, not overwritten.
+    devices = devices_for_slots(plan.local_slots, plan.visible_device_vars, env)
     for var in plan.visible_device_vars:
-        env[var] = slots
+        env[var] = devices
     return env
 
 

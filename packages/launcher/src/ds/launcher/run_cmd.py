@@ -67,7 +67,9 @@ def slots_per_node(args: Namespace) -> int | None:
     return n
 
 
-def resolve_resources(args: Namespace, accel: str) -> tuple[dict[str, list[int]], bool]:
+def resolve_resources(
+    args: Namespace, accel: str, probe: accel_env.DeviceProbe | None = None
+) -> tuple[dict[str, list[int]], bool]:
     """Hosts and slots to run on, and whether they came from a hostfile."""
     per_node = slots_per_node(args)
     path = args.hostfile or os.environ.get("DS_HOSTFILE")
@@ -78,7 +80,7 @@ def resolve_resources(args: Namespace, accel: str) -> tuple[dict[str, list[int]]
         res = hostfile.apply_filters(res, args.include or None, args.exclude or None)
         return hostfile.limit(res, args.num_nodes, per_node), True
     if per_node is None:
-        per_node = max(1, accel_env.gpu_count(accel))
+        per_node = max(1, accel_env.visible_count(accel, os.environ, probe) or 0)
     res = {"localhost": list(range(per_node))}
     # Without a hostfile the only host is this machine ("localhost"); filters may pick slots.
     res = hostfile.apply_filters(res, args.include or None, args.exclude or None)
@@ -87,8 +89,12 @@ def resolve_resources(args: Namespace, accel: str) -> tuple[dict[str, list[int]]
     return res, False
 
 
-def agent_args(args: Namespace, log_dir: Path | None, visible: list[str]) -> list[str]:
+def agent_args(
+    args: Namespace, log_dir: Path | None, visible: list[str], accel: str = ""
+) -> list[str]:
     out = [f"--terminate_timeout={args.terminate_timeout}"]
+    if accel:
+        out.append(f"--accelerator={accel}")  # each node checks its own device count
     if args.bind_cores_to_rank:
         out.append("--bind_cores_to_rank")
     if args.bind_core_list:
@@ -142,15 +148,30 @@ def no_ssh_node_rank(args: Namespace, resources: dict[str, list[int]]) -> int:
     return int(args.node_rank)
 
 
-def prepare(argv: list[str]) -> Supervisor:
-    """Validate everything and build the supervisor; nothing is started here."""
+def asked_for(args: Namespace) -> str:
+    """How the user asked for this node's slots, for the device-count error."""
+    if args.num_gpus is not None:
+        return f"--num_gpus {args.num_gpus}"
+    if args.nproc is not None:
+        return f"--nproc {args.nproc}"
+    if args.include:
+        return f"--include {args.include}"
+    return ""
+
+
+def prepare(argv: list[str], device_probe: accel_env.DeviceProbe | None = None) -> Supervisor:
+    """Validate everything and build the supervisor; nothing is started here.
+
+    ``device_probe`` counts the devices the driver exposes (default: the driver's device files);
+    it is consulted only when no visibility variable such as ``CUDA_VISIBLE_DEVICES`` is set.
+    """
     args = parse(argv)
     check_target(args)
     if args.max_restarts < 0:
         raise UsageError(f"--max_restarts {args.max_restarts}: must be >= 0")
     core_list = parse_core_list(args.bind_core_list) if args.bind_core_list else None
     accel = accel_env.detect_accelerator()
-    resources, _from_file = resolve_resources(args, accel)
+    resources, _from_file = resolve_resources(args, accel, device_probe)
     extra_env = {**envfile.load_env_file(), **envfile.parse_env_flags(args.env)}
     visible = accel_env.visible_device_vars(accel)
     log_dir = log_dir_of(args)
@@ -160,6 +181,11 @@ def prepare(argv: list[str]) -> Supervisor:
     node_rank = 0
     if args.no_ssh:
         node_rank = no_ssh_node_rank(args, resources)
+    if not multi:
+        # This node's ranks start here: refuse more device slots than it can see, before any
+        # process starts (remote nodes check their own in the agent).
+        slots = list(resources.values())[node_rank]
+        accel_env.check_slots(accel, slots, os.environ, device_probe, asked_for(args))
     if args.save_pid:
         pid_file = Path(tempfile.gettempdir()) / f"ds_run.{os.getpid()}.pid"
         pid_file.write_text(f"{os.getpid()}\n")
@@ -187,7 +213,7 @@ def prepare(argv: list[str]) -> Supervisor:
         return Supervisor(local_members, args.max_restarts, args.terminate_timeout, log_dir)
 
     name = args.launcher or "pdsh"
-    runner = make_runner(name, args, agent_args(args, log_dir, visible))
+    runner = make_runner(name, args, agent_args(args, log_dir, visible, accel))
     if not runner.backend_exists():  # type: ignore[attr-defined]
         raise LaunchError(
             f"the {name} runner needs its command on PATH and it is missing; install it "
@@ -225,9 +251,9 @@ def prepare(argv: list[str]) -> Supervisor:
     return Supervisor(runner_members, args.max_restarts, args.terminate_timeout, log_dir)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], device_probe: accel_env.DeviceProbe | None = None) -> int:
     try:
-        sup = prepare(argv)
+        sup = prepare(argv, device_probe)
     except (UsageError, ConfigError, LaunchError, ValueError) as exc:
         print(f"ds run: error: {exc}", file=sys.stderr)
         return 2
