@@ -27,6 +27,7 @@ class VerificationResult:
     first_bad_index: int | None = None
     reason: str | None = None
     signed: bool = False
+    uncovered: int = 0  # records after the last tree head: chained, but committed by no head
 
 
 @runtime_checkable

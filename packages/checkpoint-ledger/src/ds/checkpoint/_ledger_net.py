@@ -1,14 +1,27 @@
 """One writer, many ranks: rank 0 serves its ledger over TCP; other ranks call it.
 
-Each request is one JSON line ``{"op": ..., **args}``, each reply one JSON line ``{"ok": value}``
+The channel is the job's, not the network's: the server binds to the rendezvous interface
+(``DS_LEDGER_HOST``, else the address ``MASTER_ADDR`` resolves to, else 127.0.0.1), never to every
+interface by default, and admits only peers that prove they hold the job secret. The secret is made
+by rank 0 and reaches the other ranks through the job's own process group (see
+``TechnicalDueDiligenceLedger``), so only members of the rendezvous learn it.
+
+Handshake: the server sends ``{"nonce": hex}``; the client answers ``{"rank": r, "mac": hex}`` with
+``mac = HMAC-SHA256(secret, "ds-ledger-auth-v1|" + nonce + "|" + r)``. A wrong or missing answer is
+logged and the connection closed. The rank a record is attributed to is the authenticated one.
+
+Then each request is one JSON line ``{"op": ..., **args}``, each reply one JSON line ``{"ok": value}``
 or ``{"error": message}``. Calls are synchronous, so an event is on disk (handed to the OS) when
 ``record_training_event`` returns on any rank.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import socket
 import socketserver
 import threading
@@ -16,21 +29,59 @@ from dataclasses import asdict
 from typing import Any
 
 from ds.interfaces.errors import LedgerError
+from ds.interfaces.logging import get_logger
+
+log = get_logger(__name__)
+
+_AUTH = b"ds-ledger-auth-v1|"
+_HANDSHAKE_S = 10.0
+_MAX_LINE = 1 << 16
+
+
+def auth_mac(secret: str, nonce: str, rank: int) -> str:
+    msg = _AUTH + nonce.encode() + b"|" + str(int(rank)).encode()
+    return hmac.new(bytes.fromhex(secret), msg, hashlib.sha256).hexdigest()
 
 
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
-        ledger = self.server.ledger  # type: ignore[attr-defined]
+        server: _Server = self.server  # type: ignore[assignment]
+        rank = self._authenticate(server)
+        if rank is None:
+            return
         for raw in self.rfile:
             try:
                 req = json.loads(raw)
                 op = req.pop("op")
-                value = _dispatch(ledger, op, req)
+                req["rank"] = rank  # never the rank a request claims
+                value = _dispatch(server.ledger, op, req)
                 reply = {"ok": value}
             except Exception as exc:  # the caller's rank raises it
                 reply = {"error": f"{type(exc).__name__}: {exc}"}
             self.wfile.write(json.dumps(reply).encode() + b"\n")
             self.wfile.flush()
+
+    def _authenticate(self, server: _Server) -> int | None:
+        nonce = secrets.token_hex(16)
+        peer = f"{self.client_address[0]}:{self.client_address[1]}"
+        try:
+            self.connection.settimeout(_HANDSHAKE_S)
+            self.wfile.write(json.dumps({"nonce": nonce}).encode() + b"\n")
+            self.wfile.flush()
+            hello = json.loads(self.rfile.readline(_MAX_LINE))
+            rank = int(hello["rank"])
+            ok = hmac.compare_digest(str(hello["mac"]), auth_mac(server.secret, nonce, rank))
+        except (OSError, ValueError, KeyError, TypeError):
+            ok, rank = False, -1
+        if not ok:
+            log.warning(
+                "ledger writer refused a connection without the job secret",
+                peer=peer,
+                ledger=server.ledger.path,
+            )
+            return None
+        self.connection.settimeout(None)
+        return rank
 
 
 def _dispatch(ledger: Any, op: str, args: dict[str, Any]) -> Any:
@@ -56,18 +107,46 @@ def _dispatch(ledger: Any, op: str, args: dict[str, Any]) -> Any:
 class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    ledger: Any
+    secret: str
+
+
+def rendezvous_host() -> str:
+    """The interface the writer binds to: the job's rendezvous address, else loopback."""
+    host = os.environ.get("DS_LEDGER_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot resolve the ledger writer's address {host!r} ({exc}); set DS_LEDGER_HOST "
+            "to an address of rank 0 that the other ranks can reach"
+        ) from exc
 
 
 class LedgerServer:
-    def __init__(self, ledger: Any, bind: str = "") -> None:
-        self._server = _Server((bind, 0), _Handler)
-        self._server.ledger = ledger  # type: ignore[attr-defined]
+    def __init__(self, ledger: Any, bind: str | None = None) -> None:
+        host = rendezvous_host() if bind is None else bind
+        try:
+            self._server = _Server((host, 0), _Handler)
+        except OSError as exc:
+            raise LedgerError(
+                f"the ledger writer cannot listen on {host} ({exc}); set DS_LEDGER_HOST to an "
+                "address of this node that the other ranks can reach"
+            ) from exc
+        self.secret = secrets.token_hex(32)
+        self._server.ledger = ledger
+        self._server.secret = self.secret
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="ds-ledger-server", daemon=True
         )
         self._thread.start()
-        host = os.environ.get("DS_LEDGER_HOST") or os.environ.get("MASTER_ADDR") or "127.0.0.1"
-        self.address = (host, self._server.server_address[1])
+        bound = self._server.server_address[0]
+        advertised = (
+            bound
+            if bound not in ("0.0.0.0", "::")
+            else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
+        )
+        self.address = (advertised, self._server.server_address[1])
 
     def stop(self) -> None:
         self._server.shutdown()
@@ -76,7 +155,9 @@ class LedgerServer:
 
 
 class LedgerClient:
-    def __init__(self, address: tuple[str, int], rank: int, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, address: tuple[str, int], rank: int, secret: str, timeout_s: float = 60.0
+    ) -> None:
         self._rank = rank
         try:
             self._sock = socket.create_connection((str(address[0]), int(address[1])), timeout_s)
@@ -88,10 +169,14 @@ class LedgerClient:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._r = self._sock.makefile("rb")
         self._lock = threading.Lock()
+        hello = json.loads(self._r.readline(_MAX_LINE) or b"{}")
+        if "nonce" not in hello:
+            raise LedgerError(f"rank {rank}: the ledger writer at {address} sent no handshake")
+        mac = auth_mac(secret, str(hello["nonce"]), rank)
+        self._sock.sendall(json.dumps({"rank": rank, "mac": mac}).encode() + b"\n")
+        self._sock.settimeout(None)
 
     def call(self, op: str, **args: Any) -> Any:
-        if op == "record":
-            args["rank"] = self._rank
         with self._lock:
             self._sock.sendall(json.dumps({"op": op, **args}, default=str).encode() + b"\n")
             line = self._r.readline()

@@ -4,11 +4,14 @@ Every event (training steps, checkpoint saves with their SHA-256 digests, loads,
 environment changes, intents and approvals) becomes one canonical JSON line (see ``_records``),
 linked to its predecessor by hash and added as a leaf of an RFC 6962 Merkle tree (``merkle``).
 Tree heads (size, root, time) are signed with Ed25519 when a key is configured and appended to a
-``<ledger>.heads`` file; checkpoint manifests embed them. Anyone holding a head can check that a
+``<ledger>.heads`` file: at every checkpoint commit, at ``verify_ledger_integrity`` and at
+``close``; the last checkpoint carries the latest one. Anyone holding a head can check that a
 record is in the log (inclusion proof) and that a later log extends it (consistency proof).
 
-In a multi-rank job rank 0 owns the file; the other ranks send their events to it over a socket
-(``_ledger_net``), so there is exactly one writer.
+Appends are exclusive (an advisory lock on ``<ledger>.lock``) and all-or-nothing: a record that
+could not be written completely is cut off again before the error is raised, so indices stay
+dense. In a multi-rank job rank 0 owns the file; the other ranks send their events to it over an
+authenticated socket (``_ledger_net``), so there is exactly one writer.
 """
 
 from __future__ import annotations
@@ -21,127 +24,42 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ds.checkpoint import _records, merkle, signing
+from ds.checkpoint import _records, signing
+from ds.checkpoint._fsutil import atomic_write_bytes
+from ds.checkpoint._lockfile import WriterLock
+from ds.checkpoint._verify import (  # re-exported: the ledger's reading side
+    ROTATION_KIND,
+    LedgerScan,
+    check_head,
+    heads_path,
+    key_chain,
+    read_heads,
+    scan,
+    verify_file,
+)
 from ds.interfaces.errors import LedgerError
 from ds.interfaces.ledger import TreeHead, VerificationResult
 from ds.interfaces.logging import get_logger
 
 log = get_logger(__name__)
 
-
-def heads_path(path: str) -> str:
-    return path + ".heads"
-
-
-class LedgerScan:
-    """Result of reading a ledger file: the good prefix, and the first problem if any."""
-
-    def __init__(self) -> None:
-        self.tree = merkle.MerkleTree()
-        self.last_hash = _records.GENESIS
-        self.records = 0
-        self.good_bytes = 0  # length of the verified prefix of the file
-        self.first_bad_index: int | None = None
-        self.reason: str | None = None
-        self.torn_tail: bytes | None = None
-        self.kinds: list[str] = []
-
-
-def scan(path: str, keep_kinds: bool = False) -> LedgerScan:
-    """Verify the chain of ``path`` record by record and rebuild its Merkle tree."""
-    out = LedgerScan()
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return out
-    lines = data.split(b"\n")
-    tail = lines.pop()  # after the last newline: b"" for a cleanly ended file
-    pos = 0
-    for index, line in enumerate(lines):
-        h, problem, rec = _records.check(line, index, out.last_hash)
-        if problem is not None:
-            out.first_bad_index = index
-            out.reason = f"record {index}: {problem}"
-            return out
-        assert h is not None
-        out.tree.append(line)
-        out.last_hash = h
-        out.records += 1
-        pos += len(line) + 1
-        out.good_bytes = pos
-        if keep_kinds:
-            out.kinds.append(str(rec["kind"]))
-    if tail:
-        out.torn_tail = tail
-        out.first_bad_index = len(lines)
-        out.reason = (
-            f"record {len(lines)}: torn last line ({len(tail)} bytes without a newline; "
-            "a crash interrupted its append)"
-        )
-    return out
-
-
-def read_heads(path: str) -> list[TreeHead]:
-    heads: list[TreeHead] = []
-    try:
-        with open(heads_path(path), encoding="utf-8") as f:
-            for n, line in enumerate(f):
-                if not line.endswith("\n"):
-                    break  # torn head append: the previous heads still stand
-                try:
-                    heads.append(TreeHead(**json.loads(line)))
-                except (ValueError, TypeError) as exc:
-                    raise LedgerError(
-                        f"{heads_path(path)} line {n + 1} is not a tree head: {exc}"
-                    ) from exc
-    except FileNotFoundError:
-        pass
-    return heads
-
-
-def check_head(
-    tree: merkle.MerkleTree, head: TreeHead, public_key: str | None = None
-) -> str | None:
-    """Why ``head`` does not commit to a prefix of ``tree`` (None when it does)."""
-    if head.signature is not None and not signing.verify_head_signature(head, public_key):
-        return f"tree head for size {head.size} has an invalid signature (forged or altered)"
-    if public_key is not None and head.signature is None:
-        return f"tree head for size {head.size} is unsigned but a signing key is required"
-    if head.size > len(tree):
-        return (
-            f"a tree head commits to {head.size} records but the ledger holds {len(tree)} "
-            "(records were removed)"
-        )
-    if tree.root(head.size).hex() != head.root_hash:
-        return f"the first {head.size} records do not match their tree head (history rewritten)"
-    return None
-
-
-def verify_file(
-    path: str,
-    trusted_heads: list[TreeHead] | None = None,
-    public_key: str | None = None,
-) -> VerificationResult:
-    """Full verification: chain, torn tail, and every stored and given tree head."""
-    s = scan(path)
-    if s.reason is not None:
-        return VerificationResult(False, s.records, s.first_bad_index, s.reason)
-    heads = read_heads(path) + list(trusted_heads or [])
-    for head in heads:
-        problem = check_head(s.tree, head, public_key)
-        if problem is not None:
-            bad = s.records if head.size > s.records else max(0, head.size - 1)
-            return VerificationResult(False, s.records, bad, problem)
-    signed = bool(heads) and all(h.signature is not None for h in heads)
-    return VerificationResult(True, s.records, None, None, signed)
+__all__ = [
+    "LedgerScan",
+    "TechnicalDueDiligenceLedger",
+    "check_head",
+    "heads_path",
+    "read_heads",
+    "scan",
+    "verify_file",
+]
 
 
 class TechnicalDueDiligenceLedger:
     """The default :class:`ds.interfaces.ledger.Ledger`.
 
     ``path``: the JSON-lines file (created if absent). ``signing_key``: Ed25519 key spec (see
-    :mod:`ds.checkpoint.signing`), else ``$DS_LEDGER_SIGNING_KEY``, else heads are unsigned.
+    :mod:`ds.checkpoint.signing`), else ``$DS_LEDGER_SIGNING_KEY``, else heads are unsigned; a
+    ledger keeps the key it was started with unless :meth:`rotate_key` hands over to another.
     ``comm``: Communicator of a multi-rank job (rank 0 writes, others send). ``fsync``: fsync after
     every record (power-loss durable, slower); by default each record is handed to the OS at once
     (process-crash durable). ``recover_torn_tail``: on open, move a torn last line aside into
@@ -166,7 +84,12 @@ class TechnicalDueDiligenceLedger:
         self._comm = comm
         self._client: Any = None
         self._server: Any = None
-        self._file: Any = None
+        self._fd: int | None = None
+        self._writer_lock: WriterLock | None = None
+        self._broken: str | None = None
+        self._head_sink: str | None = None
+        self._initial_public: str | None = None
+        self._closed = False
         world = 1 if comm is None else int(comm.get_world_size())
         if comm is None and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             log.warning(
@@ -174,20 +97,32 @@ class TechnicalDueDiligenceLedger:
                 "write the file; pass comm= so rank 0 is the only writer",
                 path=self.path,
             )
-        if self._rank == 0:
-            self._open(recover_torn_tail)
-        if world > 1:
-            from ds.checkpoint import _ledger_net
-
-            assert comm is not None
-            addr: Any = None
+        if world == 1:
             if self._rank == 0:
+                self._open(recover_torn_tail)
+            return
+        from ds.checkpoint import _ledger_net
+
+        assert comm is not None
+        box: list[Any] = [None]
+        if self._rank == 0:
+            try:
+                self._open(recover_torn_tail)
                 self._server = _ledger_net.LedgerServer(self)
-                addr = self._server.address
-            box = [addr]
-            comm.broadcast_object_list(box, src=0)
-            if self._rank != 0:
-                self._client = _ledger_net.LedgerClient(box[0], self._rank)
+                box = [{"address": self._server.address, "secret": self._server.secret}]
+            except Exception as exc:  # every rank must hear it, or the others wait forever
+                box = [{"error": f"{type(exc).__name__}: {exc}"}]
+                comm.broadcast_object_list(box, src=0)
+                self.close_local()
+                raise
+        # The job's own process group carries the writer's address and the job secret: only a
+        # member of the rendezvous learns the secret, and the writer refuses anyone without it.
+        comm.broadcast_object_list(box, src=0)
+        info = box[0]
+        if self._rank != 0:
+            if "error" in info:
+                raise LedgerError(f"rank 0 could not open ledger {self.path}: {info['error']}")
+            self._client = _ledger_net.LedgerClient(info["address"], self._rank, info["secret"])
 
     @property
     def signed(self) -> bool:
@@ -196,6 +131,14 @@ class TechnicalDueDiligenceLedger:
     # ------------------------------------------------------------------ writer side
     def _open(self, recover: bool) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._writer_lock = WriterLock(self.path)  # before reading: nobody appends meanwhile
+        try:
+            self._open_locked(recover)
+        except BaseException:
+            self.close_local()
+            raise
+
+    def _open_locked(self, recover: bool) -> None:
         s = scan(self.path)
         torn: bytes | None = None
         if s.reason is not None:
@@ -216,9 +159,11 @@ class TechnicalDueDiligenceLedger:
             with open(self.path, "r+b") as f:
                 f.truncate(s.good_bytes)
                 os.fsync(f.fileno())
+        self._check_key(s)
         self._tree = s.tree
         self._prev = s.last_hash
-        self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the ledger
+        self._size = s.good_bytes
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if torn is not None:
             import hashlib
 
@@ -232,6 +177,32 @@ class TechnicalDueDiligenceLedger:
                 },
             )
 
+    def _check_key(self, s: LedgerScan) -> None:
+        """One ledger, one key: continuing it needs the key in effect (or a rotation)."""
+        heads = read_heads(self.path)
+        mine = signing.public_hex(self._key) if self._key is not None else None
+        if not any(h.signature is not None for h in heads) and not s.rotations:
+            if mine is not None and s.records and heads:
+                raise LedgerError(
+                    f"ledger {self.path} was written with unsigned tree heads; a signing key "
+                    "cannot be added to it midway (its earlier heads would be unsigned): start "
+                    "a new ledger for signed records"
+                )
+            self._initial_public = mine
+            return
+        chain, problem = key_chain(s, heads, None)
+        if problem is not None:
+            raise LedgerError(f"cannot append to ledger {self.path}: {problem}")
+        current = chain.key_at(s.records)
+        if mine is None or current != mine:
+            raise LedgerError(
+                f"ledger {self.path} is signed by key {(current or '')[:16]}...; open it with "
+                f"that key (ledger.signing_key or ${signing.ENV_KEY}), or hand over to a new key "
+                "with rotate_key() while it is open with the old one"
+                + (f" (this process has key {mine[:16]}...)" if mine else " (no key configured)")
+            )
+        self._initial_public = chain.initial
+
     def record_training_event(self, kind: str, payload: Mapping[str, Any]) -> int:
         """Append one event; returns its index (its leaf position in the Merkle tree)."""
         if self._client is not None:
@@ -239,20 +210,48 @@ class TechnicalDueDiligenceLedger:
         return self._append(kind, payload, self._rank)
 
     def _append(self, kind: str, payload: Mapping[str, Any], rank: int) -> int:
-        if self._file is None:
+        with self._lock:
+            return self._append_locked(kind, payload, rank)
+
+    def _append_locked(self, kind: str, payload: Mapping[str, Any], rank: int) -> int:
+        fd = self._fd
+        if fd is None:
             raise LedgerError(
                 f"ledger {self.path} is closed; open a new TechnicalDueDiligenceLedger"
             )
-        with self._lock:
-            index = len(self._tree)
-            line, h = _records.encode(index, time.time(), kind, rank, payload, self._prev)
-            self._file.write(line + b"\n")
-            self._file.flush()
+        if self._broken is not None:
+            raise LedgerError(f"ledger {self.path} refuses appends: {self._broken}")
+        index = len(self._tree)
+        line, h = _records.encode(index, time.time(), kind, rank, payload, self._prev)
+        data = line + b"\n"
+        try:
+            # One unbuffered write: nothing of a failed record lingers in a buffer to be
+            # flushed later behind the error (a buffered file would retry it on the next write).
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(f"short write ({written} of {len(data)} bytes; disk full?)")
             if self._fsync:
-                os.fsync(self._file.fileno())
-            self._tree.append(line)
-            self._prev = h
-            return index
+                os.fsync(fd)
+        except OSError as exc:
+            self._cut_back()
+            raise LedgerError(
+                f"could not append record {index} ({kind}) to ledger {self.path}: {exc}; "
+                "nothing of it was kept"
+            ) from exc
+        self._size += len(data)
+        self._tree.append(line)
+        self._prev = h
+        return index
+
+    def _cut_back(self) -> None:
+        """After a failed append, truncate the file to the last complete record."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError as exc:  # the next open sees the partial line as a torn tail
+            self._broken = (
+                f"a failed append could not be cut back ({exc}); reopen with recover_torn_tail=True"
+            )
 
     def attach(self, bus: Any, *, steps: bool = True) -> None:
         """Record the engine's telemetry: every StepMetrics (when ``steps``) and ConfigEvent.
@@ -268,11 +267,42 @@ class TechnicalDueDiligenceLedger:
             ConfigEvent,
         )
 
+    def rotate_key(self, new_key: Any) -> int:
+        """Hand signing over to ``new_key``: a ``key_rotation`` record signed by the current key.
+
+        Heads after the record are signed by the new key; verifiers follow the hand-over from the
+        ledger's first key. Returns the record's index.
+        """
+        if self._client is not None:
+            raise LedgerError("rotate_key() is a writer operation; call it on rank 0")
+        new = signing.load_private_key(new_key)
+        if new is None or self._key is None:
+            raise LedgerError("rotate_key() needs a current signing key and a new one")
+        new_public = signing.public_hex(new)
+        with self._lock:
+            index = len(self._tree)
+            payload = {
+                "old_public_key": signing.public_hex(self._key),
+                "new_public_key": new_public,
+                "signature": signing.sign_rotation(self._key, index, new_public),
+            }
+            self._append_locked(ROTATION_KIND, payload, self._rank)
+            self._key = new
+        self.tree_head()
+        return index
+
     # ------------------------------------------------------------------ commitments
     def __len__(self) -> int:
         if self._client is not None:
             return int(self._client.call("size"))
         return len(self._tree)
+
+    def set_head_sink(self, path: str | None) -> None:
+        """Also write every later head to ``path`` (atomically): the last checkpoint's copy."""
+        if self._client is not None:
+            return  # heads are written by rank 0, which has its own sink
+        with self._lock:
+            self._head_sink = path
 
     def tree_head(self) -> TreeHead:
         """Sign (when keyed) and publish the head of the log as it stands; returns it."""
@@ -282,13 +312,21 @@ class TechnicalDueDiligenceLedger:
             size = len(self._tree)
             root = self._tree.root().hex()
             head = signing.sign_head(self._key, size, root, time.time())
-            if self._file is not None:  # a closed ledger still answers heads and proofs
-                self._file.flush()  # the head never commits to records the OS has not got
+            if self._fd is not None and not self._fsync:
+                # A signed head is evidence: the records it commits to reach the disk first.
+                os.fsync(self._fd)
+            text = json.dumps(asdict(head), sort_keys=True) + "\n"
             with open(heads_path(self.path), "a", encoding="utf-8") as f:
-                f.write(json.dumps(asdict(head), sort_keys=True) + "\n")
+                f.write(text)
                 f.flush()
                 os.fsync(f.fileno())  # heads are rare and are the evidence against truncation
-            return head
+            sink = self._head_sink
+        if sink is not None:
+            try:
+                atomic_write_bytes(sink, text.encode())
+            except OSError as exc:  # the checkpoint was deleted or moved: the head still stands
+                log.warning("could not copy the ledger head", path=sink, error=str(exc))
+        return head
 
     def prove_inclusion(self, index: int, tree_size: int | None = None) -> list[str]:
         if self._client is not None:
@@ -323,31 +361,46 @@ class TechnicalDueDiligenceLedger:
             return self._tree.root(size).hex()
 
     def verify_ledger_integrity(self) -> VerificationResult:
-        """Re-read the file from disk and verify chain, Merkle heads and signatures."""
+        """Sign a head over everything so far, then re-read the file from disk and verify it.
+
+        A keyed ledger is verified strictly against its own first key: ``.heads`` must exist,
+        every head must be signed by the key in effect and cover the file.
+        """
         if self._client is not None:
             return VerificationResult(**self._client.call("verify"))
-        with self._lock:
-            if self._file is not None:
-                self._file.flush()
-        public = signing.public_hex(self._key) if self._key is not None else None
-        return verify_file(self.path, public_key=public)
+        if self._fd is not None:
+            self.tree_head()
+        if self._key is None and self._initial_public is None:
+            return verify_file(self.path)
+        return verify_file(self.path, public_key=self._initial_public, strict=True)
 
     def close(self) -> None:
-        if self._comm is not None and int(self._comm.get_world_size()) > 1:
+        """Collective in a multi-rank job; the writer signs a final head, then closes the file."""
+        if self._comm is not None and int(self._comm.get_world_size()) > 1 and not self._closed:
             # Every rank's events were acknowledged before this barrier: rank 0 may then stop.
             self._comm.barrier()
+        self._closed = True
         if self._client is not None:
             self._client.close()
             self._client = None
         if self._server is not None:
             self._server.stop()
             self._server = None
-        if self._file is not None:
-            with self._lock:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
-                self._file = None
+        if self._fd is not None and self._broken is None:
+            self.tree_head()  # the final head: truncating any suffix is now detectable
+        self.close_local()
+
+    def close_local(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                try:
+                    os.fsync(self._fd)
+                finally:
+                    os.close(self._fd)
+                    self._fd = None
+            if self._writer_lock is not None:
+                self._writer_lock.release()
+                self._writer_lock = None
 
     def __enter__(self) -> TechnicalDueDiligenceLedger:
         return self

@@ -109,3 +109,37 @@ def generate_key_hex() -> str:
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
     )
     return raw.hex()
+
+
+_ROTATION_DOMAIN = b"ds-ledger-key-rotation-v1\n"
+
+
+def rotation_bytes(index: int, old_public: str, new_public: str) -> bytes:
+    """The bytes a key-rotation record's signature covers: where it stands, and both keys."""
+    body = json.dumps(
+        {
+            "index": index,
+            "new_public_key": new_public.lower(),
+            "old_public_key": old_public.lower(),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return _ROTATION_DOMAIN + body.encode()
+
+
+def sign_rotation(old_private: Any, index: int, new_public: str) -> str:
+    return str(old_private.sign(rotation_bytes(index, public_hex(old_private), new_public)).hex())
+
+
+def verify_rotation(index: int, old_public: str, new_public: str, signature: str) -> bool:
+    """True when ``signature`` is ``old_public``'s approval of ``new_public`` at record ``index``."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(old_public))
+        key.verify(bytes.fromhex(signature), rotation_bytes(index, old_public, new_public))
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
