@@ -2,7 +2,10 @@
 
 Cache layout per layer: ``k_cache``/``v_cache`` of shape [kv_heads, num_blocks, block_size, head_dim].
 Every query token attends causally to its own sequence's cached tokens (the current forward's
-keys are written to the cache before attention runs).
+keys are written to the cache before attention runs). Two options, as transformers applies them:
+``window`` (sliding-window attention: the query at position ``p`` sees keys at positions
+``> p - window``) and ``softcap`` (scores become ``softcap * tanh(scores / softcap)`` before the
+mask, Gemma 2).
 """
 
 from __future__ import annotations
@@ -37,15 +40,19 @@ def _decode(
     tables: torch.Tensor,
     ctx: torch.Tensor,
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     s = q.shape[0]
     if s <= _DECODE_GROUP:
-        return _decode_group(q, k_cache, v_cache, tables, ctx, scale)
+        return _decode_group(q, k_cache, v_cache, tables, ctx, scale, window, softcap)
     order = torch.argsort(ctx)
     out = torch.empty_like(q)
     for a in range(0, s, _DECODE_GROUP):
         rows = order[a : a + _DECODE_GROUP]
-        out[rows] = _decode_group(q[rows], k_cache, v_cache, tables[rows], ctx[rows], scale)
+        out[rows] = _decode_group(
+            q[rows], k_cache, v_cache, tables[rows], ctx[rows], scale, window, softcap
+        )
     return out
 
 
@@ -56,18 +63,27 @@ def _decode_group(
     tables: torch.Tensor,
     ctx: torch.Tensor,
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One query per sequence: gather every sequence's blocks at once, mask the tail."""
     s, h, d = q.shape
     kvh, _, bs, _ = k_cache.shape
     max_ctx = int(ctx.max())
-    nblk = -(-max_ctx // bs)
-    idx = tables[:, :nblk].long()
+    # With a window only the blocks that can hold visible keys are gathered.
+    first = 0 if window is None else max(0, (int(ctx.min()) - window) // bs)
+    nblk = -(-max_ctx // bs) - first
+    idx = tables[:, first : first + nblk].long()
     k = k_cache[:, idx].reshape(kvh, s, nblk * bs, d).float()
     v = v_cache[:, idx].reshape(kvh, s, nblk * bs, d).float()
     qg = q.float().reshape(s, kvh, h // kvh, d).transpose(0, 1)  # [kvh, s, group, d]
     scores = torch.matmul(qg, k.transpose(-1, -2)) * scale  # [kvh, s, group, ctx]
-    valid = torch.arange(nblk * bs, device=q.device)[None, :] < ctx[:, None]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    kpos = torch.arange(first * bs, (first + nblk) * bs, device=q.device)[None, :]
+    valid = kpos < ctx[:, None]
+    if window is not None:
+        valid &= kpos >= ctx[:, None] - window
     scores = scores.masked_fill(~valid[None, :, None, :], float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [kvh, s, group, d]
     return out.transpose(0, 1).reshape(s, h, d).to(q.dtype)
@@ -80,6 +96,8 @@ def _prefill_one(
     blocks: torch.Tensor,
     ctx: int,
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Queries of one sequence (the last ``q.shape[0]`` positions of its ``ctx`` tokens)."""
     n, h, d = q.shape
@@ -90,6 +108,8 @@ def _prefill_one(
     v = v_cache[:, idx].reshape(kvh, nblk * bs, d)[:, :ctx].to(q.dtype)
     qt = q.transpose(0, 1)
     gqa = kvh != h
+    if softcap is not None or (window is not None and ctx > window):
+        return _prefill_masked(qt, k, v, ctx, scale, window, softcap).transpose(0, 1)
     if n == ctx:
         out = F.scaled_dot_product_attention(qt, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
@@ -99,16 +119,49 @@ def _prefill_one(
     return out.transpose(0, 1)
 
 
+def _prefill_masked(
+    qt: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ctx: int,
+    scale: float,
+    window: int | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    """Explicit scores (softcapping cannot go through SDPA); a window drops the keys no query of
+    this chunk can see before any product is formed. ``qt`` [h, n, d], ``k``/``v`` [kvh, ctx, d]."""
+    h, n, d = qt.shape
+    kvh = k.shape[0]
+    start = 0 if window is None else max(0, ctx - n - window + 1)
+    k, v = k[:, start:], v[:, start:]
+    qpos = torch.arange(ctx - n, ctx, device=qt.device)[:, None]
+    kpos = torch.arange(start, ctx, device=qt.device)[None, :]
+    visible = kpos <= qpos
+    if window is not None:
+        visible &= kpos > qpos - window
+    qg = qt.float().reshape(kvh, h // kvh, n, d)
+    scores = torch.matmul(qg, k.float()[:, None].transpose(-1, -2)) * scale  # [kvh, g, n, ctx]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~visible, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), v.float()[:, None])
+    return out.reshape(h, n, d).to(qt.dtype)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     batch: RaggedBatch,
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
     if batch.all_decode:
-        return _decode(q, k_cache, v_cache, batch.block_tables, batch.context_lens, scale)
+        return _decode(
+            q, k_cache, v_cache, batch.block_tables, batch.context_lens, scale, window, softcap
+        )
     out = torch.empty_like(q)
     qlens = batch.query_lens
     starts = batch.query_start.tolist()
@@ -118,13 +171,20 @@ def paged_attention(
         rows = torch.tensor(decode_rows, device=q.device)
         tok = batch.query_start[rows]
         out[tok] = _decode(
-            q[tok], k_cache, v_cache, batch.block_tables[rows], batch.context_lens[rows], scale
+            q[tok],
+            k_cache,
+            v_cache,
+            batch.block_tables[rows],
+            batch.context_lens[rows],
+            scale,
+            window,
+            softcap,
         )
     for i, n in enumerate(qlens):
         if n == 1:
             continue
         a = starts[i]
         out[a : a + n] = _prefill_one(
-            q[a : a + n], k_cache, v_cache, batch.block_tables[i], ctxs[i], scale
+            q[a : a + n], k_cache, v_cache, batch.block_tables[i], ctxs[i], scale, window, softcap
         )
     return out

@@ -1,7 +1,9 @@
-"""The Llama family (Llama 2/3, Mistral, Qwen2): RMSNorm, RoPE, grouped-query attention, SwiGLU.
+"""The Llama family and its near relatives: RMSNorm, RoPE, grouped-query attention, gated MLP.
 
-Weights keep their Hugging Face names. Qwen2 differs only by biases on the q/k/v projections, which
-are picked up when present.
+One class serves ``llama``, ``mistral``, ``qwen2`` (biases on q/k/v, picked up when present) and
+``qwen3`` (per-head RMSNorm on q and k). Subclasses change one piece each: the MLP (``moe.py``:
+mixtral, qwen2_moe), fused projections (``phi.py``: phi3), the norm and embedding scale
+(``gemma.py``). Weights keep their Hugging Face names.
 """
 
 from __future__ import annotations
@@ -10,63 +12,94 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from ds.inference.attention import paged_attention, write_kv
 from ds.inference.kv_cache import KVCache
+from ds.inference.models.blocks import (
+    DenseLinear,
+    LinearFactory,
+    LinearFn,
+    Weights,
+    activation,
+    required,
+    rms_norm,
+)
+from ds.inference.models.decoder import RaggedDecoder, Tables, sliding_windows
 from ds.inference.ragged import RaggedBatch
-from ds.inference.rope import Rotary, apply_rotary, rope_parameters
-from ds.interfaces.errors import ConfigError, InferenceError
+from ds.inference.rope import Rotary, rope_parameters
+from ds.interfaces.errors import ConfigError
 
-LinearFn = Callable[[torch.Tensor], torch.Tensor]
-LinearFactory = Callable[[torch.Tensor, "torch.Tensor | None"], LinearFn]
+# Re-exported: older code imports them from here.
+__all__ = ["DenseLinear", "GatedMLP", "LlamaModel", "rms_norm"]
 
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "silu": F.silu,
-    "swish": F.silu,
-    "gelu": F.gelu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
+Act = Callable[[torch.Tensor], torch.Tensor]
+Rule = Callable[[int], bool]
+
+
+def _qwen_rule(config: dict[str, Any]) -> Rule:
+    use = bool(config.get("use_sliding_window", False))
+    first = int(config.get("max_window_layers", 28))
+    return lambda i: use and i >= first
+
+
+def _qwen_moe_rule(config: dict[str, Any]) -> Rule:
+    use = bool(config.get("use_sliding_window", False))
+    last = int(config.get("max_window_layers", 28))
+    return lambda i: use and bool((i + 1) % 2) and i < last
+
+
+# Which layers slide when config.json has no ``layer_types`` (transformers' per-family default);
+# a family not listed slides on every layer when ``sliding_window`` is set (Mistral, Mixtral, Phi-3).
+WINDOW_RULES: dict[str, Callable[[dict[str, Any]], Rule]] = {
+    "qwen2": _qwen_rule,
+    "qwen3": _qwen_rule,
+    "qwen2_moe": _qwen_moe_rule,
+    "gemma2": lambda config: lambda i: bool((i + 1) % 2),
 }
 
 
-class DenseLinear:
-    __slots__ = ("bias", "weight")
+class GatedMLP:
+    __slots__ = ("act", "down", "gate", "up")
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        self.weight = weight
-        self.bias = bias
+    def __init__(self, gate: LinearFn, up: LinearFn, down: LinearFn, act: Act) -> None:
+        self.gate, self.up, self.down, self.act = gate, up, down, act
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # Same operation order as the reference implementation, so fp32 results agree bit-for-bit-ish.
-    dtype = x.dtype
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(dtype)
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.gate(h)) * self.up(h))
 
 
 class _Layer:
-    def __init__(self, w: dict[str, torch.Tensor], prefix: str, make: LinearFactory) -> None:
-        def lin(name: str) -> LinearFn:
-            weight = w.pop(f"{prefix}{name}.weight")
-            return make(weight, w.pop(f"{prefix}{name}.bias", None))
+    q: LinearFn
+    k: LinearFn
+    v: LinearFn
+    o: LinearFn
+    mlp: Callable[[torch.Tensor], torch.Tensor]
+    ln_in: torch.Tensor
+    ln_post: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+    ln_pre_ff: torch.Tensor | None  # Gemma 2's sandwich norms
+    ln_post_ff: torch.Tensor | None
 
-        self.q = lin("self_attn.q_proj")
-        self.k = lin("self_attn.k_proj")
-        self.v = lin("self_attn.v_proj")
-        self.o = lin("self_attn.o_proj")
-        self.gate = lin("mlp.gate_proj")
-        self.up = lin("mlp.up_proj")
-        self.down = lin("mlp.down_proj")
-        self.ln_in = w.pop(f"{prefix}input_layernorm.weight")
-        self.ln_post = w.pop(f"{prefix}post_attention_layernorm.weight")
+    # A dense layer's MLP projections, by their short names.
+    @property
+    def gate(self) -> LinearFn:
+        assert isinstance(self.mlp, GatedMLP)
+        return self.mlp.gate
+
+    @property
+    def up(self) -> LinearFn:
+        assert isinstance(self.mlp, GatedMLP)
+        return self.mlp.up
+
+    @property
+    def down(self) -> LinearFn:
+        assert isinstance(self.mlp, GatedMLP)
+        return self.mlp.down
 
 
-class LlamaModel:
+class LlamaModel(RaggedDecoder):
+    norm = staticmethod(rms_norm)
+
     def __init__(
         self,
         config: dict[str, Any],
@@ -75,63 +108,100 @@ class LlamaModel:
         device: torch.device | str,
         linear_factory: LinearFactory | None = None,
     ) -> None:
-        make: LinearFactory = linear_factory or DenseLinear
-        try:
-            self.hidden = int(config["hidden_size"])
-            self.num_heads = int(config["num_attention_heads"])
-            self.num_layers = int(config["num_hidden_layers"])
-            self.vocab_size = int(config["vocab_size"])
-        except KeyError as exc:
-            raise ConfigError(f"model config.json lacks {exc.args[0]!r}") from exc
+        super().__init__(config, dtype)
+        self.config = config
+        hidden, heads, layers, vocab = required(
+            config, "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"
+        )
+        self.hidden = int(hidden)
+        self.num_heads = int(heads)
+        self.num_layers = int(layers)
+        self.vocab_size = int(vocab)
         self.num_kv_heads = int(config.get("num_key_value_heads") or self.num_heads)
         self.head_dim = int(config.get("head_dim") or self.hidden // self.num_heads)
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"num_attention_heads={self.num_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_kv_heads}"
+            )
         self.eps = float(config.get("rms_norm_eps", 1e-6))
-        act = config.get("hidden_act", "silu")
-        if act not in _ACTIVATIONS:
-            raise ConfigError(f"unsupported hidden_act {act!r}; supported: {sorted(_ACTIVATIONS)}")
-        self.act = _ACTIVATIONS[act]
-        window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
-        self.sliding_window = int(window) if window else None
-        self.dtype = dtype
+        self.act = activation(self.activation_name(config))
         self.scale = self.head_dim**-0.5
-        w = {k.removeprefix("model."): v.to(device=device, dtype=dtype) for k, v in weights.items()}
-        self.embed = w.pop("embed_tokens.weight")
-        head = w.pop("lm_head.weight", None)
+        w = Weights(weights, ("model.",), dtype, device, linear_factory)
+        self.embed_w = w.take("embed_tokens.weight")
+        head = w.maybe("lm_head.weight")
         if head is None:
             if not config.get("tie_word_embeddings", True):
                 raise ConfigError("checkpoint has no lm_head.weight and tie_word_embeddings=false")
-            head = self.embed
+            head = self.embed_w
         # The output head stays dense: it is small next to the layers and most sensitive.
         self.lm_head = DenseLinear(head, None)
-        self.norm = w.pop("norm.weight")
-        self.layers = [_Layer(w, f"layers.{i}.", make) for i in range(self.num_layers)]
-        leftover = [k for k in w if "rotary_emb" not in k]
-        if leftover:
-            raise ConfigError(f"unexpected weights in checkpoint: {leftover[:5]}")
-        self.rotary = Rotary(self.head_dim, rope_parameters(config), device)
-        self.attention: Callable[..., torch.Tensor] = paged_attention
+        self.norm_w = w.take("norm.weight")
+        self.layers = [self._build_layer(w, i) for i in range(self.num_layers)]
+        w.finish()
+        rule = WINDOW_RULES.get(str(config.get("model_type")))
+        self.windows = sliding_windows(config, self.num_layers, rule(config) if rule else None)
+        self.rotary = Rotary(self.head_dim, self.rope_params(config), device)
 
-    def forward(self, batch: RaggedBatch, cache: KVCache) -> torch.Tensor:
-        if self.sliding_window is not None and batch.max_context > self.sliding_window:
-            raise InferenceError(
-                f"context of {batch.max_context} tokens exceeds the model's sliding window "
-                f"({self.sliding_window}); windowed attention is not implemented"
-            )
-        t = batch.num_tokens
-        x = self.embed[batch.token_ids]
-        cos, sin = self.rotary.cos_sin(batch.positions, x.dtype)
-        for i, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.ln_in, self.eps)
-            q = layer.q(h).view(t, self.num_heads, self.head_dim)
-            k = layer.k(h).view(t, self.num_kv_heads, self.head_dim)
-            v = layer.v(h).view(t, self.num_kv_heads, self.head_dim)
-            q = apply_rotary(q, cos, sin)
-            k = apply_rotary(k, cos, sin)
-            write_kv(cache.keys[i], cache.values[i], k, v, batch.slot_mapping)
-            a = self.attention(q, cache.keys[i], cache.values[i], batch, self.scale)
-            x = x + layer.o(a.reshape(t, self.num_heads * self.head_dim))
-            h = rms_norm(x, layer.ln_post, self.eps)
-            x = x + layer.down(self.act(layer.gate(h)) * layer.up(h))
-        last = batch.query_start[1:] - 1
-        x = rms_norm(x[last], self.norm, self.eps)
-        return self.lm_head(x).float()
+    # -- what subclasses change ---------------------------------------------------------------
+    def activation_name(self, config: dict[str, Any]) -> Any:
+        return config.get("hidden_act", "silu")
+
+    def rope_params(self, config: dict[str, Any]) -> dict[str, Any]:
+        return rope_parameters(config)
+
+    def attention_weights(self, w: Weights, p: str) -> tuple[LinearFn, LinearFn, LinearFn]:
+        return (
+            w.linear(f"{p}self_attn.q_proj"),
+            w.linear(f"{p}self_attn.k_proj"),
+            w.linear(f"{p}self_attn.v_proj"),
+        )
+
+    def build_mlp(self, w: Weights, p: str, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        return GatedMLP(
+            w.linear(f"{p}mlp.gate_proj"),
+            w.linear(f"{p}mlp.up_proj"),
+            w.linear(f"{p}mlp.down_proj"),
+            self.act,
+        )
+
+    def embed(self, batch: RaggedBatch) -> torch.Tensor:
+        return self.embed_w[batch.token_ids]
+
+    # -- the layer ------------------------------------------------------------------------------
+    def _build_layer(self, w: Weights, i: int) -> _Layer:
+        p = f"layers.{i}."
+        layer = _Layer()
+        layer.q, layer.k, layer.v = self.attention_weights(w, p)
+        layer.o = w.linear(f"{p}self_attn.o_proj")
+        layer.q_norm = w.maybe(f"{p}self_attn.q_norm.weight")
+        layer.k_norm = w.maybe(f"{p}self_attn.k_norm.weight")
+        layer.mlp = self.build_mlp(w, p, i)
+        layer.ln_in = w.take(f"{p}input_layernorm.weight")
+        layer.ln_post = w.take(f"{p}post_attention_layernorm.weight")
+        layer.ln_pre_ff = w.maybe(f"{p}pre_feedforward_layernorm.weight")
+        layer.ln_post_ff = w.maybe(f"{p}post_feedforward_layernorm.weight")
+        return layer
+
+    def layer(
+        self, i: int, x: torch.Tensor, batch: RaggedBatch, cache: KVCache, rope: Tables
+    ) -> torch.Tensor:
+        L = self.layers[i]
+        t = x.shape[0]
+        h = self.norm(x, L.ln_in, self.eps)
+        q = L.q(h).view(t, self.num_heads, self.head_dim)
+        k = L.k(h).view(t, self.num_kv_heads, self.head_dim)
+        v = L.v(h).view(t, self.num_kv_heads, self.head_dim)
+        if L.q_norm is not None and L.k_norm is not None:
+            q = self.norm(q, L.q_norm, self.eps)
+            k = self.norm(k, L.k_norm, self.eps)
+        a = L.o(self.attend(i, q, k, v, batch, cache, rope))
+        if L.ln_pre_ff is not None and L.ln_post_ff is not None:
+            x = x + self.norm(a, L.ln_post, self.eps)
+            m = L.mlp(self.norm(x, L.ln_pre_ff, self.eps))
+            return x + self.norm(m, L.ln_post_ff, self.eps)
+        x = x + a
+        return x + L.mlp(self.norm(x, L.ln_post, self.eps))
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(x, self.norm_w, self.eps))
