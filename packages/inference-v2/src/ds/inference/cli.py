@@ -1,10 +1,30 @@
-"""``ds serve MODEL_DIR``: serve a model over an OpenAI-compatible HTTP API."""
+"""``ds serve MODEL_DIR``: serve a model over an OpenAI-compatible HTTP API.
+
+Options follow vLLM's names where they mean the same thing. SIGTERM (or Ctrl-C) stops accepting
+connections, lets requests in flight finish for ``--shutdown-grace`` seconds, then exits 0; if
+the engine thread dies the server stops and exits 1.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
+from typing import Any
+
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def _bytes(text: str) -> int:
+    """``2GiB``, ``512M``, ``1e9``: a byte count."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (examples: 2GiB, 512M, 1e9)")
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is less than one byte")
+    return int(value)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -15,24 +35,78 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="engine config: a JSON file or inline JSON object")
     p.add_argument("--block-size", type=int, help="kv_cache.block_size")
     p.add_argument("--num-blocks", type=int, help="kv_cache.num_blocks")
-    p.add_argument("--prefix-caching", action="store_true", help="reuse cached prompt prefixes")
+    p.add_argument(
+        "--kv-cache-memory-bytes",
+        type=_bytes,
+        help="KV cache budget (kv_cache.memory_budget_bytes), e.g. 2GiB; instead of --num-blocks",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        "--prefix-caching",
+        dest="prefix_caching",
+        action="store_true",
+        help="reuse cached prompt prefixes",
+    )
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        help="tokens per sequence, prompt + output (default: the model's max_position_embeddings)",
+    )
+    p.add_argument(
+        "--max-num-seqs", type=int, help="sequences in the running batch (scheduler.max_running)"
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="tokens per forward (scheduler.token_budget)",
+    )
+    p.add_argument(
+        "--quantization",
+        choices=["int8_sym", "int4_sym"],
+        help="weight-only quantization of the linear layers",
+    )
+    p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory)")
+    p.add_argument(
+        "--chat-template", help="chat template: a Jinja file or the template text itself"
+    )
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
     p.add_argument("--served-model-name", help="model id reported to clients (default: dir name)")
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        help="seconds requests in flight may take to finish after SIGTERM (default 30)",
+    )
     return p
 
 
 def _config(args: argparse.Namespace) -> dict[str, object]:
-    cfg: dict[str, object] = {}
+    cfg: dict[str, Any] = {}
     if args.config:
         src = Path(args.config)
         cfg = json.loads(src.read_text() if src.is_file() else args.config)
-    kv = dict(cfg.get("kv_cache", {}))  # type: ignore[call-overload]
+    kv = dict(cfg.get("kv_cache", {}))
     if args.block_size:
         kv["block_size"] = args.block_size
     if args.num_blocks:
         kv["num_blocks"] = args.num_blocks
+    if getattr(args, "kv_cache_memory_bytes", None):
+        kv["memory_budget_bytes"] = args.kv_cache_memory_bytes
+        kv.pop("num_blocks", None)
     if kv:
         cfg["kv_cache"] = kv
+    sched = dict(cfg.get("scheduler", {}))
+    if getattr(args, "max_num_seqs", None):
+        sched["max_running"] = args.max_num_seqs
+    if getattr(args, "max_num_batched_tokens", None):
+        sched["token_budget"] = args.max_num_batched_tokens
+    if sched:
+        cfg["scheduler"] = sched
+    if getattr(args, "max_model_len", None):
+        cfg["max_model_len"] = args.max_model_len
+    if getattr(args, "quantization", None):
+        cfg["quantization"] = {**cfg.get("quantization", {}), "scheme": args.quantization}
     if args.prefix_caching:
         cfg["prefix_caching"] = True
     if args.dtype:
@@ -40,10 +114,27 @@ def _config(args: argparse.Namespace) -> dict[str, object]:
     return cfg
 
 
+def serve(app: Any, host: str, port: int, grace: float) -> int:
+    """Run ``app`` until SIGTERM/SIGINT (exit 0) or until its engine thread dies (exit 1)."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=max(grace, 0.1)
+    )
+    server = uvicorn.Server(config)
+    app.state.stop_server = lambda: setattr(server, "should_exit", True)
+    server.run()
+    loop = app.state.engine_loop
+    if loop.dead is not None:
+        print(f"ds serve: the engine thread died: {loop.dead}", flush=True)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError:
         print("ds serve needs the server extra: pip install 'ds-inference-v2[serve]'")
         return 2
@@ -54,14 +145,18 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         engine = build_engine(args.model, _config(args))
-    except DsError as exc:
+        codec = TextCodec.from_dir(args.tokenizer or args.model, args.chat_template)
+    except (DsError, OSError, ValueError) as exc:
         print(f"ds serve: {exc}")
         return 2
     name = args.served_model_name or Path(args.model).name
-    app = create_app(engine, TextCodec.from_dir(args.model), name)
-    print(f"ds serve: {name} on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
-    return 0
+    app = create_app(engine, codec, name, api_key=args.api_key)
+    print(
+        f"ds serve: {name} on http://{args.host}:{args.port}/v1 "
+        f"(max_model_len {engine.max_context}, {engine.capacity().total_blocks} KV blocks)",
+        flush=True,
+    )
+    return serve(app, args.host, args.port, args.shutdown_grace)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,9 @@ class EngineConfig(_Strict):
     device: str = "cpu"
     attention: Literal["torch", "triton"] = "torch"
     quantization: QuantizationConfig | None = None
+    # Tokens per sequence (prompt + output). None: the model's max_position_embeddings, capped by
+    # state_manager.max_context; a value here overrides both.
+    max_model_len: int | None = Field(default=None, ge=1)
 
     @classmethod
     def parse(cls, config: EngineConfig | dict[str, object] | None) -> EngineConfig:

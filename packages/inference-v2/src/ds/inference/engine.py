@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,33 @@ _DEFAULT_FULL_SEQUENCES = 8
 class InferenceEngineV2:
     """Implements :class:`ds.interfaces.inference.InferenceEngine` over one model."""
 
-    def __init__(self, model: Any, config: EngineConfig, model_config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        config: EngineConfig,
+        model_config: dict[str, Any],
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
         self.model = model
         self.config = config
         self.model_config = model_config
+        self.max_context = _max_context(config, model_config)
+        # The state manager enforces the same per-sequence limit the server advertises.
+        sm_config = config.state_manager.model_copy(update={"max_context": self.max_context})
+        # Where generation ends unless a request sets ignore_eos (the scheduler's choice).
+        self.eos_token_ids: tuple[int, ...] = tuple(
+            sorted(
+                _ids(model_config.get("eos_token_id"))
+                if eos_token_ids is None
+                else set(eos_token_ids)
+            )
+        )
         kv = config.kv_cache
         kv_dtype = _DTYPES[kv.dtype] if kv.dtype else model.dtype
         per_block = bytes_per_block(
             model.num_layers, model.num_kv_heads, model.head_dim, kv.block_size, kv_dtype
         )
-        default_tokens = config.state_manager.max_context * _DEFAULT_FULL_SEQUENCES
+        default_tokens = self.max_context * _DEFAULT_FULL_SEQUENCES
         num_blocks = resolve_num_blocks(kv, per_block, default_tokens)
         self.block_size = kv.block_size
         self.cache = KVCache(
@@ -50,9 +68,7 @@ class InferenceEngineV2:
             config.device,
         )
         self.allocator = BlockAllocator(num_blocks)
-        self.state = StateManager(
-            config.state_manager, self.allocator, kv.block_size, config.prefix_caching
-        )
+        self.state = StateManager(sm_config, self.allocator, kv.block_size, config.prefix_caching)
         log.debug("engine built", num_blocks=num_blocks, block_bytes=per_block)
 
     # -- InferenceEngine protocol -------------------------------------------------------------
@@ -131,6 +147,11 @@ class InferenceEngineV2:
         """Reuse cached blocks for a new sequence's prompt; returns tokens already cached."""
         return self.state.match_prefix(uid, prompt)
 
+    def share_prefix(self, src: int, dst: int, prompt: Sequence[int]) -> int:
+        """Give new sequence ``dst`` the cached full blocks of ``src`` that hold a prefix of
+        ``prompt`` (shared, not copied); returns the tokens ``dst`` need not recompute."""
+        return self.state.share_prefix(src, dst, prompt)
+
     def seen_tokens(self, uid: int) -> int:
         seq = self.state.get(uid)
         return seq.seen_tokens if seq else 0
@@ -174,6 +195,42 @@ class InferenceEngineV2:
                 raise InferenceError(f"sequence {uid} has token ids outside [0, {vocab})")
 
 
+def _max_context(config: EngineConfig, model_config: dict[str, Any]) -> int:
+    if config.max_model_len is not None:
+        return config.max_model_len
+    limit = config.state_manager.max_context
+    model_limit = model_config.get("max_position_embeddings")
+    if isinstance(model_limit, int) and model_limit > 0:
+        limit = min(limit, model_limit)
+    return limit
+
+
+def _ids(value: Any) -> set[int]:
+    if isinstance(value, bool):
+        return set()
+    if isinstance(value, int):
+        return {value}
+    if isinstance(value, (list, tuple)):
+        return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
+    return set()
+
+
+def _generation_eos(path_or_model: str | Path | Any) -> Any:
+    if isinstance(path_or_model, (str, Path)):
+        file = Path(path_or_model) / "generation_config.json"
+        if not file.is_file():
+            return None
+        try:
+            return json.loads(file.read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            log.warning(
+                "unreadable generation_config.json; its eos_token_id is ignored", path=str(file)
+            )
+            return None
+    gen = getattr(path_or_model, "generation_config", None)
+    return getattr(gen, "eos_token_id", None)
+
+
 def build_engine(
     path_or_model: str | Path | Any,
     config: EngineConfig | dict[str, Any] | None = None,
@@ -193,8 +250,11 @@ def build_engine(
 
         linear_factory = quantized_linear_factory(cfg.quantization)
     model = family(model_config, weights, _DTYPES[cfg.dtype], cfg.device, linear_factory)
+    # EOS of config.json and generation_config.json together: transformers' generate() stops on
+    # the generation config's, which usually repeats (or extends) the model's.
+    eos = _ids(model_config.get("eos_token_id")) | _ids(_generation_eos(path_or_model))
     if cfg.attention == "triton":
         from ds.inference.triton_attention import paged_attention_triton
 
         model.attention = paged_attention_triton
-    return InferenceEngineV2(model, cfg, model_config)
+    return InferenceEngineV2(model, cfg, model_config, sorted(eos))

@@ -30,11 +30,16 @@ def generate(
     config: EngineConfig | dict[str, Any] | None = None,
     decode: Callable[[list[int]], str] | None = None,
     on_token: TokenCallback | None = None,
+    stop_at_eos: bool = False,
 ) -> list[GenerationResult]:
     """Generate for every prompt (token ids); results in prompt order.
 
     ``model`` is an engine, a Hugging Face directory or an in-memory ``transformers`` model.
-    ``on_token(index, token, finished)`` streams tokens as they are produced.
+    ``on_token(index, token, finished)`` streams tokens as they are produced. With
+    ``stop_at_eos`` a request ends at the model's EOS token (config.json and
+    generation_config.json), as ``ds serve`` does; off by default, so that exactly
+    ``max_new_tokens`` come back. A request that fails raises InferenceError after all others
+    ran.
     """
     engine = model if isinstance(model, InferenceEngineV2) else build_engine(model, config)
     if params is None:
@@ -42,18 +47,20 @@ def generate(
     plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
     if len(plist) != len(prompts):
         raise InferenceError(f"{len(prompts)} prompts but {len(plist)} sampling parameter sets")
-    sched = ContinuousBatchScheduler(engine, decode=decode)
+    eos = engine.eos_token_ids if stop_at_eos else ()
+    sched = ContinuousBatchScheduler(engine, decode=decode, eos_token_ids=eos)
     base = 1 + max(engine.state.uids(), default=-1)
     for i, (prompt, p) in enumerate(zip(prompts, plist)):
         sched.add_request(base + i, prompt, p, on_token and _shift(on_token, base))
     while sched.has_unfinished():
         sched.step()
+    if sched.failed:
+        uid, req = min(sched.failed.items())
+        raise InferenceError(f"prompt {uid - base} failed: {req.error}")
     out = []
     for i in range(len(prompts)):
         req = sched.finished[base + i]
-        text = None
-        if decode is not None:
-            text = _truncate_at_stop(decode(req.generated), req.params.stop_strings)
+        text = req.text if decode is not None else None
         out.append(
             GenerationResult(
                 list(req.prompt),
@@ -68,8 +75,3 @@ def generate(
 
 def _shift(cb: TokenCallback, base: int) -> TokenCallback:
     return lambda uid, tok, fin: cb(uid - base, tok, fin)
-
-
-def _truncate_at_stop(text: str, stops: Sequence[str]) -> str:
-    cut = min((text.find(s) for s in stops if s in text), default=-1)
-    return text if cut < 0 else text[:cut]

@@ -1,20 +1,53 @@
-"""Token sampling: greedy, temperature, top-k, top-p, repetition penalty, per-request seeds."""
+"""Token sampling: greedy, temperature, top-k, top-p, min-p, repetition / presence / frequency
+penalties, logit bias, per-request seeds, and an optional grammar mask.
+
+:class:`SamplingOptions` extends the interface's :class:`SamplingParams` with the OpenAI-style
+knobs the server accepts; code that only knows ``SamplingParams`` keeps working because every
+extra field has a neutral default.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.inference import SamplingParams
 
+# torch.Generator.manual_seed takes values in [-2**63, 2**64); larger or negative JSON integers
+# are folded into that range so that any integer is a valid, reproducible seed.
+_SEED_RANGE = 2**64
+
+
+@dataclass(frozen=True)
+class SamplingOptions(SamplingParams):
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    ignore_eos: bool = False
+    logprobs: int | None = None  # None: no logprobs; k >= 0: the sampled token's plus top k
+    # A compiled grammar (ds.inference.grammar.CompiledGrammar) constraining the output.
+    grammar: Any = None
+
+
+def option(params: SamplingParams, name: str) -> Any:
+    """A :class:`SamplingOptions` field of any params object (its default when absent)."""
+    return getattr(params, name, SamplingOptions.__dataclass_fields__[name].default)
+
+
+def fold_seed(seed: int) -> int:
+    return seed % _SEED_RANGE
+
 
 def validate(params: SamplingParams) -> None:
     problems = []
-    if params.max_new_tokens < 1:
-        problems.append(f"max_new_tokens={params.max_new_tokens} (must be >= 1)")
+    if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < 1:
+        problems.append(f"max_new_tokens={params.max_new_tokens!r} (must be an integer >= 1)")
     # Written as "not (ok)" so NaN, which fails every comparison, is refused too; infinity is
     # refused where it would divide the logits into NaN or zero.
     if not (0 <= params.temperature < math.inf):
@@ -27,6 +60,23 @@ def validate(params: SamplingParams) -> None:
         problems.append(
             f"repetition_penalty={params.repetition_penalty} (must be finite and > 0; 1 disables)"
         )
+    if params.seed is not None and (
+        isinstance(params.seed, bool) or not isinstance(params.seed, int)
+    ):
+        problems.append(f"seed={params.seed!r} (must be an integer)")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = option(params, name)
+        if not (-2 <= value <= 2):
+            problems.append(f"{name}={value} (must be in [-2, 2]; 0 disables)")
+    min_p = option(params, "min_p")
+    if not (0 <= min_p <= 1):
+        problems.append(f"min_p={min_p} (must be in [0, 1]; 0 disables)")
+    for token, bias in option(params, "logit_bias"):
+        if not (-100 <= bias <= 100):
+            problems.append(f"logit_bias[{token}]={bias} (must be in [-100, 100])")
+    k = option(params, "logprobs")
+    if k is not None and not (0 <= k <= 20):
+        problems.append(f"logprobs={k} (must be in [0, 20])")
     if problems:
         raise ConfigError("invalid sampling parameters: " + "; ".join(problems))
 
@@ -37,25 +87,63 @@ class Sampler:
     def __init__(self, params: SamplingParams) -> None:
         validate(params)
         self.params = params
+        self.presence = option(params, "presence_penalty")
+        self.frequency = option(params, "frequency_penalty")
+        self.min_p = option(params, "min_p")
+        self.bias = option(params, "logit_bias")
+        grammar = option(params, "grammar")
+        self.matcher = grammar.matcher() if grammar is not None else None
         self.generator: torch.Generator | None = None
         if params.temperature > 0:
             self.generator = torch.Generator()
             if params.seed is not None:
-                self.generator.manual_seed(params.seed)
+                self.generator.manual_seed(fold_seed(params.seed))
             else:
                 self.generator.seed()
 
-    def __call__(self, logits: torch.Tensor, history: Sequence[int]) -> int:
+    @property
+    def grammar_done(self) -> bool:
+        return self.matcher is not None and self.matcher.is_terminated()
+
+    def __call__(
+        self, logits: torch.Tensor, history: Sequence[int], generated: Sequence[int] = ()
+    ) -> int:
+        token = self._sample(self.process(logits, history, generated))
+        if self.matcher is not None:
+            self.matcher.accept(token)
+        return token
+
+    def process(
+        self, logits: torch.Tensor, history: Sequence[int], generated: Sequence[int] = ()
+    ) -> torch.Tensor:
+        """Logits after penalties, bias and the grammar mask (before temperature)."""
         p = self.params
-        x = logits.float()
+        x = logits.float().clone()
         if p.repetition_penalty != 1.0 and history:
             idx = torch.tensor(sorted(set(history)), dtype=torch.long, device=x.device)
             seen = x[idx]
-            x = x.clone()
             x[idx] = torch.where(seen > 0, seen / p.repetition_penalty, seen * p.repetition_penalty)
+        if (self.presence or self.frequency) and generated:
+            # OpenAI's definition: logit -= count * frequency + (count > 0) * presence, over the
+            # tokens generated so far.
+            counts = torch.bincount(
+                torch.tensor(list(generated), dtype=torch.long), minlength=x.numel()
+            ).to(device=x.device, dtype=x.dtype)[: x.numel()]
+            x -= counts * self.frequency + (counts > 0).to(x.dtype) * self.presence
+        for token, bias in self.bias:
+            x[token] += bias
+        if self.matcher is not None:
+            x = self.matcher.mask(x)
+        return x
+
+    def _sample(self, x: torch.Tensor) -> int:
+        p = self.params
         if p.temperature == 0:
             return int(torch.argmax(x))
         x = x / p.temperature
+        if self.min_p > 0:
+            probs = torch.softmax(x, dim=-1)
+            x = x.masked_fill(probs < self.min_p * probs.max(), float("-inf"))
         if p.top_k > 0 and p.top_k < x.numel():
             kth = torch.topk(x, p.top_k).values[-1]
             x = x.masked_fill(x < kth, float("-inf"))
@@ -67,3 +155,14 @@ class Sampler:
             x = x.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), float("-inf"))
         probs = torch.softmax(x, dim=-1).cpu()
         return int(torch.multinomial(probs, 1, generator=self.generator))
+
+
+def top_logprobs(logits: torch.Tensor, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
+    """The model's log-probability of ``token`` and its ``k`` most likely tokens (raw logits,
+    before penalties and temperature, as vLLM reports them)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    top: list[tuple[int, float]] = []
+    if k > 0:
+        values, ids = torch.topk(lp, min(k, lp.numel()))
+        top = [(int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist())]
+    return float(lp[token]), top

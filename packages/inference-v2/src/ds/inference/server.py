@@ -1,7 +1,10 @@
-"""OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (streaming or not).
+"""OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions, /v1/models, /health,
+/metrics.
 
-One background thread owns the engine and runs the continuous-batching scheduler; HTTP handlers
-submit requests to it and receive tokens through asyncio queues as they are produced.
+Requests are validated in full (:mod:`ds.inference.protocol`) before anything is queued; one
+background thread owns the engine (:mod:`ds.inference.engine_loop`) and delivers each sequence's
+tokens through an asyncio queue. A client that goes away, streaming or not, is aborted before the
+next engine step. Every error is OpenAI's error object (:mod:`ds.inference.openai_errors`).
 """
 
 from __future__ import annotations
@@ -10,121 +13,82 @@ import asyncio
 import contextlib
 import itertools
 import json
-import queue
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
 from ds.inference.engine import InferenceEngineV2
-from ds.inference.scheduler import ContinuousBatchScheduler
+from ds.inference.engine_loop import EngineLoop, ErrorEvent, Event, TokenEvent
+from ds.inference.metrics import ServerMetrics
+from ds.inference.openai_errors import APIError, install_handlers
+from ds.inference.protocol import Limits, ParsedRequest, parse
 from ds.inference.tokenizer import TextCodec
-from ds.interfaces.errors import DsError
-from ds.interfaces.inference import SamplingParams
 from ds.interfaces.logging import get_logger
+
+__all__ = ["EngineLoop", "create_app"]
 
 log = get_logger(__name__)
 
-# Events delivered to a request's consumer: ("token", id, finished) or ("error", message).
-Event = tuple[Any, ...]
+# How often a non-streaming handler checks whether its client is still connected.
+_DISCONNECT_POLL_S = 0.02
 
 
 @dataclass
-class _Submission:
-    uid: int
-    prompt: list[int]
-    params: SamplingParams
-    deliver: Callable[[Event], None]
+class _Choice:
+    index: int
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+    cached: int = 0
 
 
-class EngineLoop:
-    """Runs the scheduler on its own thread; everything touching the engine happens there."""
+def _grammar_factory(engine: InferenceEngineV2, codec: TextCodec) -> Callable[..., Any] | None:
+    from ds.inference import grammar
 
-    def __init__(self, engine: InferenceEngineV2, codec: TextCodec) -> None:
-        self.engine = engine
-        self.codec = codec
-        self.scheduler = ContinuousBatchScheduler(engine, decode=codec.decode)
-        self._inbox: queue.Queue[_Submission | int | None] = queue.Queue()
-        self._uids = itertools.count()
-        self._deliver: dict[int, Callable[[Event], None]] = {}
-        self._thread = threading.Thread(target=self._run, name="ds-serve-engine", daemon=True)
-        self._thread.start()
+    if not grammar.available() or codec.path is None:
+        return None
+    compiler: Any = None
 
-    def submit(
-        self, prompt: list[int], params: SamplingParams, deliver: Callable[[Event], None]
-    ) -> int:
-        uid = next(self._uids)
-        self._inbox.put(_Submission(uid, prompt, params, deliver))
-        return uid
+    def compile_(schema: dict[str, Any] | None) -> Any:
+        nonlocal compiler
+        if compiler is None:  # built on first use: it walks the whole vocabulary
+            compiler = grammar.GrammarCompiler(
+                codec.path, engine.model.vocab_size, engine.eos_token_ids
+            )
+        return compiler(schema)
 
-    def abort(self, uid: int) -> None:
-        """Stop a request whose client went away (applied on the engine thread)."""
-        self._inbox.put(uid)
-
-    def close(self) -> None:
-        self._inbox.put(None)
-        self._thread.join(timeout=10)
-
-    def _accept(self, sub: _Submission) -> None:
-        try:
-            self.scheduler.add_request(sub.uid, sub.prompt, sub.params, self._on_token)
-        except DsError as exc:
-            sub.deliver(("error", str(exc)))
-            return
-        self._deliver[sub.uid] = sub.deliver
-
-    def _on_token(self, uid: int, token: int, finished: bool) -> None:
-        deliver = self._deliver[uid]
-        reason = None
-        if finished:
-            del self._deliver[uid]
-            req = next(r for r in self.scheduler.running if r.uid == uid)
-            reason = req.finish_reason
-        deliver(("token", token, reason))
-
-    def _run(self) -> None:
-        while True:
-            block = not self.scheduler.has_unfinished()
-            try:
-                while True:
-                    sub = self._inbox.get(block=block)
-                    if sub is None:
-                        return
-                    if isinstance(sub, int):
-                        self.scheduler.abort(sub)
-                        self._deliver.pop(sub, None)
-                    else:
-                        self._accept(sub)
-                    block = False
-            except queue.Empty:
-                pass
-            if not self.scheduler.has_unfinished():
-                continue
-            try:
-                self.scheduler.step()
-                self.scheduler.finished.clear()  # results went out through the callbacks
-            except DsError as exc:  # a failed forward fails every request in flight
-                log.error("engine step failed", error=str(exc))
-                for uid, deliver in list(self._deliver.items()):
-                    deliver(("error", str(exc)))
-                    if uid in self.engine.state:
-                        self.engine.flush(uid)
-                self._deliver.clear()
-                self.scheduler.running.clear()
-                self.scheduler.waiting.clear()
+    return compile_
 
 
-def _float(body: dict[str, Any], key: str, default: float) -> float:
-    value = body.get(key)
-    return default if value is None else float(value)
+def create_app(
+    engine: InferenceEngineV2,
+    codec: TextCodec,
+    model_name: str,
+    api_key: str | None = None,
+    on_death: Callable[[], None] | None = None,
+) -> Any:
+    metrics = ServerMetrics(model_name)
 
+    def died() -> None:
+        # Stop the HTTP server (cli.serve installs stop_server) so the process exits non-zero.
+        if on_death is not None:
+            on_death()
+        stop = getattr(app.state, "stop_server", None)
+        if stop is not None:
+            stop()
 
-def create_app(engine: InferenceEngineV2, codec: TextCodec, model_name: str) -> Any:
-    from fastapi import FastAPI, HTTPException
-    from fastapi.responses import JSONResponse, StreamingResponse
-
-    loop_ = EngineLoop(engine, codec)
+    loop_ = EngineLoop(engine, codec, metrics, died)
+    cap = engine.capacity()
+    limits = Limits(
+        model_name, engine.max_context, cap.total_blocks * cap.block_size, engine.model.vocab_size
+    )
+    grammar = _grammar_factory(engine, codec)
+    ids = itertools.count()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -133,156 +97,293 @@ def create_app(engine: InferenceEngineV2, codec: TextCodec, model_name: str) -> 
 
     app = FastAPI(title="ds serve", lifespan=lifespan)
     app.state.engine_loop = loop_
+    app.state.metrics = metrics
+    install_handlers(app)
 
-    @app.exception_handler(HTTPException)
-    async def _openai_error(_: Any, exc: HTTPException) -> JSONResponse:
-        # The error body shape OpenAI clients parse into their exception message.
-        body = {"error": {"message": str(exc.detail), "type": "invalid_request_error"}}
-        return JSONResponse(body, status_code=exc.status_code)
+    if api_key:
 
-    def params_of(body: dict[str, Any]) -> SamplingParams:
-        stop = body.get("stop") or ()
-        stops = (stop,) if isinstance(stop, str) else tuple(stop)
+        @app.middleware("http")
+        async def _auth(request: Request, call_next: Any) -> Any:
+            if request.url.path.startswith("/v1"):
+                given = request.headers.get("authorization", "")
+                if given != f"Bearer {api_key}":
+                    err = APIError(401, "Incorrect API key provided", code="invalid_api_key")
+                    return JSONResponse(err.body(), status_code=401)
+            return await call_next(request)
+
+    # -- helpers ------------------------------------------------------------------------------
+    async def body_of(request: Request) -> Any:
+        raw = await request.body()
         try:
-            params = SamplingParams(
-                max_new_tokens=int(body.get("max_tokens") or 16),
-                temperature=_float(body, "temperature", 1.0),
-                top_k=int(body.get("top_k") or 0),
-                top_p=_float(body, "top_p", 1.0),
-                repetition_penalty=float(body.get("repetition_penalty") or 1.0),
-                seed=body.get("seed"),
-                stop_token_ids=tuple(body.get("stop_token_ids") or ()),
-                stop_strings=stops,
-            )
-            from ds.inference.sampling import validate
+            return json.loads(raw)
+        except ValueError as exc:
+            raise APIError(
+                400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
+            ) from exc
 
-            validate(params)
-        except (TypeError, ValueError) as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from exc
-        if int(body.get("n") or 1) != 1:
-            raise HTTPException(status_code=400, detail="only n=1 is supported")
-        return params
-
-    def prompt_of(prompt: Any) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            try:
-                return codec.encode(prompt)
-            except DsError as exc:
-                raise HTTPException(status_code=400, detail=str(exc)) from exc
-        if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt) and prompt:
-            return list(prompt)
-        raise HTTPException(
-            status_code=400, detail="prompt must be a string or a list of token ids"
-        )
-
-    async def events(prompt: list[int], params: SamplingParams) -> AsyncIterator[Event]:
-        aloop = asyncio.get_running_loop()
-        q: asyncio.Queue[Event] = asyncio.Queue()
-
-        def deliver(ev: Event) -> None:
-            aloop.call_soon_threadsafe(q.put_nowait, ev)
-
-        uid = loop_.submit(prompt, params, deliver)
-        done = False
-        try:
-            while not done:
-                ev = await q.get()
-                done = ev[0] == "error" or ev[2] is not None
-                yield ev
-        finally:
-            if not done:  # the client went away: stop spending forwards on it
-                loop_.abort(uid)
-
-    async def run(prompt: list[int], params: SamplingParams, chat: bool, stream: bool) -> Any:
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(_ids)}"
-        created = int(time.time())
-        obj = "chat.completion" if chat else "text_completion"
-
-        def choice(text: str, reason: str | None, tokens: list[int]) -> dict[str, Any]:
-            c: dict[str, Any] = {"index": 0, "finish_reason": reason, "token_ids": tokens}
-            if chat:
-                key = "delta" if stream else "message"
-                c[key] = {"role": "assistant", "content": text}
-            else:
-                c["text"] = text
-                c["logprobs"] = None
-            return c
-
-        def cut(text: str) -> str:
-            hits = [text.find(s) for s in params.stop_strings if s in text]
-            return text[: min(hits)] if hits else text
-
-        if stream:
-
-            async def sse() -> AsyncIterator[str]:
-                tokens: list[int] = []
-                sent = ""
-                async for ev in events(prompt, params):
-                    if ev[0] == "error":
-                        yield "data: " + json.dumps({"error": {"message": ev[1]}}) + "\n\n"
-                        break
-                    tokens.append(ev[1])
-                    text = cut(codec.decode(tokens))
-                    delta, sent = text[len(sent) :], text
-                    chunk = {
-                        "id": rid,
-                        "object": obj + (".chunk" if chat else ""),
-                        "created": created,
-                        "model": model_name,
-                        "choices": [choice(delta, ev[2], [ev[1]])],
+    def logprobs_json(chat: bool, c: _Choice, start: int, offset: int) -> Any:
+        entries = c.logprobs[start:]
+        if chat:
+            content = []
+            for tok, lp, top in entries:
+                text = codec.token_text(tok)
+                content.append(
+                    {
+                        "token": text,
+                        "logprob": lp,
+                        "bytes": list(text.encode()),
+                        "top_logprobs": [
+                            {
+                                "token": codec.token_text(t),
+                                "logprob": v,
+                                "bytes": list(codec.token_text(t).encode()),
+                            }
+                            for t, v in top
+                        ],
                     }
-                    yield "data: " + json.dumps(chunk) + "\n\n"
-                yield "data: [DONE]\n\n"
+                )
+            return {"content": content}
+        texts = [codec.token_text(tok) for tok, _, _ in entries]
+        offsets = []
+        for t in texts:
+            offsets.append(offset)
+            offset += len(t)
+        return {
+            "tokens": texts,
+            "token_logprobs": [lp for _, lp, _ in entries],
+            "top_logprobs": [
+                {codec.token_text(tok): lp, **{codec.token_text(t): v for t, v in top}}
+                for tok, lp, top in entries
+            ],
+            "text_offset": offsets,
+        }
 
-            return StreamingResponse(sse(), media_type="text/event-stream")
+    def usage(req: ParsedRequest, choices: list[_Choice]) -> dict[str, Any]:
+        done = sum(len(c.tokens) for c in choices)
+        cached = max((c.cached for c in choices), default=0)
+        return {
+            "prompt_tokens": len(req.prompt),
+            "completion_tokens": done,
+            "total_tokens": len(req.prompt) + done,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
 
-        tokens: list[int] = []
-        reason = None
-        async for ev in events(prompt, params):
-            if ev[0] == "error":
-                raise HTTPException(status_code=400, detail=ev[1])
-            tokens.append(ev[1])
-            reason = ev[2]
+    def prompt_text(req: ParsedRequest) -> str:
+        return req.prompt_text if req.prompt_text is not None else codec.decode(req.prompt)
+
+    def start(req: ParsedRequest) -> tuple[list[int], asyncio.Queue[tuple[int, Event]]]:
+        aloop = asyncio.get_running_loop()
+        q: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+
+        def deliver_to(i: int) -> Callable[[Event], None]:
+            return lambda ev: aloop.call_soon_threadsafe(q.put_nowait, (i, ev))
+
+        uids = loop_.submit(req.prompt, req.params, [deliver_to(i) for i in range(len(req.params))])
+        return uids, q
+
+    def apply(c: _Choice, ev: TokenEvent) -> None:
+        c.tokens.append(ev.token)
+        c.text += ev.text
+        c.finish_reason = ev.finish_reason
+        c.cached = ev.cached_tokens
+        if ev.logprob is not None:
+            c.logprobs.append((ev.token, ev.logprob[0], ev.logprob[1]))
+
+    # -- completion handling ------------------------------------------------------------------
+    async def complete(request: Request, chat: bool) -> Any:
+        if not loop_.alive:
+            raise APIError(503, f"the engine is not running: {loop_.dead}")
+        body = await body_of(request)
+        req = await asyncio.to_thread(parse, body, chat, codec, limits, grammar)
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(ids)}"
+        created = int(time.time())
+        if req.stream:
+            uids, q = start(req)
+            return StreamingResponse(
+                stream(req, rid, created, uids, q), media_type="text/event-stream"
+            )
+        return await unary(request, req, rid, created)
+
+    async def unary(request: Request, req: ParsedRequest, rid: str, created: int) -> Any:
+        uids, q = start(req)
+        choices = [_Choice(i) for i in range(len(uids))]
+        left = set(range(len(uids)))
+
+        async def collect() -> ErrorEvent | None:
+            while left:
+                i, ev = await q.get()
+                if isinstance(ev, ErrorEvent):
+                    return ev
+                apply(choices[i], ev)
+                if ev.finish_reason is not None:
+                    left.discard(i)
+            return None
+
+        task = asyncio.ensure_future(collect())
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=_DISCONNECT_POLL_S)
+                if done:
+                    break
+                if await request.is_disconnected():
+                    task.cancel()
+                    return Response(status_code=499)  # nobody reads it
+            error = task.result()
+        finally:
+            for i in left:
+                loop_.abort(uids[i])
+        if error is not None:
+            raise APIError(error.status, error.message)
+        out = []
+        for c in choices:
+            text = c.text
+            if req.echo:
+                text = prompt_text(req) + text
+            item: dict[str, Any] = {
+                "index": c.index,
+                "finish_reason": c.finish_reason,
+                "token_ids": c.tokens,
+            }
+            lp = logprobs_json(req.chat, c, 0, 0) if req.logprobs is not None else None
+            if req.chat:
+                item["message"] = {"role": "assistant", "content": text}
+                item["logprobs"] = lp
+            else:
+                item["text"] = text
+                item["logprobs"] = lp
+            out.append(item)
         return JSONResponse(
             {
+                "id": rid,
+                "object": "chat.completion" if req.chat else "text_completion",
+                "created": created,
+                "model": model_name,
+                "choices": out,
+                "usage": usage(req, choices),
+            }
+        )
+
+    async def stream(
+        req: ParsedRequest,
+        rid: str,
+        created: int,
+        uids: list[int],
+        q: asyncio.Queue[tuple[int, Event]],
+    ) -> AsyncIterator[str]:
+        obj = "chat.completion.chunk" if req.chat else "text_completion"
+        choices = [_Choice(i) for i in range(len(uids))]
+        left = set(range(len(uids)))
+
+        def chunk(items: list[dict[str, Any]], use: dict[str, Any] | None = None) -> str:
+            data: dict[str, Any] = {
                 "id": rid,
                 "object": obj,
                 "created": created,
                 "model": model_name,
-                "choices": [choice(cut(codec.decode(tokens)), reason, tokens)],
-                "usage": {
-                    "prompt_tokens": len(prompt),
-                    "completion_tokens": len(tokens),
-                    "total_tokens": len(prompt) + len(tokens),
-                },
+                "choices": items,
             }
-        )
+            if req.include_usage:
+                data["usage"] = use
+            return "data: " + json.dumps(data) + "\n\n"
 
-    _ids = itertools.count()
+        try:
+            if req.chat:
+                yield chunk(
+                    [
+                        {
+                            "index": i,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                        for i in range(len(uids))
+                    ]
+                )
+            elif req.echo:
+                yield chunk(
+                    [
+                        {
+                            "index": i,
+                            "text": prompt_text(req),
+                            "logprobs": None,
+                            "finish_reason": None,
+                            "token_ids": [],
+                        }
+                        for i in range(len(uids))
+                    ]
+                )
+            while left:
+                i, ev = await q.get()
+                if isinstance(ev, ErrorEvent):
+                    err = APIError(ev.status, ev.message)
+                    yield "data: " + json.dumps(err.body()) + "\n\n"
+                    break
+                c = choices[i]
+                before = len(c.logprobs)
+                apply(c, ev)
+                lp = (
+                    logprobs_json(req.chat, c, before, len(c.text) - len(ev.text))
+                    if req.logprobs is not None
+                    else None
+                )
+                item: dict[str, Any] = {"index": i, "finish_reason": ev.finish_reason}
+                if req.chat:
+                    item["delta"] = {"content": ev.text}
+                else:
+                    item["text"] = ev.text
+                item["logprobs"] = lp
+                item["token_ids"] = [ev.token]
+                yield chunk([item])
+                if ev.finish_reason is not None:
+                    left.discard(i)
+            else:
+                if req.include_usage:
+                    yield chunk([], usage(req, choices))
+            yield "data: [DONE]\n\n"
+        finally:
+            for i in left:  # the client went away, or a choice failed: stop the rest
+                loop_.abort(uids[i])
 
+    # -- routes -------------------------------------------------------------------------------
     @app.get("/health")
-    def health() -> dict[str, Any]:
-        cap = engine.capacity()
-        return {"status": "ok", "free_blocks": cap.free_blocks, "total_blocks": cap.total_blocks}
+    def health() -> Any:
+        c = engine.capacity()
+        body = {
+            "status": "ok" if loop_.alive else "dead",
+            "free_blocks": c.free_blocks,
+            "total_blocks": c.total_blocks,
+        }
+        if not loop_.alive:
+            body["error"] = loop_.dead or "the engine thread stopped"
+            return JSONResponse(body, status_code=503)
+        return body
+
+    @app.get("/metrics")
+    def metrics_() -> Any:
+        content, media = metrics.render()
+        return Response(content, media_type=media)
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "ds"}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "ds",
+                    "max_model_len": engine.max_context,
+                }
+            ],
+        }
 
     @app.post("/v1/completions")
-    async def completions(body: dict[str, Any]) -> Any:
-        return await run(
-            prompt_of(body.get("prompt")), params_of(body), False, bool(body.get("stream"))
-        )
+    async def completions(request: Request) -> Any:
+        return await complete(request, chat=False)
 
     @app.post("/v1/chat/completions")
-    async def chat(body: dict[str, Any]) -> Any:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise HTTPException(status_code=400, detail="messages must be a non-empty list")
-        prompt = prompt_of(codec.chat_prompt(messages))
-        return await run(prompt, params_of(body), True, bool(body.get("stream")))
+    async def chat_completions(request: Request) -> Any:
+        return await complete(request, chat=True)
 
     return app

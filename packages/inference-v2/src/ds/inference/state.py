@@ -131,6 +131,35 @@ class StateManager:
         seq.tokens.extend(int(t) for t in prompt[: len(matched) * bs])
         return len(matched) * bs
 
+    def share_prefix(self, src: int, dst: int, prompt: Sequence[int]) -> int:
+        """Attach to new sequence ``dst`` the full blocks of ``src`` that hold a prefix of
+        ``prompt`` (reference counted, never copied: full blocks are not written again).
+
+        Used for ``n > 1`` siblings of one prompt; works with prefix caching off. Leaves at least
+        one prompt token to compute, for its logits. Returns the tokens attached.
+        """
+        source = self._seqs.get(src)
+        if source is None:
+            return 0
+        bs = self.block_size
+        limit = min(len(prompt) - 1, source.seen_tokens) // bs
+        n = 0
+        while n < limit and source.tokens[n * bs : (n + 1) * bs] == list(
+            prompt[n * bs : (n + 1) * bs]
+        ):
+            n += 1
+        if n == 0:
+            return 0
+        seq = self.get_or_create(dst)
+        if seq.seen_tokens:
+            return 0
+        for block in source.blocks[:n]:
+            self.allocator.incref(block)
+        seq.blocks.extend(source.blocks[:n])
+        seq.keys.extend(source.keys[:n])
+        seq.tokens.extend(int(t) for t in prompt[: n * bs])
+        return n * bs
+
     def flush(self, uid: int) -> None:
         seq = self._seqs.pop(uid, None)
         if seq is None:

@@ -1,0 +1,354 @@
+"""Validation of OpenAI completion / chat-completion request bodies, before anything is queued.
+
+Every field is checked for type and range here, so that input can only ever produce a 400 (with
+the field named in ``param``) and never reaches the engine thread in a shape it cannot take.
+Unknown fields are ignored, as OpenAI-compatible servers do; fields this server cannot honour are
+refused rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ds.inference.chat_template import TemplateError
+from ds.inference.openai_errors import APIError, bad_request
+from ds.inference.sampling import SamplingOptions, fold_seed
+from ds.inference.tokenizer import TextCodec
+from ds.interfaces.errors import DsError
+
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+_MAX_N = 64
+_MAX_STOPS = 64
+_MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    model_name: str
+    max_context: int  # prompt + output tokens of one sequence
+    cache_tokens: int  # tokens the whole KV cache holds
+    vocab_size: int
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    chat: bool
+    prompt: list[int]
+    prompt_text: str | None
+    params: list[SamplingOptions]  # one per choice (n)
+    stream: bool
+    include_usage: bool
+    logprobs: int | None  # None: off; k: the sampled token's and k alternatives
+    echo: bool
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(
+    body: dict[str, Any], key: str, default: int | None, lo: int | None, hi: int | None
+) -> Any:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not _is_int(v):
+        raise bad_request(key, f"expected an integer, got {json.dumps(v)}")
+    if lo is not None and v < lo:
+        raise bad_request(key, f"integer below minimum value; expected >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise bad_request(key, f"integer above maximum value; expected <= {hi}, got {v}")
+    return v
+
+
+def _num(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise bad_request(key, f"expected a number, got {json.dumps(v)}")
+    if not lo <= v <= hi:
+        raise bad_request(key, f"expected a number in [{lo}, {hi}], got {v}")
+    return float(v)
+
+
+def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    v = body.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise bad_request(key, f"expected a boolean, got {json.dumps(v)}")
+    return v
+
+
+def _stops(body: dict[str, Any]) -> tuple[str, ...]:
+    v = body.get("stop")
+    if v is None:
+        return ()
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise bad_request("stop", f"expected a string or a list of strings, got {json.dumps(v)}")
+    if len(items) > _MAX_STOPS:
+        raise bad_request("stop", f"at most {_MAX_STOPS} stop strings, got {len(items)}")
+    return tuple(s for s in items if s)
+
+
+def _token_ids(v: Any, key: str, vocab: int) -> list[int]:
+    if not isinstance(v, list) or not all(_is_int(t) for t in v):
+        raise bad_request(key, "expected a list of integer token ids")
+    bad = [t for t in v if not 0 <= t < vocab]
+    if bad:
+        raise bad_request(key, f"token ids must be in [0, {vocab}); got {bad[:5]}")
+    return list(v)
+
+
+def _logit_bias(body: dict[str, Any], vocab: int) -> tuple[tuple[int, float], ...]:
+    v = body.get("logit_bias")
+    if v is None:
+        return ()
+    if not isinstance(v, dict):
+        raise bad_request("logit_bias", "expected an object mapping token ids to biases")
+    out = []
+    for key, bias in v.items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise bad_request("logit_bias", f"key {key!r} is not a token id") from None
+        if not 0 <= token < vocab:
+            raise bad_request("logit_bias", f"token id {token} is outside [0, {vocab})")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100 <= bias <= 100:
+            raise bad_request("logit_bias", f"bias of {token} must be a number in [-100, 100]")
+        out.append((token, float(bias)))
+    return tuple(out)
+
+
+def _text_of(content: Any, where: str) -> str:
+    """Message content as text: a string, or a list of text parts joined by newlines."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise bad_request(where, "expected a string or a list of content parts")
+    texts = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise bad_request(
+                f"{where}[{j}]", f"only text content parts are supported, got {kind!r}"
+            )
+        if not isinstance(part.get("text"), str):
+            raise bad_request(f"{where}[{j}].text", "expected a string")
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def messages_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    v = body.get("messages")
+    if not isinstance(v, list) or not v:
+        raise bad_request("messages", "expected a non-empty list of message objects")
+    out = []
+    for i, m in enumerate(v):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad_request(where, f"expected a message object, got {json.dumps(m)}")
+        role = m.get("role")
+        if role not in _ROLES:
+            raise bad_request(f"{where}.role", f"expected one of {sorted(_ROLES)}, got {role!r}")
+        if "content" not in m and role != "assistant":
+            raise bad_request(f"{where}.content", "missing")
+        msg = {k: val for k, val in m.items() if k != "content"}
+        msg["content"] = _text_of(m.get("content"), f"{where}.content")
+        out.append(msg)
+    return out
+
+
+def _prompt_of(body: dict[str, Any], codec: TextCodec, vocab: int) -> tuple[list[int], str | None]:
+    v = body.get("prompt")
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, list)):
+        v = v[0]  # a batch of one
+    if isinstance(v, str):
+        if not codec.available:
+            raise bad_request("prompt", "this model has no tokenizer; send token ids")
+        ids = codec.encode(v)
+        if not ids:
+            raise bad_request("prompt", "the prompt encodes to no tokens")
+        return ids, v
+    if isinstance(v, list) and v and all(_is_int(t) for t in v):
+        return _token_ids(v, "prompt", vocab), None
+    if isinstance(v, list) and len(v) > 1 and all(isinstance(p, (str, list)) for p in v):
+        raise bad_request("prompt", "one prompt per request is supported; send several requests")
+    raise bad_request("prompt", "expected a non-empty string or a list of token ids")
+
+
+def _response_format(
+    body: dict[str, Any], grammar: Callable[[dict[str, Any] | None], Any] | None
+) -> Any:
+    v = body.get("response_format")
+    if v is None:
+        return None
+    if not isinstance(v, dict) or v.get("type") not in ("text", "json_object", "json_schema"):
+        raise bad_request(
+            "response_format", "expected {'type': 'text' | 'json_object' | 'json_schema', ...}"
+        )
+    if v["type"] == "text":
+        return None
+    schema: dict[str, Any] | None = None
+    if v["type"] == "json_schema":
+        spec = v.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise bad_request(
+                "response_format.json_schema", "expected {'name': ..., 'schema': {...}}"
+            )
+        schema = spec.get("schema", {})
+    if grammar is None:
+        raise APIError(
+            400,
+            "response_format needs a grammar library and a tokenizer: install xgrammar "
+            "(pip install 'ds-inference-v2[serve]') and serve a model with tokenizer.json",
+            param="response_format",
+            code="unsupported",
+        )
+    try:
+        return grammar(schema)
+    except DsError as exc:
+        raise bad_request("response_format", str(exc)) from exc
+
+
+def parse(
+    body: Any,
+    chat: bool,
+    codec: TextCodec,
+    limits: Limits,
+    grammar: Callable[[dict[str, Any] | None], Any] | None = None,
+) -> ParsedRequest:
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object", code="invalid_json")
+    model = body.get("model")
+    if model is not None and model != limits.model_name:
+        raise APIError(
+            404,
+            f"The model '{model}' does not exist; this server serves '{limits.model_name}'",
+            param="model",
+            code="model_not_found",
+        )
+    vocab = limits.vocab_size
+    prompt_text: str | None = None
+    if chat:
+        messages = messages_of(body)
+        if not codec.available:
+            raise bad_request("messages", "this model has no tokenizer for chat messages")
+        try:
+            prompt = codec.chat_ids(messages)
+        except TemplateError as exc:
+            raise bad_request("messages", str(exc)) from exc
+    else:
+        prompt, prompt_text = _prompt_of(body, codec, vocab)
+    n = _int(body, "n", 1, 1, _MAX_N)
+    if body.get("best_of") not in (None, 1, n):
+        raise bad_request("best_of", "only best_of == n is supported")
+    if chat:
+        for key in ("tools", "functions"):
+            if body.get(key):
+                raise bad_request(key, "tool calling is not supported by this server")
+    elif body.get("suffix"):
+        raise bad_request("suffix", "suffix (insertion) is not supported by this server")
+    stream = _bool(body, "stream")
+    so = body.get("stream_options")
+    include_usage = False
+    if so is not None:
+        if not stream:
+            raise bad_request("stream_options", "only allowed when 'stream' is true")
+        if not isinstance(so, dict):
+            raise bad_request("stream_options", "expected an object")
+        include_usage = _bool(so, "include_usage")
+
+    # Output length: OpenAI's defaults (16 for completions, the rest of the context for chat).
+    room = limits.max_context - len(prompt)
+    if room < 1:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_context} tokens. However, your "
+            f"prompt has {len(prompt)} tokens. Please reduce the length of the "
+            f"{'messages' if chat else 'prompt'}.",
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
+    key = "max_tokens"
+    if chat and body.get("max_completion_tokens") is not None:
+        key = "max_completion_tokens"
+    max_tokens = _int(body, key, None, 1, None)
+    if max_tokens is None:
+        max_tokens = min(room, limits.cache_tokens - len(prompt)) if chat else min(16, room)
+    if len(prompt) + max_tokens > limits.max_context:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_context} tokens. However, you "
+            f"requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the "
+            f"{'messages' if chat else 'prompt'}, {max_tokens} in the completion). Please reduce "
+            f"the length of the {'messages' if chat else 'prompt'} or completion.",
+            param=key,
+            code="context_length_exceeded",
+        )
+    if len(prompt) + max_tokens > limits.cache_tokens:
+        raise bad_request(
+            key,
+            f"{len(prompt) + max_tokens} tokens do not fit the whole KV cache "
+            f"({limits.cache_tokens} tokens); lower {key} or start the server with more KV memory",
+        )
+
+    stops = _stops(body)
+    if stops and not codec.available:
+        raise bad_request("stop", "stop strings need a tokenizer; use stop_token_ids")
+    stop_ids = body.get("stop_token_ids")
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise bad_request("seed", f"expected an integer, got {json.dumps(seed)}")
+    top_k = _int(body, "top_k", 0, -1, None)
+    logprobs: int | None
+    if chat:
+        want = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs", None, 0, _MAX_LOGPROBS)
+        if top is not None and not want:
+            raise bad_request("top_logprobs", "requires 'logprobs': true")
+        logprobs = (top or 0) if want else None
+        echo = False
+    else:
+        logprobs = _int(body, "logprobs", None, 0, _MAX_LOGPROBS)
+        echo = _bool(body, "echo")
+        if echo and logprobs is not None:
+            raise bad_request(
+                "echo", "echo together with logprobs (prompt logprobs) is not supported"
+            )
+    base = SamplingOptions(
+        max_new_tokens=max_tokens,
+        temperature=_num(body, "temperature", 1.0, 0.0, 100.0),
+        top_k=max(top_k, 0),  # vLLM's -1 also disables
+        top_p=_num(body, "top_p", 1.0, 0.0, 1.0),
+        repetition_penalty=_num(body, "repetition_penalty", 1.0, 0.0, 100.0),
+        seed=None if seed is None else fold_seed(seed),
+        stop_token_ids=tuple(_token_ids(stop_ids, "stop_token_ids", vocab)) if stop_ids else (),
+        stop_strings=stops,
+        presence_penalty=_num(body, "presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=_num(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        min_p=_num(body, "min_p", 0.0, 0.0, 1.0),
+        logit_bias=_logit_bias(body, vocab),
+        ignore_eos=_bool(body, "ignore_eos"),
+        logprobs=logprobs,
+        grammar=_response_format(body, grammar),
+    )
+    if base.top_p == 0:
+        raise bad_request("top_p", "must be > 0")
+    if base.repetition_penalty == 0:
+        raise bad_request("repetition_penalty", "must be > 0")
+    # Each choice samples on its own stream: choice i of seed s uses seed s + i.
+    params = [base] + [
+        replace(base, seed=None if base.seed is None else fold_seed(base.seed + i))
+        for i in range(1, n)
+    ]
+    return ParsedRequest(chat, prompt, prompt_text, params, stream, include_usage, logprobs, echo)

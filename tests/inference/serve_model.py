@@ -1,0 +1,94 @@
+"""A tiny random Llama with a real byte-level BPE tokenizer, a chat template and an EOS that greedy
+decoding reaches, saved as a Hugging Face directory (no downloads)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+VOCAB = 512
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+# Text with multibyte characters so that BPE learns pieces that split UTF-8 sequences.
+_CORPUS = [
+    'the quick brown fox jumps over the lazy dog {"a": true, "b": [1, 2, 3]}',
+    "héllo wörld, ça va? naïve café über straße",
+    "日本語のテキスト、中文文本 한국어 텍스트",
+    "emoji 🙂🚀✨ and symbols ∑∫√π≈≠ — «quotes»",
+    "Ελληνικά κείμενα και русский текст",
+] * 20
+# Prompt whose greedy continuation decides the EOS token (see make_model_dir).
+EOS_PROMPT = "the quick brown fox"
+
+
+def _tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS, trainer)
+    bos = tok.token_to_id("<s>")
+    # The BOS the tokenizer adds to plain prompts, as Llama tokenizers do.
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)]
+    )
+    return tok
+
+
+def make_model_dir(root: Path, name: str = "tiny-serve") -> Path:
+    import transformers
+
+    out = root / name
+    tok = _tokenizer()
+    hf_tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", chat_template=CHAT_TEMPLATE
+    )
+    hf_tok.save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=None,
+        bos_token_id=tok.token_to_id("<s>"),
+    )
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" not in pname:
+                p.mul_(4.0)
+    # EOS: the first new token from the 4th on that greedy decoding produces for EOS_PROMPT, so that requests do reach it.
+    ids = torch.tensor([hf_tok(EOS_PROMPT).input_ids])
+    with torch.no_grad():
+        gen = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=16,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[0, ids.shape[1] :].tolist()
+    eos = next(t for i, t in enumerate(gen) if i >= 3 and t not in gen[:i])
+    model.config.eos_token_id = eos
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = 0
+    model.save_pretrained(out, safe_serialization=True)
+    # generation_config.json and config.json both carry it, as Hugging Face checkpoints do.
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == eos
+    return out
