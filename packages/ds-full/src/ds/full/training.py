@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ds.full.devices import bind_rank_device, place_model
 from ds.interfaces import registry
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
@@ -23,10 +24,22 @@ log = get_logger(__name__)
 
 
 def init_distributed(dist_backend: str | None = None, **kwargs: Any) -> Any:
-    """Create the default process group from the environment (launcher, torchrun, MPI, SLURM)."""
+    """Create the default process group from the environment (launcher, torchrun, MPI, SLURM).
+
+    First makes this rank's device current (``set_device(LOCAL_RANK)``, see
+    :mod:`ds.full.devices`), so the communicator, ``ds.zero.Init`` and every later allocation
+    land on it; the backend is the accelerator's (nccl for cuda, gloo for cpu).
+    """
     from ds import comm
 
-    return comm.init_distributed(dist_backend=dist_backend, **kwargs)
+    accelerator = kwargs.pop("accelerator", None) or rank_accelerator()
+    bind_rank_device(accelerator)
+    return comm.init_distributed(dist_backend=dist_backend, accelerator=accelerator, **kwargs)
+
+
+def rank_accelerator() -> Any:
+    """The accelerator this process computes on (``DS_ACCELERATOR``, else cuda when usable)."""
+    return registry.get(registry.ACCELERATORS, _accelerator_name())()
 
 
 def initialize(
@@ -68,29 +81,21 @@ def initialize(
         raise ConfigError("initialize() needs config=: a JSON path, a dict or a JSON string")
     cfg = load_config(source)
 
+    # The rank's device before the process group and before anything is allocated.
+    accelerator = rank_accelerator()
+    device = bind_rank_device(accelerator)
     init_distributed(
         distributed_port=distributed_port,
         dist_init_required=dist_init_required,
         config=cfg.model_dump(include={"comms_logger"}),
+        accelerator=accelerator,
     )
     from ds import comm as dist
 
     communicator = dist.get_communicator()
+    place_model(model, device)  # a CPU model moves; split or foreign placements are errors
 
-    accelerator = registry.get(registry.ACCELERATORS, _accelerator_name())()
-    device = accelerator.current_device_name()
-    if str(next(iter(model.parameters()), torch.empty(0)).device) != device:
-        model.to(device)
-
-    kernels = None
-    zero = cfg.zero_optimization
-    # cpu optimizer offload steps in the CPU kernels; NVMe offload (stage 3) swaps through the
-    # provider's async I/O handle.
-    if zero.offload_optimizer_device == "cpu" or "nvme" in (
-        zero.offload_optimizer_device,
-        zero.offload_param_device,
-    ):
-        kernels = registry.get(registry.KERNELS, "cpu")()
+    kernels = _kernels_for(cfg.zero_optimization, device)
 
     events = EventBus()
     ledger_obj = ledger if ledger is not None else _ledger(ledger_path, communicator)
@@ -116,6 +121,9 @@ def initialize(
         from ds.zero import checkpointing  # the section drives ds.zero.checkpointing.checkpoint
 
         checkpointing.configure(deepspeed_config=cfg.activation_checkpointing)
+    from ds.full.monitoring import attach_monitors
+
+    engine.monitor = attach_monitors(engine, cfg.model_dump(by_alias=True))
     engine.ledger = ledger_obj  # type: ignore[attr-defined]
     engine.gate = None  # type: ignore[attr-defined]
     if ledger_obj is not None:
@@ -129,6 +137,25 @@ def initialize(
         gate.attach(events)
         engine.gate = gate  # type: ignore[attr-defined]
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
+
+
+def _kernels_for(zero: Any, device: torch.device) -> Any:
+    """The kernel provider the engine steps its optimizer (and swaps NVMe) with.
+
+    Optimizer offload (cpu or nvme) keeps the masters on the host: the ``cpu`` provider. A model
+    on an accelerator device steps on it with the provider registered under the device type
+    (``ds.kernels: cuda``: Triton, or torch's fused optimizers without Triton), which also opens
+    the async file I/O handle that NVMe parameter offload needs. A CPU model without offload
+    needs none.
+    """
+    host_optimizer = zero.offload_optimizer_device in ("cpu", "nvme")
+    if host_optimizer:
+        return registry.get(registry.KERNELS, "cpu")()
+    if device.type != "cpu" and registry.has_provider(registry.KERNELS, device.type):
+        return registry.get(registry.KERNELS, device.type)()
+    if zero.offload_param_device == "nvme":
+        return registry.get(registry.KERNELS, "cpu")()
+    return None
 
 
 def _accelerator_name() -> str:
