@@ -9,6 +9,7 @@ import torch
 
 from ds.checkpoint.boundary import (
     CHANGE_ENV,
+    LOAD_CHECKPOINT,
     OVERWRITE_CHECKPOINT,
     MutationBoundary,
     Record,
@@ -72,11 +73,14 @@ def test_intent_alone_does_not_allow_the_mutation(tmp_path) -> None:
 
 def test_policy_approval_is_a_separate_record(tmp_path) -> None:
     with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
-        b = MutationBoundary(led, policies={"delete_checkpoint": "keep-last-3"})
+        b = MutationBoundary(
+            led, policies={"delete_checkpoint": "config"}, config_allows={"delete_checkpoint": True}
+        )
         b.require("delete_checkpoint", "/c/old")
     recs = [json.loads(line) for line in (tmp_path / "l.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in recs] == ["intent", "approval", "mutation"]
-    assert recs[1]["payload"]["policy"] == "keep-last-3"
+    assert recs[1]["payload"]["policy"] == "config"
+    assert recs[1]["payload"]["actor"] == "policy:config"
     assert recs[1]["payload"]["intent"] == recs[0]["i"]
 
 
@@ -87,13 +91,16 @@ def test_checkpoint_overwrite_needs_approval(tmp_path) -> None:
     eng.save(d, "t", shard_state({"w": torch.zeros(4)}, 0, 1))
     with pytest.raises(ApprovalRequiredError, match="overwrite_checkpoint"):
         eng.save(d, "t", shard_state({"w": torch.ones(4)}, 0, 1))
-    got = eng.load(d, "t", []).objects
-    assert got == {}
+    with pytest.raises(ApprovalRequiredError, match="load_checkpoint"):
+        eng.load(d, "t", [])
+    b.approve(b.request(LOAD_CHECKPOINT, str(tmp_path / "ck" / "t"), "trainer"), "operator")
+    assert eng.load(d, "t", []).objects == {}
     intent = b.request(OVERWRITE_CHECKPOINT, str(tmp_path / "ck" / "t"), requested_by="trainer")
     b.approve(intent, "operator")
     eng.save(d, "t", shard_state({"w": torch.ones(4)}, 0, 1))
     from ds.interfaces.checkpoint import LoadRequest
 
+    b.approve(b.request(LOAD_CHECKPOINT, str(tmp_path / "ck" / "t"), "trainer"), "operator")
     assert torch.equal(eng.load(d, "t", [LoadRequest("w", 0, 4)]).tensors["w"].local, torch.ones(4))
 
 

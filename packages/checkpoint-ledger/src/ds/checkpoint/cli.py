@@ -36,14 +36,44 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--ledger", default=None, help="run ledger to find this checkpoint's save record in"
     )
-    e = sub.add_parser("export", help="write consolidated weights (streaming, tensor by tensor)")
+    v.add_argument(
+        "--public-key",
+        default=None,
+        help="hex Ed25519 key the ledger's heads (and the checkpoint's) must be signed by",
+    )
+    v.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail when no checksums were recorded or the ledger's heads are unsigned",
+    )
+    e = sub.add_parser(
+        "export",
+        help="write consolidated weights (streaming, tensor by tensor); of ds or DeepSpeed "
+        "checkpoints, also as DeepSpeed's zero_to_fp32.py does: DIR OUTPUT_DIR [options]",
+    )
     e.add_argument("directory")
-    e.add_argument("--tag", default=None)
+    e.add_argument(
+        "output_dir",
+        nargs="?",
+        default=None,
+        help="zero_to_fp32.py form: fp32 weights into this folder, Hugging Face file names",
+    )
+    e.add_argument("-t", "--tag", default=None)
     e.add_argument("--to", choices=["safetensors", "torch"], default="safetensors")
     e.add_argument(
         "--out",
-        required=True,
+        default=None,
         help="output file, or a directory (gets model.safetensors or pytorch_model.bin)",
+    )
+    e.add_argument("--max_shard_size", "--max-shard-size", default="5GB", help="e.g. 5GB, 500MB")
+    e.add_argument(
+        "--safe_serialization",
+        "--safe-serialization",
+        action="store_true",
+        help="zero_to_fp32.py form: write model*.safetensors (default pytorch_model*.bin)",
+    )
+    e.add_argument(
+        "--exclude_frozen_parameters", "--exclude-frozen-parameters", action="store_true"
     )
     e.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="cast floating tensors")
     e.add_argument("--include", action="append", default=None, help="glob of tensor names to keep")
@@ -119,59 +149,59 @@ def _verify(args: argparse.Namespace) -> int:
     root = eng.checkpoint_dir(args.directory, args.tag)
     problems = eng.verify(args.directory, args.tag)
     m = eng.manifest(args.directory, args.tag)
+    files = m["files"]
+    hashed = sum(1 for info in files.values() if info.get("sha256"))
+    if args.public_key is not None and not args.ledger:
+        raise DsError("--public-key pins the ledger's key; give the ledger with --ledger PATH")
+    if args.strict and hashed < len(files):
+        problems.append(
+            f"{len(files) - hashed} of {len(files)} files have no recorded SHA-256 (saved with "
+            "checkpoint.checksum: false); their content cannot be verified"
+        )
     if args.ledger:
         with open(os.path.join(root, fmt.MANIFEST), "rb") as f:
             manifest_sha = hashlib.sha256(f.read()).hexdigest()
-        problems += _cross_check_ledger(args.ledger, m, manifest_sha)
+        from ds.checkpoint._ledger_check import cross_check_ledger
+
+        problems += cross_check_ledger(
+            args.ledger, root, m, manifest_sha, args.public_key, args.strict
+        )
     for p in problems:
         print(f"FAIL {p}")
     if problems:
         print(f"checkpoint {m['tag']}: {len(problems)} problem(s)")
         return 1
-    print(f"checkpoint {m['tag']}: OK ({len(m['files'])} files match their SHA-256)")
+    if hashed == len(files):
+        what = f"{len(files)} files match their SHA-256"
+    elif hashed == 0:
+        what = (
+            f"{len(files)} files have the recorded sizes; NO checksums were recorded "
+            "(checkpoint.checksum: false), so their content was not verified"
+        )
+    else:
+        what = (
+            f"{hashed} files match their SHA-256; {len(files) - hashed} have no recorded "
+            "checksum and were checked by size only"
+        )
+    print(f"checkpoint {m['tag']}: OK ({what})")
     return 0
-
-
-def _cross_check_ledger(path: str, manifest: dict[str, Any], manifest_sha: str) -> list[str]:
-    from ds.checkpoint import signing
-    from ds.checkpoint.ledger import scan
-    from ds.interfaces.ledger import TreeHead
-
-    s = scan(path)
-    problems = []
-    if s.reason is not None:
-        problems.append(f"ledger {path}: {s.reason}")
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")[: s.records]
-    found = False
-    for line in lines:
-        rec = json.loads(line)
-        if (
-            rec["kind"] == "checkpoint_save"
-            and rec["payload"].get("manifest_sha256") == manifest_sha
-        ):
-            found = True
-            shas = rec["payload"].get("shard_sha256", {})
-            for name, info in manifest["files"].items():
-                if info.get("sha256") and shas.get(name) != info["sha256"]:
-                    problems.append(f"ledger records a different SHA-256 for {name}")
-    if not found:
-        problems.append(f"ledger {path} has no checkpoint_save record of this manifest")
-    head = manifest.get("ledger_head")
-    if head:
-        th = TreeHead(**head)
-        if th.signature is not None and not signing.verify_head_signature(th):
-            problems.append("the manifest's ledger tree head has an invalid signature")
-        if th.size > len(s.tree) or s.tree.root(th.size).hex() != th.root_hash:
-            problems.append("the manifest's ledger tree head does not match the ledger (rewritten)")
-    return problems
 
 
 def _export(args: argparse.Namespace) -> int:
     import torch
 
     from ds.checkpoint import export as ex
+    from ds.checkpoint.deepspeed_format import is_deepspeed_checkpoint
 
+    if args.output_dir is not None or is_deepspeed_checkpoint(args.directory, args.tag):
+        from ds.checkpoint.deepspeed_export import main_from_args
+
+        return main_from_args(args)
+    if args.out is None:
+        print(
+            "error: ds checkpoint export needs --out FILE|DIR (or an OUTPUT_DIR)", file=sys.stderr
+        )
+        return 2
     eng = _engine()
     root = eng.checkpoint_dir(args.directory, args.tag)
     m = eng.manifest(args.directory, args.tag)

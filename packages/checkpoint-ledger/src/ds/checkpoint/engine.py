@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from ds.checkpoint import _format as fmt
+from ds.checkpoint import _recovery
 from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
 from ds.checkpoint._reader import FileCache, dtype_name, read_range, tensor_metas
 from ds.checkpoint._writers import PythonWriter, ShardWriter
@@ -200,6 +201,7 @@ class ShardedCheckpointEngine:
         if self.rank == 0:
             try:
                 os.makedirs(directory, exist_ok=True)
+                _recovery.before_save(self, directory, tmp)
                 if self._boundary is not None and os.path.isdir(os.path.join(directory, tag)):
                     self._boundary.require("overwrite_checkpoint", os.path.join(directory, tag))
                 if os.path.exists(tmp):
@@ -355,6 +357,8 @@ class ShardedCheckpointEngine:
         written = sum(int(f["bytes"]) for f in files.values()) + len(data)
         try:
             self._record_save(job, manifest_sha, shard_sha, written, duration)
+            if self._ledger is not None:
+                _recovery.publish_head(self._ledger, final)  # a signed head covers the record
         except Exception as exc:  # the checkpoint itself is committed at this point
             raise _RecordError(f"{type(exc).__name__}: {exc}") from exc
         log.info("checkpoint saved", tag=job.tag, directory=job.directory, bytes=written)
@@ -453,6 +457,7 @@ class ShardedCheckpointEngine:
         *,
         rank_objects: bool = True,
     ) -> ShardedStateDict:
+        _recovery.require_load(self, directory, tag, requests)  # needs approvals
         root = self.checkpoint_dir(directory, tag)
         manifest = self.manifest(directory, tag)
         metas = tensor_metas(manifest)

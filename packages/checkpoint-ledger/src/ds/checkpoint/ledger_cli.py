@@ -16,7 +16,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser(
-        "verify", help="check chain, Merkle tree heads and signatures; exit 1 if bad"
+        "verify",
+        help="check chain, Merkle tree heads and signatures; exit 1 if bad, 2 for bad input",
     )
     v.add_argument("path")
     v.add_argument("--public-key", default=None, help="hex Ed25519 key the heads must be signed by")
@@ -25,6 +26,11 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="a trusted tree head (JSON, or @file) the ledger must extend",
+    )
+    v.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail on unsigned heads, a missing .heads file, or records no signed head covers",
     )
     s = sub.add_parser("show", help="print records")
     s.add_argument("path")
@@ -46,32 +52,57 @@ def main(argv: list[str] | None = None) -> int:
         return int(
             {"verify": _verify, "show": _show, "prove": _prove, "keygen": _keygen}[args.cmd](args)
         )
-    except DsError as exc:
+    except DsError as exc:  # bad input: one line, exit 2 (exit 1 means "verification failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ds.checkpoint.ledger import verify_file
-    from ds.interfaces.ledger import TreeHead
+    from ds.checkpoint._verify import load_trusted_head, verify_file
+    from ds.interfaces.errors import LedgerError
 
     heads = []
-    for h in args.head:
-        if h.startswith("@"):
-            with open(h[1:], encoding="utf-8") as f:
-                h = f.read()
-        heads.append(TreeHead(**json.loads(h)))
-    res = verify_file(args.path, heads, args.public_key)
+    for spec in args.head:
+        try:
+            heads.append(load_trusted_head(spec))
+        except FileNotFoundError as exc:  # evidence that is missing is a failed verification
+            print(f"FAIL {args.path}: {exc}")
+            return 1
+    if args.public_key is not None:
+        _check_public_key(args.public_key)
+    try:
+        res = verify_file(args.path, heads, args.public_key, strict=args.strict)
+    except LedgerError as exc:  # e.g. a .heads line that is not a head: tampered evidence
+        print(f"FAIL {args.path}: {exc}")
+        return 1
     if not res.ok:
         print(f"FAIL {args.path}: first bad record {res.first_bad_index}: {res.reason}")
         return 1
     signed = (
         "signed tree heads verified"
         if res.signed
-        else "tree heads are UNSIGNED (no key configured)"
+        else "tree heads are UNSIGNED (no key configured; --strict refuses this)"
     )
     print(f"OK {args.path}: {res.records} records, hash chain and Merkle tree intact, {signed}")
+    if res.uncovered:
+        print(
+            f"WARNING {args.path}: {res.uncovered} records not covered by any "
+            f"{'signed ' if res.signed else ''}tree head "
+            f"(records {res.records - res.uncovered}..{res.records - 1} are only chained; anyone "
+            "who can write the file could have appended them; --strict or --public-key refuses this)"
+        )
     return 0
+
+
+def _check_public_key(key: str) -> None:
+    if len(key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in key):
+        raise DsError(
+            f"--public-key must be 64 hex characters (an Ed25519 public key), got {key[:80]!r}; "
+            "`ds ledger keygen` prints one as public_key"
+        )
 
 
 def _show(args: argparse.Namespace) -> int:

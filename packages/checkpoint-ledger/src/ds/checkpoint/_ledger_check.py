@@ -1,0 +1,90 @@
+"""A checkpoint and its run ledger vouch for each other (``ds checkpoint verify --ledger``).
+
+A committed checkpoint carries two tree heads of the run ledger: ``manifest.json``'s
+``ledger_head`` (taken just before the manifest was written) and ``ledger_head.json`` beside it,
+rewritten by the ledger at every later head while this is the run's last checkpoint, so it ends as
+the run's final head (``close()``). Whoever holds a copy of the checkpoint can therefore detect a
+ledger that was shortened, rewritten or re-signed after the save. The ledger in turn holds a
+``checkpoint_save`` (or ``checkpoint_recovered``) record with the manifest's and every file's
+SHA-256.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ds.interfaces.errors import LedgerError
+from ds.interfaces.ledger import TreeHead
+
+HEAD_FILE = "ledger_head.json"
+SAVE_KINDS = ("checkpoint_save", "checkpoint_recovered")
+
+
+def checkpoint_heads(root: str, manifest: dict[str, Any]) -> tuple[list[TreeHead], list[str]]:
+    """The ledger heads a checkpoint carries, and problems reading them."""
+    from ds.checkpoint._verify import parse_head
+
+    heads: list[TreeHead] = []
+    problems: list[str] = []
+    if manifest.get("ledger_head"):
+        try:
+            heads.append(parse_head(manifest["ledger_head"], "the manifest's ledger_head"))
+        except LedgerError as exc:
+            problems.append(str(exc))
+    path = os.path.join(root, HEAD_FILE)
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                heads.append(parse_head(f.read(), path))
+        except (OSError, LedgerError) as exc:
+            problems.append(str(exc))
+    return heads, problems
+
+
+def find_save_record(ledger_path: str, manifest_sha: str, records: int) -> dict[str, Any] | None:
+    with open(ledger_path, "rb") as f:
+        lines = f.read().split(b"\n")[:records]
+    for line in lines:
+        rec = json.loads(line)
+        if rec["kind"] in SAVE_KINDS and rec["payload"].get("manifest_sha256") == manifest_sha:
+            return dict(rec)
+    return None
+
+
+def cross_check_ledger(
+    ledger_path: str,
+    root: str,
+    manifest: dict[str, Any],
+    manifest_sha: str,
+    public_key: str | None = None,
+    strict: bool = False,
+) -> list[str]:
+    """Problems between a checkpoint (directory ``root``) and its run ledger (empty = consistent)."""
+    from ds.checkpoint._verify import verify_file
+
+    heads, problems = checkpoint_heads(root, manifest)
+    try:
+        res = verify_file(ledger_path, heads, public_key, strict=strict)
+    except LedgerError as exc:
+        return [*problems, f"ledger {ledger_path}: {exc}"]
+    if not res.ok:
+        problems.append(f"ledger {ledger_path}: {res.reason}")
+        if not os.path.exists(ledger_path):
+            return problems
+    rec = find_save_record(ledger_path, manifest_sha, res.records)
+    if rec is None:
+        problems.append(f"ledger {ledger_path} has no checkpoint_save record of this manifest")
+        return problems
+    shas = rec["payload"].get("shard_sha256", {})
+    for name, info in manifest["files"].items():
+        if info.get("sha256") and shas.get(name) != info["sha256"]:
+            problems.append(f"ledger records a different SHA-256 for {name}")
+    covered = max((h.size for h in heads), default=0)
+    if (public_key is not None or strict) and covered <= int(rec["i"]):
+        problems.append(
+            f"no head this checkpoint carries covers its ledger record {rec['i']} "
+            f"({HEAD_FILE} missing or older than the save)"
+        )
+    return problems

@@ -1,0 +1,170 @@
+"""What a checkpoint engine does about its predecessors' crashes, and its approvals on load.
+
+A saver killed at the wrong moment leaves one of:
+
+* ``.tmp-<tag>/`` (died before the commit rename): never read; removed.
+* ``.old-<tag>/`` with ``<tag>/`` present (died after the overwrite's second rename): removed.
+  Without ``<tag>/`` (died between the two renames) it is the only copy: renamed back.
+* ``.del-<tag>/`` (died while deleting): removed.
+* ``latest.tmp.<pid>`` of a process that no longer runs (died replacing ``latest``): removed.
+* a committed ``<tag>/`` with no ledger record (died after the rename, before recording it): the
+  ledger gets a ``checkpoint_recovered`` record with the manifest's and files' SHA-256, so the
+  ledger and the directory agree again and the auditor sees that it happened.
+
+Rank 0 does this once per checkpoint directory per engine, before its first save there. One
+saving job per checkpoint directory is assumed (as for ``latest``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from ds.checkpoint import _format as fmt
+from ds.checkpoint._ledger_check import SAVE_KINDS
+from ds.checkpoint.boundary import LOAD_CHECKPOINT, LOAD_OPTIMIZER_STATE
+from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
+from ds.interfaces.logging import get_logger
+
+log = get_logger(__name__)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale(directory: str, keep_tmp: str | None = None) -> list[str]:
+    """Remove (or restore) what crashed savers left in ``directory``; returns what was done."""
+    done: list[str] = []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return done
+    for name in names:
+        path = os.path.join(directory, name)
+        doomed = name.startswith(".del-") or (name.startswith(".tmp-") and path != keep_tmp)
+        if doomed and os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            done.append(f"removed {name}")
+        elif name.startswith(".old-") and os.path.isdir(path):
+            tag = name[len(".old-") :]
+            if os.path.isdir(os.path.join(directory, tag)):
+                shutil.rmtree(path, ignore_errors=True)
+                done.append(f"removed {name}")
+            else:
+                os.rename(path, os.path.join(directory, tag))
+                done.append(f"restored {tag} from {name}")
+        elif name.startswith(f"{fmt.LATEST}.tmp."):
+            pid = name.rsplit(".", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                os.unlink(path)
+                done.append(f"removed {name}")
+    if done:
+        log.warning("cleaned up after a crashed checkpoint save", directory=directory, done=done)
+    return done
+
+
+def record_unrecorded(directory: str, ledger: Any) -> list[str]:
+    """Give every committed checkpoint in ``directory`` that the ledger lacks a recovery record."""
+    path = getattr(ledger, "path", None)
+    if path is None or not hasattr(ledger, "set_head_sink"):
+        return []  # not a ledger this process writes (or not ours to read)
+    from ds.checkpoint._verify import scan
+
+    s = scan(path)
+    known: set[str] = set()
+    if s.records:
+        import json
+
+        with open(path, "rb") as f:
+            for line in f.read().split(b"\n")[: s.records]:
+                rec = json.loads(line)
+                if rec["kind"] in SAVE_KINDS:
+                    known.add(str(rec["payload"].get("manifest_sha256")))
+    recovered: list[str] = []
+    for tag in sorted(os.listdir(directory)):
+        manifest = os.path.join(directory, tag, fmt.MANIFEST)
+        if tag.startswith(".") or not os.path.isfile(manifest):
+            continue
+        with open(manifest, "rb") as f:
+            data = f.read()
+        sha = hashlib.sha256(data).hexdigest()
+        if sha in known:
+            continue
+        try:
+            files = fmt.decode_manifest(data, manifest)["files"]
+        except Exception:  # not ours to vouch for: leave it unrecorded
+            continue
+        ledger.record_training_event(
+            "checkpoint_recovered",
+            {
+                "directory": directory,
+                "tag": tag,
+                "manifest_sha256": sha,
+                "shard_sha256": {n: str(i["sha256"]) for n, i in files.items() if i.get("sha256")},
+                "reason": "committed checkpoint had no ledger record (its saver died after "
+                "the commit)",
+            },
+        )
+        recovered.append(tag)
+    if recovered:
+        log.warning("recorded committed checkpoints the ledger lacked", tags=recovered)
+    return recovered
+
+
+def before_save(engine: Any, directory: str, tmp: str) -> None:
+    """Rank 0, before a save: watched-environment approvals; once per directory, clean up
+    crashed saves and record unrecorded commits."""
+    if engine._boundary is not None and hasattr(engine._boundary, "check_env"):
+        engine._boundary.check_env()  # a changed watched variable needs its approval first
+    seen: set[str] = engine.__dict__.setdefault("_recovered_dirs", set())
+    if directory in seen:
+        return
+    seen.add(directory)
+    clean_stale(directory, keep_tmp=tmp)
+    if engine._ledger is not None:
+        record_unrecorded(directory, engine._ledger)
+
+
+def publish_head(ledger: Any, final: str) -> None:
+    """After a save's record: sign a head covering it, into ``<tag>/ledger_head.json`` too.
+
+    The ledger keeps rewriting that file with every later head (and its final one at close), so
+    the run's last checkpoint always carries the run's latest head.
+    """
+    from ds.checkpoint._ledger_check import HEAD_FILE
+
+    if not hasattr(ledger, "set_head_sink"):
+        return
+    ledger.set_head_sink(os.path.join(final, HEAD_FILE))
+    ledger.tree_head()
+
+
+def require_load(engine: Any, directory: str, tag: str | None, requests: Sequence[Any]) -> None:
+    """With a mutation boundary, loading model (and optimizer) state needs approvals."""
+    boundary = engine._boundary
+    if boundary is None:
+        return
+    err: str | None = None
+    if engine.rank == 0:
+        try:
+            target = engine.checkpoint_dir(directory, tag)
+            boundary.require(LOAD_CHECKPOINT, target)
+            if any(str(r.name).startswith("optim.") for r in requests):
+                boundary.require(LOAD_OPTIMIZER_STATE, target)
+        except ApprovalRequiredError as exc:
+            err = str(exc)
+        except CheckpointError:
+            err = None  # the load itself names the missing checkpoint
+    err = engine._bcast(err)
+    if err is not None:
+        raise ApprovalRequiredError(err)
