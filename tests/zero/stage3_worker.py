@@ -218,6 +218,10 @@ def run_case(
         kernels=kernels,
         checkpoint_engine=ckpt_engine,
     )
+    if case.get("bucketed"):
+        # The device path (NCCL's bucketed all_gather_into_tensor / reduce_scatter_tensor)
+        # on gloo's host tensors, instead of the host-tensor exchanges.
+        engine.strategy.coll.all_reduce = False  # type: ignore[attr-defined]
     per = case["global_batch"] // world
     losses = []
     pool_trace: list[tuple[int, int, int, int]] = []
@@ -258,12 +262,24 @@ def run_case(
         "pool_budget": strategy.partitioner.pool.budget_bytes,  # type: ignore[attr-defined]
         "peak_grad_numel": strategy.partitioner.grads.peak_held_numel,  # type: ignore[attr-defined]
         "losses": losses,
+        "coll": _coll_counts(strategy),
         "weights": strategy.consolidated_state_dict(),  # type: ignore[attr-defined]
         "acct": vars(strategy.partitioner.acct).copy(),  # type: ignore[attr-defined]
         "limits": vars(strategy.limits).copy() if hasattr(strategy.limits, "__dict__") else {},
     }
     strategy.release()
     return result
+
+
+def _coll_counts(strategy: Any) -> dict[str, int]:
+    coll, grads = strategy.coll, strategy.partitioner.grads
+    return {
+        "gathered_params": coll.gathered_params,
+        "gather_collectives": coll.collectives,
+        "checks": coll.checks,
+        "grads_reduced": grads.reduced,
+        "grad_collectives": grads.collectives,
+    }
 
 
 def load_case(

@@ -56,7 +56,13 @@ def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
             "save_dir": str(out / "ckpt16"),
         },
         # Last: after the expected failure the ranks carry on with nothing else to do.
-        {**BASE, "name": "dynamic", "dynamic": True, "expect_error": True},
+        {
+            **BASE,
+            "name": "dynamic",
+            "dynamic": True,
+            "expect_error": True,
+            "zero": {**BASE["zero"], "stage3_check_module_order": True},
+        },
     ]
     return launch.run_ranks(cases, 2, out, timeout=300), save_dir
 
@@ -104,6 +110,7 @@ def test_ranks_diverging_to_parameters_of_another_size_fail_clearly(tmp_path: Pa
         "stage3_param_persistence_threshold": 64,
         "stage3_prefetch_bucket_size": 0,
         "stage3_max_reuse_distance": 0,
+        "stage3_check_module_order": True,  # the debug option this test is about
     }
     case = {**BASE, "zero": zero, "steps": 3, "name": "skip", "dynamic": "skip"}
     case["expect_error"] = True

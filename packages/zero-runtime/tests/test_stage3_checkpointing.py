@@ -6,10 +6,10 @@ import copy
 
 import pytest
 import torch
+from _stage3 import stage3
 from torch import nn
 
 from ds.zero import checkpointing
-from ds.zero.stage3 import Stage3Limits, Stage3Runtime
 
 
 class Net(nn.Module):
@@ -64,11 +64,11 @@ def test_checkpoint_under_stage3_matches() -> None:
     ck = copy.deepcopy(plain)
     ck.ckpt = True
     ref_opt = torch.optim.AdamW(plain.parameters(), lr=1e-2)
-    rt = Stage3Runtime(
+    rt = stage3(
         ck,
         torch.optim.AdamW(ck.parameters(), lr=1e-2),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0, prefetch_bucket_size=100),
+        stage3_param_persistence_threshold=0,
+        stage3_prefetch_bucket_size=100,
     )
     for step in range(4):
         x = torch.randn(5, 12, generator=torch.Generator().manual_seed(step))
@@ -80,7 +80,7 @@ def test_checkpoint_under_stage3_matches() -> None:
         rt.backward(b)
         rt.step()
         assert torch.equal(a, b)
-        assert rt.accounting.live_bytes == 0
+        assert rt.strategy.partitioner.acct.live_bytes == 0
     checkpointing.configure()
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
+from _stage3 import stage3
 from torch import nn
 
 import ds.zero
 from ds.zero.init import load_state_dict_into_shards
-from ds.zero.stage3 import Stage3Limits, Stage3Runtime, shard_of
+from ds.zero.stage3 import shard_of
 
 
 class Tied(nn.Module):
@@ -68,18 +70,17 @@ def test_meta_construction_then_load_like_from_pretrained() -> None:
         model = Tied()
     assert model.head.weight is model.emb.weight and model.emb.weight.device.type == "cpu"
     load_state_dict_into_shards(model, pretrained.state_dict())
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0),
+        stage3_param_persistence_threshold=0,
     )
     idx = torch.randint(0, 11, (3, 5))
     torch.testing.assert_close(model(idx), pretrained(idx), rtol=0, atol=0)
     sd = model.state_dict()  # consolidated by the stage-3 state_dict hook
     for k, v in pretrained.state_dict().items():
         assert torch.equal(sd[k], v), k
-    assert rt.accounting.live_bytes == 0
+    assert rt.strategy.partitioner.acct.live_bytes == 0
 
 
 def test_engine_trains_init_model_like_plain() -> None:
@@ -89,11 +90,10 @@ def test_engine_trains_init_model_like_plain() -> None:
     with ds.zero.Init():
         model = Tied()
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.AdamW(model.parameters(), lr=1e-2),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=8),
+        stage3_param_persistence_threshold=8,
     )
     for step in range(5):
         idx = torch.randint(0, 11, (4, 5), generator=torch.Generator().manual_seed(step))
@@ -105,22 +105,20 @@ def test_engine_trains_init_model_like_plain() -> None:
         rt.backward(b)
         rt.step()
         assert torch.allclose(a, b, rtol=1e-6)
-    full = rt.consolidated_state_dict()
+    full = rt.strategy.consolidated_state_dict()
     for k, v in ref.state_dict().items():
         torch.testing.assert_close(full[k], v, rtol=1e-5, atol=1e-6)
 
 
 def test_nvme_offload_without_provider_names_the_distribution(tmp_path: object) -> None:
     from ds.interfaces.errors import ProviderNotFoundError
-    from ds.zero.stage3 import OffloadSettings
 
     model = nn.Linear(4, 4)
     with pytest.raises(ProviderNotFoundError, match="ds-ops-kernels"):
-        Stage3Runtime(
+        stage3(
             copy.deepcopy(model),
             torch.optim.AdamW(model.parameters()),
-            None,
-            offload=OffloadSettings(param_device="nvme", param_nvme_path=str(tmp_path)),
+            offload_param={"device": "nvme", "nvme_path": str(tmp_path)},
         )
 
 
@@ -128,36 +126,35 @@ def test_nvme_offload_without_provider_names_the_distribution(tmp_path: object) 
 def test_modifier_edits_reach_the_master_copy(variant: str, tmp_path: object) -> None:
     """An edit inside GatheredParameters(modifier_rank=0) survives the next optimizer step."""
     from ds.interfaces.registry import get
-    from ds.zero.stage3 import AioSettings, OffloadSettings
 
     model = nn.Linear(6, 4)
-    offload, kernels = OffloadSettings(), None
+    zero: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    kernels = None
     if variant == "bf16":
-        model = model.to(torch.bfloat16)
+        model = model.to(torch.bfloat16)  # bf16 shards, fp32 masters
     else:
         kernels = get("ds.kernels", "cpu")()
-        offload = OffloadSettings(
-            param_device="nvme",
-            optimizer_device="nvme",
-            param_nvme_path=str(tmp_path),
-            optimizer_nvme_path=str(tmp_path),
-            aio=AioSettings(block_size=4096, queue_depth=2),
-        )
-    rt = Stage3Runtime(
+        zero = {
+            "offload_param": {"device": "nvme", "nvme_path": str(tmp_path)},
+            "offload_optimizer": {"device": "nvme", "nvme_path": str(tmp_path)},
+        }
+        config = {"aio": {"block_size": 4096, "queue_depth": 2}}
+    rt = stage3(
         model,
         torch.optim.AdamW(model.parameters(), lr=0.0, weight_decay=0.0),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0),
-        offload=offload,
         kernels=kernels,
+        config=config,
+        stage3_param_persistence_threshold=0,
+        **zero,
     )
     edited = torch.arange(24.0).view(4, 6).to(model.weight.dtype)
     with ds.zero.GatheredParameters(model.weight, modifier_rank=0), torch.no_grad():
         model.weight.copy_(edited)
     rt.backward(model(torch.ones(2, 6, dtype=edited.dtype)).float().sum())
     rt.step()  # lr 0: the update must write back exactly the edited values
-    assert torch.equal(rt.consolidated_state_dict()["weight"], edited)
-    rt.close()
+    assert torch.equal(rt.strategy.consolidated_state_dict()["weight"], edited)
+    rt.destroy()
 
 
 def test_meta_model_without_init_is_a_clear_error() -> None:
@@ -166,4 +163,4 @@ def test_meta_model_without_init_is_a_clear_error() -> None:
     with torch.device("meta"):
         model = nn.Linear(3, 3)
     with pytest.raises(ConfigError, match=r"meta device.*ds\.zero\.Init"):
-        Stage3Runtime(model, torch.optim.SGD(model.parameters(), lr=0.1), None)
+        stage3(model, torch.optim.SGD(model.parameters(), lr=0.1))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from _stage3 import stage3
 from torch import nn
 
 from ds.interfaces.registry import get
-from ds.zero.stage3 import OffloadSettings, ParamStatus, Stage3Limits, Stage3Runtime, shard_of
+from ds.zero.engine import ZeroEngine
+from ds.zero.stage3 import ParamStatus, shard_of
 
 
 class Block(nn.Module):
@@ -59,11 +62,11 @@ def test_world1_matches_adamw(threshold: int) -> None:
     model = copy.deepcopy(ref)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         opt,
-        None,
-        limits=Stage3Limits(param_persistence_threshold=threshold, prefetch_bucket_size=300),
+        stage3_param_persistence_threshold=threshold,
+        stage3_prefetch_bucket_size=300,
     )
     for idx in _batches(8):
         ref_opt.zero_grad()
@@ -77,14 +80,14 @@ def test_world1_matches_adamw(threshold: int) -> None:
     _assert_state_matches(ref, rt)
 
 
-def _assert_state_matches(ref: nn.Module, rt: Stage3Runtime, key_bias: bool = True) -> None:
-    """The runtime's consolidated weights equal the reference model's (1e-5 relative).
+def _assert_state_matches(ref: nn.Module, rt: ZeroEngine, key_bias: bool = True) -> None:
+    """The engine's consolidated weights equal the reference model's (1e-5 relative).
 
     ``key_bias=False`` leaves out the key third of ``attn.in_proj_bias``: its gradient is zero in
     exact arithmetic (softmax ignores a shift shared by all keys) and rounding noise in practice;
     Adam divides that noise by its own root mean square, so two correct implementations differ
     there. Queries and values are compared."""
-    full = rt.consolidated_state_dict()
+    full = rt.strategy.consolidated_state_dict()
     for name, t in ref.state_dict().items():
         got = full[name]
         if not key_bias and name.endswith("attn.in_proj_bias"):
@@ -95,11 +98,10 @@ def _assert_state_matches(ref: nn.Module, rt: Stage3Runtime, key_bias: bool = Tr
 
 def test_params_released_outside_use() -> None:
     model = TinyLM()
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.AdamW(model.parameters()),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0),
+        stage3_param_persistence_threshold=0,
     )
     for p in model.parameters():
         assert p.numel() == 0 and shard_of(p).status is ParamStatus.NOT_AVAILABLE
@@ -109,17 +111,16 @@ def test_params_released_outside_use() -> None:
     assert seen == [16 * 32]
     rt.backward(loss)
     assert all(p.numel() == 0 for p in model.parameters())
-    assert rt.accounting.live_bytes == 0
+    assert rt.strategy.partitioner.acct.live_bytes == 0
     assert all(shard_of(p).grad is not None for p in model.parameters())
 
 
 def test_persistent_params_stay_whole() -> None:
     model = TinyLM()
-    Stage3Runtime(
+    stage3(
         model,
         torch.optim.AdamW(model.parameters()),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=40),
+        stage3_param_persistence_threshold=40,
     )
     assert model.blocks[0].ln.weight.numel() == 16  # 16 <= 40: kept whole
     assert model.blocks[0].fc1.weight.numel() == 0
@@ -127,19 +128,19 @@ def test_persistent_params_stay_whole() -> None:
 
 def test_trace_prefetches_and_invalidates() -> None:
     model = TinyLM()
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.AdamW(model.parameters()),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0, prefetch_bucket_size=10_000),
+        stage3_param_persistence_threshold=0,
+        stage3_prefetch_bucket_size=10_000,
     )
-    part = rt.partitioner
+    part = rt.strategy.partitioner
     idx = _batches(1)[0]
     rt.backward(_loss(model, idx))
     assert part._trace is not None and len(part._trace) > 0
-    first = rt.coll.gathers
+    first = rt.strategy.coll.gathers
     rt.backward(_loss(model, idx))
-    prefetched = rt.coll.gathers
+    prefetched = rt.strategy.coll.gathers
     # With the trace, most modules arrive in a few large prefetch gathers.
     assert prefetched - first < first
     # A step that departs from the trace (a block skipped) drops it and records the new order.
@@ -155,24 +156,21 @@ def test_trace_prefetches_and_invalidates() -> None:
 def test_max_live_parameters_bounds_gathered_bytes() -> None:
     model = TinyLM(d=32, layers=3)
     limit = 5000
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.AdamW(model.parameters()),
-        None,
-        limits=Stage3Limits(
-            param_persistence_threshold=0,
-            max_live_parameters=limit,
-            max_reuse_distance=0,
-            prefetch_bucket_size=2000,
-        ),
+        stage3_param_persistence_threshold=0,
+        stage3_max_live_parameters=limit,
+        stage3_max_reuse_distance=0,
+        stage3_prefetch_bucket_size=2000,
     )
     biggest = max(p.ds_shard.numel for p in model.parameters())
     for idx in _batches(2):
         rt.backward(_loss(model, idx))
         rt.step()
     # Nested modules can hold their parameters while a child runs: allow one module on top.
-    assert rt.accounting.peak_live_bytes <= (limit + 4 * biggest) * 4
-    assert rt.accounting.peak_live_bytes < rt.accounting.total_bytes
+    assert rt.strategy.partitioner.acct.peak_live_bytes <= (limit + 4 * biggest) * 4
+    assert rt.strategy.partitioner.acct.peak_live_bytes < rt.strategy.partitioner.acct.total_bytes
 
 
 def _greedy(model: nn.Module, prompt: torch.Tensor, new: int) -> torch.Tensor:
@@ -189,24 +187,25 @@ def test_generation_gathers_once() -> None:
     torch.manual_seed(0)
     ref = TinyLM()
     model = copy.deepcopy(ref)
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.AdamW(model.parameters()),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0),
+        stage3_param_persistence_threshold=0,
     )
     prompt = torch.randint(0, 37, (2, 3))
     expect = _greedy(ref, prompt, 6)
-    before = rt.coll.gathers
+    before = rt.strategy.coll.gathers
     with torch.no_grad():
         per_token = _greedy(model, prompt, 6)
-    per_token_gathers = rt.coll.gathers - before
-    before = rt.coll.gathers
+    per_token_gathers = rt.strategy.coll.gathers - before
+    before = rt.strategy.coll.gathers
     once = generate(model, prompt, 6, fn=lambda p, n: _greedy(model, p, n))
-    assert rt.coll.gathers - before == 1
+    assert rt.strategy.coll.gathers - before == 1
     assert per_token_gathers >= 6
     assert torch.equal(once, expect) and torch.equal(per_token, expect)
-    assert rt.accounting.live_bytes == 0 and all(p.numel() == 0 for p in model.parameters())
+    assert rt.strategy.partitioner.acct.live_bytes == 0 and all(
+        p.numel() == 0 for p in model.parameters()
+    )
 
 
 def test_forward_keeps_no_view_of_released_weights() -> None:
@@ -215,11 +214,11 @@ def test_forward_keeps_no_view_of_released_weights() -> None:
     torch.manual_seed(0)
     model = TinyLM()
     ref = copy.deepcopy(model)
-    rt = Stage3Runtime(
+    rt = stage3(
         model,
         torch.optim.SGD(model.parameters(), lr=0.1),
-        None,
-        limits=Stage3Limits(param_persistence_threshold=0, prefetch_bucket_size=0),
+        stage3_param_persistence_threshold=0,
+        stage3_prefetch_bucket_size=0,
     )
     linears = [m for m in model.modules() if type(m) is nn.Linear]
     gathered_ptrs: set[int] = set()
@@ -247,17 +246,15 @@ def test_forward_keeps_no_view_of_released_weights() -> None:
 
 
 def _nvme_runtime(
-    limits: Stage3Limits, offload: OffloadSettings
-) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, Stage3Runtime]:
-    """A reference model with AdamW, and an identical one under a stage-3 runtime."""
+    zero: dict[str, Any], config: dict[str, Any] | None = None
+) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, ZeroEngine]:
+    """A reference model with AdamW, and an identical one under a stage-3 engine."""
     torch.manual_seed(0)
     ref = TinyLM(layers=3)
     model = copy.deepcopy(ref)
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    rt = Stage3Runtime(
-        model, opt, None, limits=limits, offload=offload, kernels=get("ds.kernels", "cpu")()
-    )
+    rt = stage3(model, opt, kernels=get("ds.kernels", "cpu")(), config=config, **zero)
     return ref, ref_opt, model, rt
 
 
@@ -265,7 +262,7 @@ def _step_both(
     ref: nn.Module,
     ref_opt: torch.optim.Optimizer,
     model: nn.Module,
-    rt: Stage3Runtime,
+    rt: ZeroEngine,
     idx: torch.Tensor,
 ) -> None:
     ref_opt.zero_grad()
@@ -283,15 +280,18 @@ def test_prefetched_swap_ins_bounded_by_buffer_count(
     buffer_count: int, pin: bool, tmp_path: Path
 ) -> None:
     ref, ref_opt, model, rt = _nvme_runtime(
-        Stage3Limits(param_persistence_threshold=40, prefetch_bucket_size=200),
-        OffloadSettings(
-            param_device="nvme",
-            param_nvme_path=str(tmp_path),
-            param_buffer_count=buffer_count,
-            pin_memory=pin,
-        ),
+        {
+            "stage3_param_persistence_threshold": 40,
+            "stage3_prefetch_bucket_size": 200,
+            "offload_param": {
+                "device": "nvme",
+                "nvme_path": str(tmp_path),
+                "buffer_count": buffer_count,
+                "pin_memory": pin,
+            },
+        }
     )
-    swapper = rt.partitioner.swapper
+    swapper = rt.strategy.partitioner.swapper
     assert swapper is not None and swapper.swapped_bytes > 0
     held: list[int] = []
     hook = model.register_forward_pre_hook(lambda *_: held.append(swapper.buffers_held))
@@ -304,7 +304,7 @@ def test_prefetched_swap_ins_bounded_by_buffer_count(
     assert max(held) <= buffer_count
     assert swapper.buffers_held == 0  # nothing prefetched survives a step (shards change)
     _assert_state_matches(ref, rt)
-    rt.close()
+    rt.destroy()
 
 
 @pytest.mark.parametrize(("buffer_count", "pin"), [(1, False), (2, True), (4, False)])
@@ -314,15 +314,17 @@ def test_nvme_optimizer_state_streams_through_buffer_count_sets(
     """offload_optimizer to NVMe: masters and moments stream through at most buffer_count
     buffer sets (page-locked with pin_memory), and training matches AdamW step for step."""
     ref, ref_opt, model, rt = _nvme_runtime(
-        Stage3Limits(param_persistence_threshold=40),
-        OffloadSettings(
-            optimizer_device="nvme",
-            optimizer_nvme_path=str(tmp_path),
-            optimizer_buffer_count=buffer_count,
-            pin_memory=pin,
-        ),
+        {
+            "stage3_param_persistence_threshold": 40,
+            "offload_optimizer": {
+                "device": "nvme",
+                "nvme_path": str(tmp_path),
+                "buffer_count": buffer_count,
+                "pin_memory": pin,
+            },
+        }
     )
-    stream = rt.optimizer._stream
+    stream = rt.strategy.opt._stream
     assert stream is not None and stream.buffer_count == buffer_count
     n_params = sum(1 for p in model.parameters() if p.requires_grad)
     for idx in _batches(4):
@@ -332,7 +334,7 @@ def test_nvme_optimizer_state_streams_through_buffer_count_sets(
         assert 1 <= stream.peak_sets <= buffer_count
         assert stream.peak_sets == min(buffer_count, n_params)
     _assert_state_matches(ref, rt, key_bias=False)
-    rt.close()
+    rt.destroy()
 
 
 def test_nvme_optimizer_buffer_count_below_one_is_a_config_error(tmp_path: Path) -> None:
@@ -340,15 +342,10 @@ def test_nvme_optimizer_buffer_count_below_one_is_a_config_error(tmp_path: Path)
 
     model = TinyLM()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    with pytest.raises(ConfigError, match=r"offload_optimizer\.buffer_count must be at least 1"):
-        Stage3Runtime(
+    with pytest.raises(ConfigError, match=r"offload_optimizer\.buffer_count"):
+        stage3(
             model,
             opt,
-            None,
-            offload=OffloadSettings(
-                optimizer_device="nvme",
-                optimizer_nvme_path=str(tmp_path),
-                optimizer_buffer_count=0,
-            ),
             kernels=get("ds.kernels", "cpu")(),
+            offload_optimizer={"device": "nvme", "nvme_path": str(tmp_path), "buffer_count": 0},
         )

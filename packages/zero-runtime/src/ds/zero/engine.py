@@ -73,7 +73,7 @@ class ZeroEngine:
         self.checkpoint_engine = checkpoint_engine
         self.kernels = kernels
         self.accelerator = accelerator
-        self.timers = StepTimers()
+        self.timers = StepTimers(accelerator)
         self.comm_stats = CommStats()
 
         precision = cfg.precision
@@ -123,7 +123,11 @@ class ZeroEngine:
         self.micro_steps = 0
         self.skipped_steps = 0
         self._no_sync = False
-        self._window_losses: list[float] = []
+        # The window's summed loss stays a tensor on the loss's device (no host sync per
+        # micro-step); ``step`` stages one host copy of it (see _stage_loss).
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_count = 0
+        self._loss_host: tuple[torch.Tensor, Any] | None = None
         self._last_step_end = time.perf_counter()
         self._last_metrics: StepMetrics | None = None
         self.init_time_s = time.perf_counter() - t0
@@ -332,7 +336,9 @@ class ZeroEngine:
         scaled = loss.float() * scale if scale != 1.0 else loss
         scaled.backward(retain_graph=retain_graph)
         self.strategy.end_backward()
-        self._window_losses.append(float(loss.detach().float()))
+        value = loss.detach().float().sum()
+        self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
+        self._loss_count += 1
         self.timers.stop("backward")
 
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
@@ -340,6 +346,7 @@ class ZeroEngine:
             self.micro_steps += 1
             return
         self.timers.start("step")
+        self._stage_loss()
         fp16 = self.config.precision == "fp16"
         check = fp16 or (
             self.config.precision == "bf16" and self.ds_config.bf16.check_grad_overflow
@@ -365,14 +372,45 @@ class ZeroEngine:
         self.global_steps += 1
         self.global_samples += self.config.train_batch_size
         self.micro_steps += 1
-        optimizer_s = self.timers.stop("step")
-        self._publish(report.overflow, report.grad_norm, optimizer_s)
+        self.timers.stop("step")
+        self._publish(report.overflow, report.grad_norm)
 
-    def _publish(self, overflow: bool, grad_norm: float | None, optimizer_s: float) -> None:
+    def _stage_loss(self) -> None:
+        """Start the copy of the window's loss to the host, ahead of the step's one sync (the
+        norm's read-back in ``prepare_step``), so reading it in ``_publish`` waits for nothing
+        more: an event marks the copy where the device has events; without them the copy
+        is a plain (synchronous) one."""
+        total, self._loss_sum = self._loss_sum, None
+        count, self._loss_count = self._loss_count, 0
+        if total is None:
+            self._loss_host = None
+            return
+        total = total / count
+        event = None
+        acc = self.accelerator
+        caps = acc.capabilities() if acc is not None else None
+        if total.device.type != "cpu" and caps is not None and caps.has_events:
+            host = total.to("cpu", non_blocking=True)
+            event = acc.new_event()  # type: ignore[union-attr]
+            event.record()
+        else:
+            host = total.to("cpu")
+        self._loss_host = (host, event)
+
+    def _take_loss(self) -> float | None:
+        staged, self._loss_host = self._loss_host, None
+        if staged is None:
+            return None
+        host, event = staged
+        if event is not None:
+            event.synchronize()  # recorded before the step's sync point: already complete
+        return float(host.tolist())  # a host tensor: no device read-back
+
+    def _publish(self, overflow: bool, grad_norm: float | None) -> None:
         now = time.perf_counter()
         times = self.timers.take()
-        losses, self._window_losses = self._window_losses, []
-        loss = sum(losses) / len(losses) if losses else None
+        optimizer_s = times.get("step", 0.0)
+        loss = self._take_loss()
         metrics = StepMetrics(
             step=self.global_steps,
             loss=loss,
@@ -471,7 +509,7 @@ class ZeroEngine:
                 "world_size": self.world_size,
             }
         )
-        state.rank_objects.update(_rng_state())
+        state.rank_objects.update(_rng_state(self.accelerator))
         handle = ckpt.save(save_dir, tag, state, async_save=self.ds_config.checkpoint.async_save)
         gather16 = self.ds_config.zero_optimization.gather_16bit_weights_on_model_save
         if not self.ds_config.checkpoint.async_save or (self.config.stage == 3 and gather16):
@@ -555,7 +593,7 @@ class ZeroEngine:
         if obj.get("loss_scaler"):
             self.loss_scaler.load_state_dict(obj["loss_scaler"])
         if state.rank_objects:
-            _set_rng_state(state.rank_objects)
+            _set_rng_state(state.rank_objects, self.accelerator)
         path = os.path.join(load_dir, tag)
         return path, dict(obj.get("client_state") or {})
 
@@ -606,11 +644,17 @@ def _loss_scaler(cfg: DsConfig) -> LossScaler:
     )
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(accelerator: Accelerator | None = None) -> dict[str, Any]:
     state: dict[str, Any] = {
         "rng.torch": torch.random.get_rng_state(),
         "rng.python": random.getstate(),
     }
+    if accelerator is not None:
+        # The rank's device generator (CUDA's on a GPU: dropout and random init on the device
+        # draw from it), read through the accelerator's RNG API, with the device type it
+        # belongs to so a load on another kind of device leaves it alone.
+        state["rng.device"] = accelerator.get_rng_state().cpu()
+        state["rng.device_type"] = accelerator.name()
     try:
         import numpy as np
 
@@ -620,9 +664,18 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], accelerator: Accelerator | None = None) -> None:
     if "rng.torch" in state:
         torch.random.set_rng_state(state["rng.torch"])
+    if accelerator is not None and "rng.device" in state:
+        if state.get("rng.device_type") == accelerator.name():
+            accelerator.set_rng_state(state["rng.device"])
+        else:
+            log.warning(
+                "checkpoint's device RNG state not restored: it was saved on another device type",
+                saved=state.get("rng.device_type"),
+                current=accelerator.name(),
+            )
     if "rng.python" in state:
         random.setstate(state["rng.python"])
     if "rng.numpy" in state:

@@ -11,6 +11,7 @@ Modules built on the ``meta`` device get empty shards, filled later by
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
@@ -32,6 +33,18 @@ def _default_comm() -> Communicator | None:
     return comm if comm.is_initialized() else None
 
 
+def _default_device() -> torch.device:
+    """The rank's device from the registered accelerator (``DS_ACCELERATOR``, else cuda when
+    torch sees one, else cpu; the same choice as ``ds.full.initialize``); cpu when none is
+    registered."""
+    from ds.interfaces.registry import get, has_provider
+
+    name = os.environ.get("DS_ACCELERATOR") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not has_provider("ds.accelerators", name):
+        return torch.device("cpu")
+    return torch.device(get("ds.accelerators", name)().current_device_name())
+
+
 def _subclasses(cls: type) -> list[type]:
     out, todo = [], [cls]
     while todo:
@@ -49,7 +62,14 @@ class Init:
     floating-point parameters before partitioning. ``param_persistence_threshold``: parameters with
     at most this many elements stay whole on every rank (default 0 here; the engine applies its
     configured threshold). ``config_dict_or_path`` is accepted for compatibility and read for
-    ``zero_optimization.stage3_param_persistence_threshold`` when given as a dict.
+    ``zero_optimization.stage3_param_persistence_threshold`` and ``offload_param.device`` when
+    given as a dict.
+
+    ``device``: the rank's compute device (default: the registered accelerator's current device,
+    which the launcher and ``ds.full`` set from the local rank). Each parameter is moved there
+    before rank 0's values are broadcast (NCCL moves device tensors only) and its shard stays
+    there, unless ``remote_device`` is ``"cpu"`` or ``"nvme"`` (DeepSpeed's argument; also
+    taken from ``offload_param.device``): then shards live on the host.
     """
 
     def __init__(
@@ -57,7 +77,10 @@ class Init:
         module: torch.nn.Module | None = None,
         data_parallel_group: Any = None,
         config_dict_or_path: Mapping[str, Any] | str | None = None,
+        remote_device: str | None = None,
+        pin_memory: bool = False,
         *,
+        device: torch.device | str | None = None,
         comm: Communicator | None = None,
         dtype: torch.dtype | None = None,
         param_persistence_threshold: int | None = None,
@@ -65,13 +88,22 @@ class Init:
     ) -> None:
         self.enabled = enabled
         self.comm = comm if comm is not None else (_default_comm() if enabled else None)
-        self.coll = Collectives(self.comm, data_parallel_group, check_order=False)
-        self.dtype = dtype
-        if param_persistence_threshold is None and isinstance(config_dict_or_path, Mapping):
-            zero = config_dict_or_path.get("zero_optimization", {})
+        zero: Mapping[str, Any] = {}
+        if isinstance(config_dict_or_path, Mapping):
+            zero = config_dict_or_path.get("zero_optimization", {}) or {}
+        if param_persistence_threshold is None:
             param_persistence_threshold = zero.get(
                 "stage3_param_persistence_threshold", zero.get("param_persistence_threshold", 0)
             )
+        if remote_device is None:
+            remote_device = (zero.get("offload_param") or {}).get("device")
+        self.device = torch.device(device) if device is not None else _default_device()
+        offloaded = remote_device in ("cpu", "nvme")
+        self.shard_device = torch.device("cpu") if offloaded else self.device
+        # Pinned host shards make the fetch copies asynchronous; only a real CUDA runtime pins.
+        self.pin_memory = bool(pin_memory) and offloaded and torch.cuda.is_available()
+        self.coll = Collectives(self.comm, data_parallel_group, device=self.device)
+        self.dtype = dtype
         self.threshold = int(param_persistence_threshold or 0)
         self._patched: list[tuple[type, Any]] = []
         self._replaced: dict[int, torch.nn.Parameter] = {}
@@ -95,10 +127,21 @@ class Init:
                 continue
             if self.dtype is not None and p.is_floating_point():
                 p.data = p.data.to(self.dtype)
+            if p.device.type != "meta" and p.device != self.device:
+                p.data = p.data.to(self.device)  # one module's parameters whole at a time
             if self.coll.world > 1 and p.device.type != "meta" and self.coll.comm is not None:
                 # Rank 0's initialisation wins (as in DDP), whatever each rank's RNG produced.
                 self.coll.comm.broadcast(p.data, src=0, group=self.coll.group)
-            s = partition_param(p, self.coll.rank, self.coll.world, self.threshold)
+            s = partition_param(
+                p,
+                self.coll.rank,
+                self.coll.world,
+                self.threshold,
+                shard_device=self.shard_device,
+                device=self.device,
+            )
+            if self.pin_memory and s.shard.device.type == "cpu":
+                s.shard = s.shard.pin_memory()
             s.extra["coll"] = self.coll
             if s.extra.get("meta"):
                 new = meta_replacement(p, s)
@@ -283,7 +326,7 @@ def load_state_dict_into_shards(
             )
         write_shard(s, src.to(s.dtype))
         if s.status is ParamStatus.AVAILABLE or s.persistent:
-            p.data = src.to(dtype=s.dtype, device=s.shard.device).clone()
+            p.data = src.to(dtype=s.dtype, device=_coll_of(p).device_of(s)).clone()
             s.status = ParamStatus.AVAILABLE
     for name, b in module.named_buffers():
         if name in state_dict:

@@ -101,6 +101,10 @@ class ZeroConfig(Section):
     module_granularity_threshold: Int = _alias(
         "stage3_module_granularity_threshold", "module_granularity_threshold"
     )
+    # ds's own debug option (DeepSpeed has none): before every stage-3 collective, all-reduce a
+    # fingerprint of the parameters it moves and raise ModuleOrderError when ranks disagree.
+    # Off by default: verifying reads the fingerprint back to the host.
+    check_module_order: bool = _alias("stage3_check_module_order", "check_module_order")
     ignore_unused_parameters: bool = True
     legacy_stage1: bool = False
     round_robin_gradients: bool = False
@@ -136,6 +140,7 @@ class ZeroConfig(Section):
             ): False,
             ("stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"): False,
             ("stage3_module_granularity_threshold", "module_granularity_threshold"): 0,
+            ("stage3_check_module_order", "check_module_order"): False,
         }
         out = dict(data)
         for names, default in defaults.items():

@@ -3,7 +3,6 @@
 from ds.zero.stage3.collectives import Collectives, ModuleOrderError
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.partitioner import Accounting, Stage3Limits, Stage3Partitioner
-from ds.zero.stage3.runtime import OffloadSettings, Stage3Runtime
 from ds.zero.stage3.shard import ParamStatus, ShardState, is_partitioned, shard_of
 from ds.zero.stage3.strategy import Stage3Strategy
 from ds.zero.stage3.swap import AioSettings
@@ -13,13 +12,11 @@ __all__ = [
     "AioSettings",
     "Collectives",
     "ModuleOrderError",
-    "OffloadSettings",
     "ParamStatus",
     "ShardState",
     "Stage3Limits",
     "Stage3Optimizer",
     "Stage3Partitioner",
-    "Stage3Runtime",
     "Stage3Strategy",
     "is_partitioned",
     "shard_of",

@@ -1,21 +1,22 @@
-"""Stage-3 gradient reduction: asynchronous per-parameter reductions overlapped with the rest
-of backward, landing in fp32 tensors that hold this rank's gradient partitions.
+"""Stage-3 gradient reduction: asynchronous reductions overlapped with the rest of backward,
+landing in fp32 tensors that hold this rank's gradient partitions.
 
-Each partition lands in its own tensor from the C heap: by the end of backward most activations
-are freed, and their heap memory takes the gradients without new pages (a separate mapping for
-all partitions made every landing page-fault, about 13k faults a step for 27M parameters at
-world 2, and kept the freed activations resident beside it).
+Gradients are grouped as autograd produces them; a group is launched (after the optional order
+check, batched with the next module fetch's) once it reaches half ``reduce_bucket_size``
+elements, and the reductions in flight stay within about ``reduce_bucket_size`` elements;
+``finish`` (end of backward) waits for the rest.
 
-Gradients are grouped as autograd produces them; a group passes one order check (batched with
-the next module fetch's, or on its own once it reaches half ``reduce_bucket_size`` elements)
-and then starts one reduction per parameter without waiting. On host tensors over the world
-group the reduction is a point-to-point reduce-scatter (each rank sends every peer that peer's
-slice and sums what it receives); over a sub-group, an in-place all-reduce of the full gradient
-whose partition is read out when it lands (see ``Collectives.all_reduce``); elsewhere a
-reduce-scatter that, on the first backward of a step, writes straight into the partition's
-tensor. Either way nothing is bucketed or copied on the way out (a padded copy only when the parameter's size is
-not a multiple of the world size). Gradients held by groups and reductions in flight stay
-within about ``reduce_bucket_size`` elements; ``finish`` (end of backward) waits for the rest.
+Device tensors (NCCL's rules): a group is one ``reduce_scatter_tensor`` per dtype: the
+gradients are packed rank-major into one ``(world, S)`` input, reduced, and each parameter's
+partition is cut out of the ``S`` elements this rank receives.
+
+Host tensors (gloo, measured there): over the world group a point-to-point reduce-scatter per
+parameter (each rank sends every peer that peer's slice and sums what it receives, in place);
+over a sub-group an in-place all-reduce of the full gradient whose partition is read out when it
+lands. Each partition lands in its own tensor from the C heap: by the end of backward most
+activations are freed, and their heap memory takes the gradients without new pages (a separate
+mapping for all partitions made every landing page-fault, about 13k faults a step for 27M
+parameters at world 2).
 """
 
 from __future__ import annotations
@@ -39,6 +40,19 @@ class _Flight:
     inp: torch.Tensor  # the full (padded) gradient being reduced
     out: torch.Tensor  # this rank's reduced partition (sum over ranks)
     first: bool  # ``out`` is a fresh tensor this rank owns: it can become the partition
+
+
+@dataclass
+class _Bucket:
+    """One device-path reduce-scatter of several gradients: ``out`` holds this rank's summed
+    partitions at ``offsets``."""
+
+    states: list[ShardState]
+    offsets: list[int]
+    work: Any
+    inp: torch.Tensor
+    out: torch.Tensor
+    numel: int  # full padded elements the bucket holds
 
 
 class _PeerSum:
@@ -85,9 +99,11 @@ class GradReducer:
         self.half = max(1, bucket_numel // 2)
         self._group: list[tuple[ShardState, torch.Tensor]] = []
         self._group_numel = 0
-        self._flights: deque[_Flight] = deque()
+        self._flights: deque[_Flight | _Bucket] = deque()
         self._flight_numel = 0
         self.launched = 0  # order-checked groups
+        self.reduced = 0  # gradients reduced
+        self.collectives = 0  # reductions launched (one per bucket, or per host parameter)
         self.peak_held_numel = 0  # most gradient elements held at once (grouped + in flight)
 
     @staticmethod
@@ -124,15 +140,16 @@ class GradReducer:
             self.coll.start_check("reduce_scatter", [s for s, _ in group])
         self.coll.reduce_scatters += 1
         self.launched += 1
-        for s, grad in group:
-            self._start(s, grad)
+        self._start_group(group)
         # Drop this frame's references before landing: a landed gradient's buffer goes back to
         # the pool only when nothing else holds it.
-        del group, s, grad
+        del group
         while self._flight_numel > self.half and self._flights:
             self._land(self._flights.popleft())
 
     def _start(self, s: ShardState, grad: torch.Tensor) -> None:
+        self.reduced += 1
+        self.collectives += 1
         flat = grad.reshape(-1)
         if s.padded_numel != s.numel:
             inp = self.pool.take(s.padded_numel, flat.dtype, flat.device)
@@ -181,6 +198,56 @@ class GradReducer:
         self._flights.append(_Flight(s, work, inp, out, owned))
         self._flight_numel += s.padded_numel
 
+    def _start_group(self, group: list[tuple[ShardState, torch.Tensor]]) -> None:
+        packed: dict[tuple[torch.dtype, torch.device], list[tuple[ShardState, torch.Tensor]]] = {}
+        for s, grad in group:
+            if self.coll.comm is None or self.coll.use_all_reduce(grad):
+                self._start(s, grad)
+            else:
+                packed.setdefault((grad.dtype, grad.device), []).append((s, grad))
+        for items in packed.values():
+            if len(items) == 1:
+                self._start(*items[0])
+            else:
+                self._start_bucket(items)
+
+    def _start_bucket(self, items: list[tuple[ShardState, torch.Tensor]]) -> None:
+        """One reduce-scatter for several gradients of one dtype on the device."""
+        assert self.coll.comm is not None
+        self.reduced += len(items)
+        self.collectives += 1
+        world = self.world
+        dtype, device = items[0][1].dtype, items[0][1].device
+        total = sum(s.shard_numel for s, _ in items)
+        inp = self.pool.take(world * total, dtype, device)
+        rows = inp.view(world, total)
+        offsets, off = [], 0
+        for s, grad in items:
+            n = s.shard_numel
+            flat = grad.reshape(-1)
+            dst = rows[:, off : off + n]
+            if s.padded_numel == s.numel:
+                dst.copy_(flat.view(world, n))
+            else:
+                # The padded tail: rank-major rows that the parameter fills only partly.
+                full_rows = s.numel // n
+                if full_rows:
+                    dst[:full_rows].copy_(flat[: full_rows * n].view(full_rows, n))
+                rest = s.numel - full_rows * n
+                dst[full_rows, :rest].copy_(flat[full_rows * n :])
+                dst[full_rows, rest:].zero_()
+                dst[full_rows + 1 :].zero_()
+            offsets.append(off)
+            off += n
+        del rows, dst, flat
+        out = self.pool.take(total, dtype, device)
+        work = self.coll.comm.reduce_scatter_tensor(
+            out, inp, op=ReduceOp.SUM, group=self.coll.group, async_op=True
+        )
+        numel = world * total
+        self._flights.append(_Bucket([s for s, _ in items], offsets, work, inp, out, numel))
+        self._flight_numel += numel
+
     def finish(self) -> None:
         """Reduce what is left and wait for every reduction (end of backward)."""
         self.launch()
@@ -188,8 +255,11 @@ class GradReducer:
             self._land(self._flights.popleft())
 
     # -- accumulating --------------------------------------------------------------------------
-    def _land(self, f: _Flight) -> None:
+    def _land(self, f: _Flight | _Bucket) -> None:
         self.coll.verify()  # the ranks agree on this reduction before it is waited on
+        if isinstance(f, _Bucket):
+            self._land_bucket(f)
+            return
         if isinstance(f.work, _PeerSum):
             f.out = f.work.wait()  # a receive buffer from the pool, now holding the sum
         elif f.work is not None:
@@ -208,5 +278,22 @@ class GradReducer:
             s.grad.add_(f.out / self.world)  # divide first: the same rounding as the first
         ptrs = {t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)}
         del f.inp, f.out
+        for ptr in ptrs:
+            self.pool.give(ptr, settle_s=0.002)
+
+    def _land_bucket(self, b: _Bucket) -> None:
+        if b.work is not None:
+            b.work.wait()
+        b.work = None
+        self._flight_numel -= b.numel
+        for s, off in zip(b.states, b.offsets):
+            part = b.out[off : off + s.shard_numel]
+            if s.grad is None:
+                s.grad = torch.div(part, self.world, out=self._partition(s, part.device))
+            else:
+                s.grad.add_(part / self.world)  # divide first: the same rounding as the first
+        del part
+        ptrs = [b.inp.data_ptr(), b.out.data_ptr()]
+        b.inp = b.out = None  # type: ignore[assignment]
         for ptr in ptrs:
             self.pool.give(ptr, settle_s=0.002)

@@ -2,14 +2,17 @@
 
 A client ``torch.optim.Optimizer`` built over the model's parameters keeps its hyperparameters and
 param groups (so LR schedulers keep working); its ``params`` are replaced by fp32 master partitions.
-With ``offload='cpu'`` and a kernel provider, Adam/AdamW steps run in the provider's fused kernel on
-host buffers; with ``offload='nvme'`` the master weights and moments live in a swap file and are
-streamed through the provider's async I/O, reading the next partition while the current one steps.
+
+Where the masters live: on the compute device without offload; on the host with
+``offload='cpu'`` (the optimizer the engine builds then steps them with the kernel provider's CPU
+kernels) and with ``offload='nvme'`` (masters and moments live in a swap file and are streamed
+through the provider's async I/O, reading the next partition while the current one steps).
+Gradient partitions are reduced on the compute device; host masters step from explicit host
+copies of them, and the updated masters are copied back into the shards.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any, Literal
@@ -66,7 +69,6 @@ class Stage3Optimizer:
         kernels: KernelProvider | None = None,
         nvme_path: str | None = None,
         aio: AioSettings | None = None,
-        gradient_clipping: float = 0.0,
         buffer_count: int = 4,
         pin_memory: bool = False,
     ) -> None:
@@ -75,8 +77,11 @@ class Stage3Optimizer:
         self.part = partitioner
         self.offload = offload
         self.kernels = kernels
-        self.clip = gradient_clipping
         self.step_count = 0
+        host = offload in ("cpu", "nvme")
+        # Where the fp32 masters (and the moments the optimizer makes like them) live.
+        self.master_device = torch.device("cpu") if host else partitioner.coll.device
+        self._host_grads: dict[int, torch.Tensor] = {}  # ds_id -> host copy of the partition
         self._masters: dict[int, torch.nn.Parameter] = {}  # ds_id -> fp32 master partition
         self._hyper_groups: list[tuple[dict[str, Any], list[torch.nn.Parameter]]] = []
         known = {id(p) for p in partitioner.params}
@@ -98,7 +103,6 @@ class Stage3Optimizer:
         self.optimizer = optimizer
         for group, originals in zip(optimizer.param_groups, originals_of):
             self._hyper_groups.append((group, originals))
-        self._moments: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._swap: SwapFile | None = None
         self._stream: StateStream | None = None
         if offload == "nvme":
@@ -112,26 +116,23 @@ class Stage3Optimizer:
             self._swap = SwapFile(handle, os.path.join(nvme_path, f"ds_zero3_optim_rank{rank}.swp"))
             self._stream = StateStream(self._swap, buffer_count, pin_memory)
             self._init_nvme()
-        elif offload == "cpu" and kernels is None:
-            log.warning(
-                "offload_optimizer.device=cpu without a kernel provider: the client optimizer "
-                "steps the host partitions; install ds-ops-kernels for the fused CPU Adam"
-            )
 
     # -- state ---------------------------------------------------------------------------------
     def _master(self, s: Any) -> torch.nn.Parameter:
         m = self._masters.get(s.ds_id)
         if m is None:
+            dev = self.master_device or s.shard.device
             if s.swapped:
                 self.part.swapper.swap_in(s)  # type: ignore[union-attr]
-                src = s.shard.float().clone()
+                src = s.shard.to(dev, torch.float32, copy=True)
                 self.part.swapper.drop(s)  # type: ignore[union-attr]
             elif "master_src" in s.extra:
-                src = s.extra.pop("master_src")  # fp32 values from before a precision cast
-            elif s.dtype == torch.float32:
+                # fp32 values from before a precision cast
+                src = s.extra.pop("master_src").to(dev)
+            elif s.dtype == torch.float32 and s.shard.device == dev:
                 src = s.shard  # the partition itself is the master: no second copy
             else:
-                src = s.shard.float()
+                src = s.shard.to(dev, torch.float32, copy=True)
             # No autograd on masters: they are stepped in place by optimizers and kernels.
             m = torch.nn.Parameter(src, requires_grad=False)
             self._masters[s.ds_id] = m
@@ -172,36 +173,29 @@ class Stage3Optimizer:
         for p in self.part.params:
             shard_of(p).grad = None
 
-    def grad_norm(self) -> float:
-        sq = torch.zeros(1, dtype=torch.float64)
-        for p in self.part.params:
-            g = shard_of(p).grad
-            if g is not None:
-                sq += g.double().pow(2).sum()
-        self.part.coll.all_reduce_sum(sq)
-        return math.sqrt(float(sq))
-
-    def step(self) -> float | None:
-        """Update every partition from its reduced gradient; return the pre-clip grad norm."""
-        norm = None
-        if self.clip > 0:
-            norm = self.grad_norm()
-            coef = self.clip / (norm + 1e-6)
-            if coef < 1:
-                for p in self.part.params:
-                    g = shard_of(p).grad
-                    if g is not None:
-                        g.mul_(coef)
+    def step(self) -> None:
+        """Update every partition from its reduced gradient (clipping is the engine's)."""
         self.step_count += 1
         if self.offload == "nvme":
             self._step_nvme()
-        elif self.offload == "cpu" and self.kernels is not None:
-            self._step_kernels()
         else:
             self._step_torch()
         self.zero_grad()
         self.part.refresh_persistent()
-        return norm
+
+    def _grad_for(self, s: Any, master: torch.Tensor) -> torch.Tensor:
+        """``s``'s gradient partition where ``master`` lives: an explicit copy into a kept host
+        buffer when the master is offloaded (the partition was reduced on the device)."""
+        g = s.grad
+        assert g is not None
+        if g.device == master.device:
+            return g  # type: ignore[no-any-return]
+        buf = self._host_grads.get(s.ds_id)
+        if buf is None or buf.numel() != g.numel():
+            buf = torch.empty(g.numel(), dtype=g.dtype, device=master.device)
+            self._host_grads[s.ds_id] = buf
+        buf.copy_(g)  # blocking: the step reads it next
+        return buf
 
     def _write_back(self, s: Any, master: torch.Tensor) -> None:
         if self.part.swapper is not None and s.swapped:
@@ -213,31 +207,14 @@ class Stage3Optimizer:
         for _, originals in self._hyper_groups:
             for p in originals:
                 s = shard_of(p)
-                self._masters[s.ds_id].grad = s.grad
+                m = self._masters[s.ds_id]
+                m.grad = None if s.grad is None else self._grad_for(s, m.data)
         self.optimizer.step()
         for _, originals in self._hyper_groups:
             for p in originals:
                 s = shard_of(p)
                 m = self._masters[s.ds_id]
                 m.grad = None
-                self._write_back(s, m.data)
-
-    def _step_kernels(self) -> None:
-        assert self.kernels is not None
-        for group, originals in self._hyper_groups:
-            hyper = _adam_hyper(self.optimizer, group)
-            for p in originals:
-                s = shard_of(p)
-                if s.grad is None:
-                    continue
-                m = self._masters[s.ds_id]
-                mom = self._moments.get(s.ds_id)
-                if mom is None:
-                    # Placed by the provider apart from the buffers the step walks them with.
-                    exp_avg = self.kernels.new_state(m.data, (m.data, s.grad))
-                    mom = (exp_avg, self.kernels.new_state(m.data, (m.data, s.grad, exp_avg)))
-                    self._moments[s.ds_id] = mom
-                self.kernels.adam_step(self.step_count, hyper, m.data, s.grad, mom[0], mom[1])
                 self._write_back(s, m.data)
 
     def _step_nvme(self) -> None:
@@ -253,7 +230,7 @@ class Stage3Optimizer:
             assert self.kernels is not None
             group, s = work[i]
             hyper = _adam_hyper(self.optimizer, group)
-            self.kernels.adam_step(self.step_count, hyper, m, s.grad, v, w)
+            self.kernels.adam_step(self.step_count, hyper, m, self._grad_for(s, m), v, w)
             self._write_back(s, m)
 
         self._stream.run([(s.ds_id, s.shard_numel) for _, s in work], step)
@@ -268,8 +245,6 @@ class Stage3Optimizer:
             self._swap.read((s.ds_id, "v"), v)
             self._swap.read((s.ds_id, "w"), w)
             return v, w
-        if self.offload == "cpu" and self.kernels is not None:
-            return self._moments.get(s.ds_id)
         st = self.optimizer.state.get(self._masters[s.ds_id])
         if not st or "exp_avg" not in st:
             return None
@@ -296,13 +271,13 @@ class Stage3Optimizer:
         self._write_back(s, master)
         if v is None or w is None:
             return
-        if self.offload == "cpu" and self.kernels is not None:
-            self._moments[s.ds_id] = (v, w)
-        elif self._swap is None:
+        if self._swap is None:
             state = {
                 k: (t.clone() if isinstance(t, torch.Tensor) else t) for k, t in scalars.items()
             }
-            self.optimizer.state[m] = {**state, "exp_avg": v, "exp_avg_sq": w}
+            # Moments live beside the master (checkpoints load them on the host).
+            dev = m.data.device
+            self.optimizer.state[m] = {**state, "exp_avg": v.to(dev), "exp_avg_sq": w.to(dev)}
 
     def close(self) -> None:
         if self._swap is not None:

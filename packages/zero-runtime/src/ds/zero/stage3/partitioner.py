@@ -190,7 +190,7 @@ class Stage3Partitioner:
         parameter, enough for the next gathers to find their buffers ready without going
         through the device allocator."""
         sharded = [shard_of(p) for p in self.params if not shard_of(p).persistent]
-        if not sharded or all(s.shard.device.type == "cpu" for s in sharded):
+        if not sharded or all(self.coll.device_of(s).type == "cpu" for s in sharded):
             return 0
         total = sum(s.padded_numel for s in sharded)
         biggest = max(s.padded_numel for s in sharded)

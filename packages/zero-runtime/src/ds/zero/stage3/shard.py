@@ -93,12 +93,21 @@ def empty_like_param(state: ShardState, device: torch.device) -> torch.Tensor:
 
 
 def partition_param(
-    param: torch.nn.Parameter, rank: int, world: int, persistence_threshold: int = 0
+    param: torch.nn.Parameter,
+    rank: int,
+    world: int,
+    persistence_threshold: int = 0,
+    *,
+    shard_device: torch.device | str | None = None,
+    device: torch.device | str | None = None,
 ) -> ShardState:
     """Cut ``param`` into its stage-3 shard for ``rank`` and drop the full data (unless small).
 
-    Parameters on the ``meta`` device get an uninitialised shard: their values come from a later
-    load (the ``from_pretrained`` pattern) through :class:`ds.zero.GatheredParameters`.
+    ``shard_device``: where the shard lives (the host under ``offload_param``); ``device``: the
+    compute device, where the parameter's (empty or, when persistent, whole) data stays. Both
+    default to the parameter's own device. Parameters on the ``meta`` device get an
+    uninitialised shard: their values come from a later load (the ``from_pretrained`` pattern)
+    through :class:`ds.zero.GatheredParameters`.
     """
     existing = getattr(param, "ds_shard", None)
     if existing is not None:
@@ -106,14 +115,16 @@ def partition_param(
     data = param.data
     numel = data.numel()
     shard_numel = -(-numel // world)
-    device = torch.device("cpu") if data.device.type == "meta" else data.device
-    shard = torch.zeros(shard_numel, dtype=data.dtype, device=device)
+    own = torch.device("cpu") if data.device.type == "meta" else data.device
+    device = own if device is None else torch.device(device)
+    home = device if shard_device is None else torch.device(shard_device)
+    shard = torch.zeros(shard_numel, dtype=data.dtype, device=home)
     if data.device.type != "meta":
         flat = data.reshape(-1)
         lo = rank * shard_numel
         hi = min(numel, lo + shard_numel)
         if hi > lo:
-            shard[: hi - lo].copy_(flat[lo:hi])
+            shard[: hi - lo].copy_(flat[lo:hi])  # an explicit copy when the devices differ
     state = ShardState(
         ds_id=next(_ids),
         shape=data.shape,
@@ -127,6 +138,7 @@ def partition_param(
     if data.device.type == "meta":
         # A meta tensor cannot take CPU data in place: the caller swaps in ``meta_replacement``.
         state.extra["meta"] = True
+        state.extra["device"] = device
         return state
     param.ds_shard = state  # type: ignore[attr-defined]
     if state.persistent:
@@ -141,7 +153,7 @@ def partition_param(
 def meta_replacement(param: torch.nn.Parameter, state: ShardState) -> torch.nn.Parameter:
     """A real (empty) parameter carrying ``state``, to stand in for a ``meta`` parameter."""
     new = torch.nn.Parameter(
-        torch.empty(0, dtype=state.dtype, device=state.shard.device),
+        torch.empty(0, dtype=state.dtype, device=state.extra.get("device", state.shard.device)),
         requires_grad=param.requires_grad,
     )
     new.ds_shard = state  # type: ignore[attr-defined]

@@ -37,6 +37,11 @@ def _decode(value: Any) -> Any:
     return value
 
 
+def _host(t: torch.Tensor) -> torch.Tensor:
+    """A host copy for the checkpoint (device tensors too: checkpoints are written from host)."""
+    return t.detach().to("cpu", copy=True)
+
+
 def master_partition(opt: Stage3Optimizer, s: Any) -> torch.Tensor:
     """This rank's fp32 master partition (read back from NVMe when it lives there)."""
     m = opt._masters[s.ds_id].data
@@ -70,11 +75,11 @@ def save_state(opt: Stage3Optimizer) -> ShardedStateDict:
             out.tensors[f"module.{name}"] = ShardedTensor(
                 TensorMeta(f"module.{name}", shape, _dtype(s.dtype)),
                 s.offset,
-                shard[:n].detach().clone(),
+                _host(shard[:n]),
             )
             if s.dtype != torch.float32:
                 out.tensors[f"master.{name}"] = ShardedTensor(
-                    TensorMeta(f"master.{name}", shape, "float32"), s.offset, master[:n].clone()
+                    TensorMeta(f"master.{name}", shape, "float32"), s.offset, _host(master[:n])
                 )
             moments = opt.moments(s)
             if moments is not None:
@@ -82,7 +87,7 @@ def save_state(opt: Stage3Optimizer) -> ShardedStateDict:
                     out.tensors[f"optim.{key}.{name}"] = ShardedTensor(
                         TensorMeta(f"optim.{key}.{name}", shape, _dtype(t.dtype)),
                         s.offset,
-                        t[:n].detach().clone(),
+                        _host(t[:n]),
                     )
             if not scalars:
                 st = opt.optimizer.state.get(opt._masters[s.ds_id], {})

@@ -45,6 +45,37 @@ def aio_from(aio: Any) -> AioSettings:
     )
 
 
+def compute_device(ctx: StrategyContext) -> torch.device:
+    """The rank's device: the accelerator's current device when there is one, else the
+    model's."""
+    if ctx.accelerator is not None:
+        return torch.device(ctx.accelerator.current_device_name())
+    return torch.device(ctx.device)
+
+
+def _pin(ctx: StrategyContext, zero: Any) -> Any:
+    """The accelerator's pin_memory when offloaded shards should be pinned, else None."""
+    op = zero.offload_param
+    acc = ctx.accelerator
+    if op is None or not op.pin_memory or acc is None or not acc.capabilities().has_pinned_memory:
+        return None
+    return acc.pin_memory
+
+
+def place_shard(
+    p: torch.nn.Parameter, s: Any, shard_device: torch.device, device: torch.device
+) -> None:
+    """Move an existing shard (``ds.zero.Init`` built it) to ``shard_device`` and the
+    parameter's data to ``device``, with explicit copies."""
+    if s.shard.device != shard_device:
+        s.shard = s.shard.to(shard_device)
+    src = s.extra.get("master_src")
+    if src is not None and src.device != shard_device:
+        s.extra["master_src"] = src.to(shard_device)
+    if p.data.device != device:
+        p.data = p.data.to(device)
+
+
 class Stage3Strategy(ZeroStrategy):
     """Parameters, gradients and optimizer state all partitioned per parameter across ranks."""
 
@@ -56,23 +87,46 @@ class Stage3Strategy(ZeroStrategy):
         zero = cfg.zero
         # use_all_reduce_for_fetch_params forces all-reduce fetches everywhere; otherwise host
         # tensors use them (see Collectives.all_reduce) and accelerator tensors all-gather.
-        self.coll = Collectives(
-            ctx.comm, ctx.group, all_reduce=True if zero.use_all_reduce_for_fetch_params else None
-        )
         self.limits = limits_from(zero, cfg.reduce_bucket_size)
+        # Collectives run on the compute device (the accelerator's, else the model's);
+        # offload_param keeps the shards on the host and copies them there on fetch.
+        self.device = compute_device(ctx)
+        host = torch.device("cpu")
+        self.shard_device = host if zero.offload_param_device in ("cpu", "nvme") else self.device
+        # use_all_reduce_for_fetch_params forces the in-place host-tensor collectives everywhere;
+        # otherwise host tensors use them (see Collectives) and device tensors go in buckets.
+        self.coll = Collectives(
+            ctx.comm,
+            ctx.group,
+            check_order=bool(zero.check_module_order),
+            all_reduce=True if zero.use_all_reduce_for_fetch_params else None,
+            device=self.device,
+            bucket_numel=self.limits.prefetch_bucket_size,
+        )
         module = ctx.module
-        # Parameters cast to a lower precision after ds.zero.Init partitioned them: cast the
-        # shards too, keeping the fp32 values as the master copy.
+        pin = _pin(ctx, zero)
         for p in module.parameters():
             if is_partitioned(p):
                 s = shard_of(p)
                 if s.dtype != p.dtype:
+                    # Parameters cast to a lower precision after ds.zero.Init partitioned them:
+                    # cast the shards too, keeping the fp32 values as the master copy.
                     if s.dtype == torch.float32:
                         s.extra["master_src"] = s.shard
                     s.shard = s.shard.to(p.dtype)
                     s.dtype = p.dtype
+                place_shard(p, s, self.shard_device, self.device)
             else:
-                partition_param(p, self.coll.rank, self.coll.world, 0)
+                partition_param(
+                    p,
+                    self.coll.rank,
+                    self.coll.world,
+                    0,
+                    shard_device=self.shard_device,
+                    device=self.device,
+                )
+            if pin is not None and zero.offload_param_device == "cpu":
+                shard_of(p).shard = pin(shard_of(p).shard)
         aio = aio_from(cfg.raw.aio)
         swapper = None
         if zero.offload_param_device == "nvme":
@@ -87,15 +141,15 @@ class Stage3Strategy(ZeroStrategy):
                 pin_memory=bool(op.pin_memory),
             )
         self.partitioner = Stage3Partitioner(module, self.coll, self.limits, swapper)
-        # offload_optimizer=cpu: the engine's factory already returns the kernel-provider
-        # optimizer, which steps the (host-resident) master partitions directly.
+        # offload_optimizer=cpu: masters on the host, stepped by the optimizer the engine's
+        # factory builds from the kernel provider (CPU kernels), gradients copied to the host.
         oo = zero.offload_optimizer
         device = zero.offload_optimizer_device
         self.opt = Stage3Optimizer(
             self.partitioner,
             ctx.param_groups,
             ctx.optimizer_factory,
-            offload="nvme" if device == "nvme" else "none",
+            offload=device if device in ("cpu", "nvme") else "none",
             kernels=ctx.kernels,
             nvme_path=oo.nvme_path if oo is not None else None,
             aio=aio,

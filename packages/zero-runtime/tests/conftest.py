@@ -1,0 +1,8 @@
+"""Test helpers of this directory (``_stage3``) importable by name under --import-mode=importlib."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
