@@ -5,17 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _store(ptr, offs, x, mask):
-    # fp32 -> bf16 rounds to nearest even here, by bit arithmetic: the Triton interpreter's bf16
-    # downcast truncates, and the compiled one rounds; pre-rounding makes both store the same.
-    if ptr.dtype.element_ty == tl.bfloat16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        rounded = bits.to(tl.float32, bitcast=True)
-        x = tl.where(x != x, x, rounded)  # NaN stays NaN
-    tl.store(ptr + offs, x.to(ptr.dtype.element_ty), mask=mask)
+from ds.ops.triton.store_kernels import block_offsets, store_rounded
 
 
 @triton.jit
@@ -24,7 +14,7 @@ def adam_kernel(
     g_ptr,
     m_ptr,
     v_ptr,
-    n,
+    lp_ptr,
     beta1,
     beta2,
     one_minus_beta1,
@@ -34,11 +24,12 @@ def adam_kernel(
     decay,
     step_size,
     inv_sqrt_bc2,
+    n,
     ADAMW: tl.constexpr,
+    HAS_LP: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    offs, mask = block_offsets(n, BLOCK)
     p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -51,6 +42,8 @@ def adam_kernel(
     if ADAMW:
         p = p * decay
     p = p - step_size * (m / denom)
-    _store(p_ptr, offs, p, mask)
-    _store(m_ptr, offs, m, mask)
-    _store(v_ptr, offs, v, mask)
+    store_rounded(p_ptr, offs, p, mask)
+    store_rounded(m_ptr, offs, m, mask)
+    store_rounded(v_ptr, offs, v, mask)
+    if HAS_LP:
+        store_rounded(lp_ptr, offs, p, mask)

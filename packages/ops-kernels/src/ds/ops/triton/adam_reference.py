@@ -23,8 +23,10 @@ def adam_step(
     weight_decay: float = 0.0,
     adamw_mode: bool = True,
     bias_correction: bool = True,
+    low_precision_out: torch.Tensor | None = None,
 ) -> None:
-    """One step on flat tensors, in place."""
+    """One step on flat tensors, in place (``low_precision_out``: a bf16/fp16 copy of the new
+    fp32 params)."""
     p = params.float()
     g = grads.float()
     if not adamw_mode and weight_decay:
@@ -39,3 +41,5 @@ def adam_step(
     params.copy_(p)
     exp_avg.copy_(m)
     exp_avg_sq.copy_(v)
+    if low_precision_out is not None:
+        low_precision_out.copy_(p)
