@@ -19,11 +19,6 @@ def _cfg(**kw: Any) -> dict[str, Any]:
 
 BAD: list[tuple[str, Any, list[str]]] = [
     (
-        "unknown top-level key",
-        {"train_batch_sze": 8},
-        ["train_batch_sze", "did you mean 'train_batch_size'"],
-    ),
-    (
         "unknown zero key",
         _cfg(zero_optimization={"stage": 3, "stage3_prefetch_bucket": 1}),
         ["zero_optimization.stage3_prefetch_bucket", "did you mean 'stage3_prefetch_bucket_size'"],
@@ -58,7 +53,7 @@ BAD: list[tuple[str, Any, list[str]]] = [
     (
         "bucket size zero",
         _cfg(zero_optimization={"reduce_bucket_size": 0}),
-        ["reduce_bucket_size must be positive"],
+        ["zero_optimization", "reduce_bucket_size must be > 0, got 0"],
     ),
     (
         "fp16 and bf16 both on",
@@ -93,11 +88,6 @@ BAD: list[tuple[str, Any, list[str]]] = [
             }
         ),
         ["'nvme' needs ZeRO stage 3"],
-    ),
-    (
-        "param offload below stage 3",
-        _cfg(zero_optimization={"stage": 2, "offload_param": {"device": "cpu"}}),
-        ["offload_param.device='cpu' needs ZeRO stage 3"],
     ),
     (
         "bad offload device",
@@ -149,7 +139,7 @@ BAD: list[tuple[str, Any, list[str]]] = [
     (
         "infinite fp16 loss_scale",
         _cfg(fp16={"enabled": True, "loss_scale": float("inf")}),
-        ["loss_scale", "finite number"],
+        ["fp16.loss_scale", "finite"],
     ),
     (
         "NaN gradient_predivide_factor",
@@ -178,11 +168,6 @@ BAD: list[tuple[str, Any, list[str]]] = [
         "scheduler missing required param",
         _cfg(scheduler={"type": "WarmupDecayLR", "params": {}}),
         ["needs params total_num_steps"],
-    ),
-    (
-        "bad warmup_type",
-        _cfg(scheduler={"type": "WarmupLR", "params": {"warmup_type": "cubic"}}),
-        ["warmup_type must be 'log' or 'linear'"],
     ),
     (
         "negative clipping",
@@ -258,12 +243,27 @@ BAD_FOR_WORLD: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "optimizer lr left auto",
         {"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
-        ["optimizer.params: lr are 'auto'"],
+        ["optimizer.params.lr: 'auto' but nothing filled it"],
     ),
     (
-        "bucket auto without a hidden size",
-        {"train_batch_size": 8, "zero_optimization": {"reduce_bucket_size": "auto"}},
-        ["reduce_bucket_size: 'auto' needs the model's hidden size"],
+        # DeepSpeed fails on an unfilled "auto" in the batch triad (only the Trainer fills it).
+        "batch size left auto",
+        {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4},
+        ["train_batch_size: 'auto' is filled by a framework integration"],
+    ),
+    (
+        "scheduler param left auto",
+        {
+            "train_batch_size": 8,
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}},
+        },
+        ["scheduler.params.warmup_num_steps: 'auto' but nothing filled it"],
+    ),
+    (
+        # A misspelt key is ignored (as DeepSpeed ignores it); the report names it.
+        "misspelt batch size",
+        {"train_batch_sze": 8},
+        ["set train_batch_size", "train_batch_sze", "did you mean 'train_batch_size'"],
     ),
 ]
 
@@ -282,11 +282,23 @@ def test_bad_config_for_a_world_size(why: str, config: dict[str, Any], needles: 
 def test_every_problem_is_listed_in_one_report() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(
-            {"train_batch_sze": 8, "fp16": {"loss_scal": 1}, "zero_optimization": {"stage": 9}}
+            {
+                "train_batch_sze": 8,
+                "nebula": {"enabled": False},
+                "fp16": {"loss_scal": 1},
+                "zero_optimization": {"stage": 9, "sub_group_size": -1},
+            }
         )
     message = str(info.value)
-    assert message.startswith("invalid ds config: 3 problems")
-    for key in ("train_batch_sze", "fp16.loss_scal", "zero_optimization.stage"):
+    assert message.startswith("invalid ds config: 4 problems"), message
+    for key in (
+        "nebula",
+        "fp16.loss_scal",
+        "zero_optimization.stage",
+        "zero_optimization.sub_group_size",
+        "(got -1)",
+        "train_batch_sze (unknown key in the top level (did you mean 'train_batch_size'?))",
+    ):
         assert key in message
 
 

@@ -169,9 +169,9 @@ DOCUMENTED: dict[str, dict[str, Any]] = {
         },
     },
     "activation-checkpointing-and-monitors": {
-        "train_batch_size": "auto",
+        "train_batch_size": 32,
         "train_micro_batch_size_per_gpu": 4,
-        "gradient_accumulation_steps": "auto",
+        "gradient_accumulation_steps": 4,
         "activation_checkpointing": {
             "partition_activations": False,
             "cpu_checkpointing": False,
@@ -221,7 +221,7 @@ def test_unimplemented_keys_give_one_warning_naming_them() -> None:
         "train_batch_size": 8,
         "flops_profiler": {"enabled": True, "profile_step": 1},
         "tensorboard": {"enabled": True, "output_path": "tb/"},
-        "elasticity": {"enabled": True, "max_train_batch_size": 64},
+        "hybrid_engine": {"enabled": True, "max_out_tokens": 64},
         "wandb": {"enabled": False},
         "zero_optimization": {"stage": 2, "round_robin_gradients": True},
         "prescale_gradients": True,
@@ -234,7 +234,7 @@ def test_unimplemented_keys_give_one_warning_naming_them() -> None:
     for key in (
         "flops_profiler",
         "tensorboard",
-        "elasticity",
+        "hybrid_engine",
         "zero_optimization.round_robin_gradients",
     ):
         assert key in text

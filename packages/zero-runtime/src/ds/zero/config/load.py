@@ -12,7 +12,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ds.interfaces.errors import ConfigError
+from ds.zero.config.lenient import prepare
 from ds.zero.config.model import DsConfig, ResolvedConfig
+from ds.zero.config.notices import UnimplementedConfigWarning
 from ds.zero.config.suggest import closest
 from ds.zero.config.unimplemented import (
     NESTED_DEFAULTS,
@@ -21,10 +23,7 @@ from ds.zero.config.unimplemented import (
     ZERO_KEYS_DEFAULTS,
 )
 
-
-class UnimplementedConfigWarning(UserWarning):
-    """A config sets DeepSpeed keys that ds accepts but does not act on yet."""
-
+__all__ = ["UnimplementedConfigWarning", "load_config", "resolve"]
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | DsConfig
 
@@ -36,13 +35,39 @@ def load_config(source: ConfigSource) -> DsConfig:
     """
     if isinstance(source, DsConfig):
         return source
-    data = _read(source)
+    prepared = prepare(_read(source), lambda path: _known_keys(DsConfig, path))
+    data = prepared.data
+    lines = list(prepared.problems)
+    cfg: DsConfig | None = None
     try:
         cfg = DsConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_report(exc)) from None
+        lines += _lines(exc)
+    if lines:
+        raise ConfigError(_headed("invalid ds config", lines) + _ignored_note(prepared.ignored))
+    assert cfg is not None
+    cfg._ignored = list(prepared.ignored)
+    if prepared.ignored:
+        warnings.warn(
+            "DeepSpeed ignores these config keys and so does ds: " + "; ".join(prepared.ignored),
+            UnimplementedConfigWarning,
+            stacklevel=2,
+        )
     _warn_unimplemented(data)
     return cfg
+
+
+def _ignored_note(ignored: list[str]) -> str:
+    # A misspelt key is ignored (as DeepSpeed ignores it), and the problem shows up elsewhere
+    # ("set train_batch_size"): name the ignored keys so the cause is on screen.
+    if not ignored:
+        return ""
+    return "\n  ignored (unknown) keys, as DeepSpeed ignores them: " + "; ".join(ignored)
+
+
+def _headed(head: str, lines: list[str]) -> str:
+    count = len(lines)
+    return f"{head}: {count} problem{'s' if count != 1 else ''}\n  - " + "\n  - ".join(lines)
 
 
 def _read(source: ConfigSource) -> dict[str, Any]:
@@ -108,7 +133,7 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _report(exc: ValidationError) -> str:
+def _lines(exc: ValidationError) -> list[str]:
     lines: list[str] = []
     seen: set[str] = set()
     for err in exc.errors(include_url=False):
@@ -135,14 +160,13 @@ def _report(exc: ValidationError) -> str:
             msg = str(err["msg"]).removeprefix("Value error, ")
             value = err.get("input")
             shown = "" if isinstance(value, dict) else f" (got {value!r})"
-            line = f"{key}: {msg}{shown}"
+            # A cross-section check names its keys itself.
+            line = f"{key}: {msg}{shown}" if clean else msg
         if key in seen and kind != "extra_forbidden":
             continue
         seen.add(key)
         lines.append(line)
-    count = len(lines)
-    head = f"invalid ds config: {count} problem{'s' if count != 1 else ''}"
-    return head + "\n  - " + "\n  - ".join(lines)
+    return lines
 
 
 def _warn_unimplemented(data: Mapping[str, Any]) -> None:
@@ -179,6 +203,17 @@ def _warn_unimplemented(data: Mapping[str, Any]) -> None:
 def resolve(cfg: DsConfig, world_size: int, *, hidden_size: int | None = None) -> ResolvedConfig:
     """Resolve the batch triad and "auto" values for ``world_size`` data-parallel ranks."""
     problems: list[str] = []
+    for key in (
+        "train_batch_size",
+        "train_micro_batch_size_per_gpu",
+        "gradient_accumulation_steps",
+    ):
+        if getattr(cfg, key) == "auto":
+            # DeepSpeed fails on an unfilled "auto" here; only a framework integration fills it.
+            problems.append(
+                f"{key}: 'auto' is filled by a framework integration (HF Trainer) and none did; "
+                "set a number or remove the key"
+            )
     train, micro, gas = _triad(cfg, world_size, problems)
     clip = cfg.gradient_clipping
     if clip == "auto":
@@ -191,26 +226,26 @@ def resolve(cfg: DsConfig, world_size: int, *, hidden_size: int | None = None) -
     for key in ("reduce_bucket_size", "allgather_bucket_size"):
         value = getattr(cfg.zero_optimization, key)
         if value == "auto":
-            if hidden_size is None:
-                problems.append(
-                    f"zero_optimization.{key}: 'auto' needs the model's hidden size, which could "
-                    "not be inferred; set a number of elements (e.g. 5e8)"
-                )
-                value = 500_000_000
-            else:
-                value = hidden_size * hidden_size
+            # As transformers fills it from the model's hidden size; without one, DeepSpeed's
+            # default (it reads an unfilled "auto" as the default).
+            value = hidden_size * hidden_size if hidden_size is not None else 500_000_000
         buckets[key] = int(value)
     if cfg.optimizer is not None:
-        autos = [k for k, v in cfg.optimizer.params.items() if v == "auto"]
-        if autos:
+        for key in [k for k, v in cfg.optimizer.params.items() if v == "auto"]:
             problems.append(
-                "optimizer.params: " + ", ".join(autos) + " are 'auto' but nothing filled them; "
-                "set numbers (framework integrations fill them from their own arguments)"
+                f"optimizer.params.{key}: 'auto' but nothing filled it; set a number (framework "
+                "integrations such as the HF Trainer fill it from their own arguments)"
+            )
+    if cfg.scheduler is not None:
+        for key in [k for k, v in cfg.scheduler.params.items() if v == "auto"]:
+            problems.append(
+                f"scheduler.params.{key}: 'auto' but nothing filled it; set a number (the HF "
+                "Trainer integration fills it from TrainingArguments)"
             )
     if problems:
         raise ConfigError(
-            f"invalid ds config for world size {world_size}: {len(problems)} problem"
-            f"{'s' if len(problems) != 1 else ''}\n  - " + "\n  - ".join(problems)
+            _headed(f"invalid ds config for world size {world_size}", problems)
+            + _ignored_note(cfg._ignored)
         )
     return ResolvedConfig(
         raw=cfg,

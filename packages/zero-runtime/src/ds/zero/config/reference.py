@@ -23,7 +23,13 @@ def _type_name(annotation: Any) -> str:
     text = str(annotation)
     if isinstance(annotation, type):
         text = annotation.__name__
-    for noise in ("typing.", "Annotated[", "ds.zero.config.sections.", "ds.zero.config.types."):
+    for noise in (
+        "typing.",
+        "Annotated[",
+        "ds.zero.config.sections_aux.",
+        "ds.zero.config.sections.",
+        "ds.zero.config.types.",
+    ):
         text = text.replace(noise, "")
     text = text.replace("NoneType", "null").replace("Literal", "")
     if "BeforeValidator" in text:

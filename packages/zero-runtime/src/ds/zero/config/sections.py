@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from ds.zero.config.types import STRICT, FloatOrAuto, Int, IntOrAuto
+from ds.zero.config.base import Section, drop_autos
+from ds.zero.config.sections_aux import LeafModuleConfig, ZenFlowConfig
+from ds.zero.config.types import FloatOrAuto, Int, IntOrAuto
 
 
 def _alias(*names: str) -> Any:
     return Field(validation_alias=AliasChoices(*names))
 
 
-class Section(BaseModel):
-    model_config = STRICT
+def _not_bool(value: Any, info: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"{info.field_name} must be a number, not {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{info.field_name} must be finite, got {value!r}")
+    return value
 
 
 class FP16Config(Section):
@@ -31,55 +37,108 @@ class FP16Config(Section):
         0.0, ge=0.0, allow_inf_nan=False, description="0 selects dynamic loss scaling"
     )
     initial_scale_power: Int = Field(16, ge=0, le=64)
-    loss_scale_window: Int = Field(1000, ge=1)
+    loss_scale_window: Int = 1000
     hysteresis: Int = Field(2, ge=1)
     consecutive_hysteresis: bool = False
-    min_loss_scale: float = Field(1.0, gt=0.0, allow_inf_nan=False)
+    min_loss_scale: Int = 1
     fp16_master_weights_and_grads: bool = False
+
+    _numbers = field_validator("loss_scale", "loss_scale_window", "min_loss_scale", mode="before")(
+        _not_bool
+    )
+
+    @model_validator(mode="after")
+    def _dynamic_scaling(self) -> FP16Config:
+        # As DeepSpeed: the window and the floor only matter (and are checked) when dynamic
+        # loss scaling is on, i.e. fp16 enabled with loss_scale 0.
+        if self.enabled is True and self.loss_scale == 0:
+            if self.loss_scale_window <= 0:
+                raise ValueError(
+                    f"loss_scale_window must be > 0 with dynamic loss scaling (loss_scale=0), "
+                    f"got {self.loss_scale_window}"
+                )
+            if self.min_loss_scale <= 0:
+                raise ValueError(
+                    f"min_loss_scale must be > 0 with dynamic loss scaling (loss_scale=0), "
+                    f"got {self.min_loss_scale}"
+                )
+        return self
 
 
 class BF16Config(Section):
     enabled: bool | Literal["auto"] = False
     immediate_grad_update: bool = False
     check_grad_overflow: bool = False
+    bf16_master_weights_and_grads: bool = False
+    bf16_optimizer_states: bool = False
 
 
 class OffloadOptimizerConfig(Section):
     device: Literal["none", "cpu", "nvme"] = "none"
     nvme_path: str | None = None
-    buffer_count: Int = Field(4, ge=1)
+    buffer_count: Int = Field(4, ge=0)
     pin_memory: bool = False
     pipeline_read: bool = False
     pipeline_write: bool = False
     fast_init: bool = False
     ratio: float = Field(1.0, ge=0.0, le=1.0)
+    super_offload: bool = False
+    cpuadam_cores_perc: float = Field(0.8, ge=0.0, le=1.0)
 
 
 class OffloadParamConfig(Section):
     device: Literal["none", "cpu", "nvme"] = "none"
     nvme_path: str | None = None
-    buffer_count: Int = Field(5, ge=1)
-    buffer_size: Int = Field(100_000_000, ge=1)
+    buffer_count: Int = Field(5, ge=0)
+    buffer_size: Int = Field(100_000_000, ge=0)
     max_in_cpu: Int = Field(1_000_000_000, ge=0)
     pin_memory: bool = False
+
+
+# A deprecated key and the key replacing it (DeepSpeed refuses both together) ...
+_CLASHES = (
+    ("cpu_offload", "offload_optimizer"),
+    ("cpu_offload_param", "offload_param"),
+    (
+        "stage3_gather_fp16_weights_on_model_save",
+        "stage3_gather_16bit_weights_on_model_save or gather_16bit_weights_on_model_save",
+    ),
+)
+# ... and the two spellings of one ZeRO-3 key (DeepSpeed refuses the second as unknown).
+_SPELLINGS = tuple(
+    (f"stage3_{k}", k)
+    for k in (
+        "prefetch_bucket_size",
+        "param_persistence_threshold",
+        "model_persistence_threshold",
+        "max_live_parameters",
+        "max_reuse_distance",
+        "gather_16bit_weights_on_model_save",
+        "use_all_reduce_for_fetch_params",
+        "module_granularity_threshold",
+        "allgather_sequential",
+    )
+)
 
 
 class ZeroConfig(Section):
     stage: Int = Field(0, ge=0, le=3)
     contiguous_gradients: bool = True
     reduce_scatter: bool = True
-    reduce_bucket_size: IntOrAuto = Field(500_000_000)
+    reduce_bucket_size: IntOrAuto = Field(500_000_000)  # DeepSpeed: > 0
     use_multi_rank_bucket_allreduce: bool = True
     allgather_partitions: bool = True
-    allgather_bucket_size: IntOrAuto = Field(500_000_000)
+    allgather_bucket_size: IntOrAuto = Field(500_000_000)  # DeepSpeed: >= 0
+    compute_grad_norm: bool = True
     overlap_comm: bool | None = None  # None: True for stage 3, False otherwise (DeepSpeed's rule)
     load_from_fp32_weights: bool = True
     elastic_checkpoint: bool = False
     offload_param: OffloadParamConfig | None = None
     offload_optimizer: OffloadOptimizerConfig | None = None
-    sub_group_size: Int = Field(1_000_000_000, ge=1)
+    zenflow: ZenFlowConfig | None = None
+    sub_group_size: Int = Field(1_000_000_000, ge=0)
     cpu_offload: bool | None = Field(None, description="deprecated: offload_optimizer.device=cpu")
-    cpu_offload_params: bool | None = Field(None, description="deprecated: offload_param.device")
+    cpu_offload_param: bool | None = Field(None, description="deprecated: offload_param.device")
     cpu_offload_use_pin_memory: bool | None = None
     prefetch_bucket_size: IntOrAuto = _alias("stage3_prefetch_bucket_size", "prefetch_bucket_size")
     param_persistence_threshold: IntOrAuto = _alias(
@@ -101,6 +160,7 @@ class ZeroConfig(Section):
     module_granularity_threshold: Int = _alias(
         "stage3_module_granularity_threshold", "module_granularity_threshold"
     )
+    allgather_sequential: bool = _alias("stage3_allgather_sequential", "allgather_sequential")
     # ds's own debug option (DeepSpeed has none): before every stage-3 collective, all-reduce a
     # fingerprint of the parameters it moves and raise ModuleOrderError when ranks disagree.
     # Off by default: verifying reads the fingerprint back to the host.
@@ -108,17 +168,18 @@ class ZeroConfig(Section):
     ignore_unused_parameters: bool = True
     legacy_stage1: bool = False
     round_robin_gradients: bool = False
-    zero_hpz_partition_size: Int = Field(1, ge=1)
+    parameter_alignment: bool = False
+    zero_hpz_partition_size: Int = Field(1, ge=0)
     zero_quantized_weights: bool = False
     zero_quantized_nontrainable_weights: bool = False
     zero_quantized_gradients: bool = False
-    zeropp_loco_param: dict[str, Any] | None = None
-    mics_shard_size: Int = -1
-    mics_hierarchical_params_gather: bool = False
     memory_efficient_linear: bool = True
     pipeline_loading_checkpoint: bool = False
     override_module_apply: bool = True
     log_trace_cache_warnings: bool = False
+    enable_sanity_checks: bool = False
+    save_muon_momentum_buffer_in_memory: bool = False
+    leaf_module: LeafModuleConfig = Field(default_factory=LeafModuleConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +188,18 @@ class ZeroConfig(Section):
         # value given under the other spelling.
         if not isinstance(data, dict):
             return data
+        data = drop_autos(cls, data)
+        clashes = [
+            f"give either {a!r} or {b!r}, not both"
+            for a, b in _CLASHES
+            if a in data and any(n in data for n in b.split(" or "))
+        ]
+        for names in _SPELLINGS:
+            given = [n for n in names if n in data]
+            if len(given) > 1:
+                clashes.append(f"{' and '.join(map(repr, given))} are one key; give one of them")
+        if clashes:
+            raise ValueError("; ".join(clashes))
         defaults: dict[tuple[str, ...], Any] = {
             ("stage3_prefetch_bucket_size", "prefetch_bucket_size"): 50_000_000,
             ("stage3_param_persistence_threshold", "param_persistence_threshold"): 100_000,
@@ -140,6 +213,7 @@ class ZeroConfig(Section):
             ): False,
             ("stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"): False,
             ("stage3_module_granularity_threshold", "module_granularity_threshold"): 0,
+            ("stage3_allgather_sequential", "allgather_sequential"): False,
             ("stage3_check_module_order", "check_module_order"): False,
         }
         out = dict(data)
@@ -149,12 +223,36 @@ class ZeroConfig(Section):
         return out
 
     @model_validator(mode="after")
+    def _deepspeed_checks(self) -> ZeroConfig:
+        # The checks of DeepSpeed's DeepSpeedZeroConfig validators, with their reasons.
+        problems = []
+        if isinstance(self.reduce_bucket_size, int) and self.reduce_bucket_size <= 0:
+            problems.append(f"reduce_bucket_size must be > 0, got {self.reduce_bucket_size}")
+        if isinstance(self.allgather_bucket_size, int) and self.allgather_bucket_size < 0:
+            problems.append(f"allgather_bucket_size must be >= 0, got {self.allgather_bucket_size}")
+        for key in ("prefetch_bucket_size", "param_persistence_threshold"):
+            value = getattr(self, key)
+            if isinstance(value, int) and value < 0:
+                problems.append(f"{key} must be >= 0, got {value}")
+        for key in ("model_persistence_threshold", "max_live_parameters", "max_reuse_distance"):
+            if getattr(self, key) < 0:
+                problems.append(f"{key} must be >= 0, got {getattr(self, key)}")
+        if not self.compute_grad_norm and self.stage not in (1, 2):
+            problems.append("compute_grad_norm=false is supported only at ZeRO stage 1 or 2")
+        ratio = self.offload_optimizer.ratio if self.offload_optimizer else 1.0
+        if ratio < 1.0 and self.stage != 3:
+            problems.append(f"offload_optimizer.ratio={ratio} (partial offload) needs ZeRO stage 3")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _deprecated(self) -> ZeroConfig:
         if self.cpu_offload and self.offload_optimizer is None:
             self.offload_optimizer = OffloadOptimizerConfig(
                 device="cpu", pin_memory=bool(self.cpu_offload_use_pin_memory)
             )
-        if self.cpu_offload_params and self.offload_param is None:
+        if self.cpu_offload_param and self.offload_param is None:
             self.offload_param = OffloadParamConfig(
                 device="cpu", pin_memory=bool(self.cpu_offload_use_pin_memory)
             )
@@ -198,18 +296,24 @@ OPTIMIZER_PARAMS: dict[str, frozenset[str]] = {
             "torch_adam",
             "fused",
             "foreach",
+            "set_grad_none",
+            "fp32_optimizer_states",
         }
     ),
-    "adagrad": frozenset({"lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value"}),
-    "lion": frozenset({"lr", "betas", "weight_decay"}),
+    "adagrad": frozenset(
+        {"lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value", "amsgrad"}
+    ),
+    "lion": frozenset({"lr", "betas", "weight_decay", "set_grad_none", "fp32_optimizer_states"}),
     "sgd": frozenset({"lr", "momentum", "dampening", "weight_decay", "nesterov"}),
 }
 OPTIMIZER_PARAMS["adamw"] = OPTIMIZER_PARAMS["adam"]
 
 
 class OptimizerConfig(Section):
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
+    legacy_fusion: bool = False
 
     @field_validator("type")
     @classmethod
@@ -231,9 +335,32 @@ class OptimizerConfig(Section):
         from ds.zero.config.suggest import unknown_keys_message
 
         allowed = OPTIMIZER_PARAMS[self.type]
+        if "max_grad_norm" in self.params:
+            raise ValueError(
+                "optimizer.params.max_grad_norm is not an optimizer parameter (DeepSpeed refuses "
+                "it too); clip with the top-level 'gradient_clipping' instead"
+            )
         msg = unknown_keys_message(self.params, allowed, f"optimizer {self.type} params")
         if msg:
             raise ValueError(msg)
+        if self.type in ("sgd", "adagrad"):
+            # torch.optim builds these for DeepSpeed and checks their numbers on construction.
+            for key in (
+                "lr",
+                "momentum",
+                "dampening",
+                "weight_decay",
+                "eps",
+                "lr_decay",
+                "initial_accumulator_value",
+            ):
+                value = self.params.get(key, 0.0)
+                if value == "auto":
+                    continue
+                if not isinstance(value, int | float) or not 0 <= value < math.inf:
+                    raise ValueError(
+                        f"optimizer.params.{key} must be a finite number >= 0, got {value!r}"
+                    )
         lr = self.params.get("lr", 1e-3)
         if lr != "auto" and (
             not isinstance(lr, int | float) or isinstance(lr, bool) or not 0 <= lr < math.inf
@@ -301,6 +428,7 @@ SCHEDULER_PARAMS: dict[str, dict[str, Any]] = {
 
 
 class SchedulerConfig(Section):
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
     type: str
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -324,16 +452,24 @@ class SchedulerConfig(Section):
         msg = unknown_keys_message(self.params, defaults, f"scheduler {self.type} params")
         if msg:
             raise ValueError(msg)
-        for key, value in self.params.items():
-            if key == "warmup_type":
-                if value not in ("log", "linear"):
-                    raise ValueError(f"warmup_type must be 'log' or 'linear', got {value!r}")
-            elif isinstance(value, bool) or value is None or value == "auto":
-                continue
-            elif not isinstance(value, int | float):
-                raise ValueError(
-                    f"scheduler.params.{key} must be a number, got {type(value).__name__} {value!r}"
-                )
+        problems = [
+            p for key, value in self.params.items() if (p := _param_problem(key, value)) is not None
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.params.get("warmup_type", "log") not in ("log", "linear", "auto"):
+            import warnings
+
+            from ds.zero.config.notices import UnimplementedConfigWarning
+
+            # DeepSpeed warns and warms up logarithmically; ds does the same.
+            warnings.warn(
+                f"scheduler.params.warmup_type={self.params['warmup_type']!r} is neither 'log' "
+                "nor 'linear'; the warm-up is logarithmic (DeepSpeed's fallback)",
+                UnimplementedConfigWarning,
+                stacklevel=2,
+            )
+            self.params["warmup_type"] = "log"
         merged = {**defaults, **self.params}
         needs = [
             k
@@ -348,7 +484,39 @@ class SchedulerConfig(Section):
         return {**SCHEDULER_PARAMS[self.type], **self.params}
 
 
+# Scheduler params DeepSpeed's schedule classes check when they are built: positive integers,
+# and numbers the constructor computes with.
+_POSITIVE_INT = frozenset({"warmup_num_steps", "lr_range_test_step_size"})
+_POSITIVE = frozenset({"cycle_first_step_size"})
+_NON_NEGATIVE = frozenset({"cycle_second_step_size"})
+
+
+def _param_problem(key: str, value: Any) -> str | None:
+    where = f"scheduler.params.{key}"
+    if value == "auto" or key == "warmup_type":
+        return None
+    if key in _POSITIVE_INT:
+        if not isinstance(value, int) or value <= 0:
+            return f"{where} must be a positive integer, got {value!r}"
+        return None
+    if value is None and key in ("cycle_second_step_size", "cycle_second_stair_count"):
+        return None  # None: the same as the first half
+    if isinstance(value, list):
+        return (
+            f"{where}={value!r}: per-parameter-group lists are not supported by ds's schedules; "
+            "give one number"
+        )
+    if isinstance(value, str) or not isinstance(value, int | float):
+        return f"{where} must be a number, got {type(value).__name__} {value!r}"
+    if key in _POSITIVE and value <= 0:
+        return f"{where} must be positive, got {value!r}"
+    if key in _NON_NEGATIVE and value < 0:
+        return f"{where} must be >= 0, got {value!r}"
+    return None
+
+
 class ActivationCheckpointingConfig(Section):
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
     partition_activations: bool = False
     cpu_checkpointing: bool = False
     contiguous_memory_optimization: bool = False
@@ -358,6 +526,7 @@ class ActivationCheckpointingConfig(Section):
 
 
 class AioConfig(Section):
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
     block_size: Int = Field(1_048_576, ge=1)
     queue_depth: Int = Field(8, ge=1)
     intra_op_parallelism: Int = _alias("intra_op_parallelism", "thread_count")
@@ -394,12 +563,59 @@ class WandbConfig(Section):
     project: str = "deepspeed"
 
 
+class ParallelWriteConfig(Section):
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
+    pipeline_stage: bool = False
+
+    @field_validator("pipeline_stage", mode="before")
+    @classmethod
+    def _exactly_bool(cls, value: Any) -> Any:
+        if value not in (True, False) or not isinstance(value, bool | int):
+            raise ValueError(f"pipeline_stage must be true or false, got {value!r}")
+        return value
+
+
+class CheckpointWriterConfig(Section):
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
+    type: str = "FAST"
+    io_buffer_size: Int = 64 * 1024**2
+    io_buffer_double: bool = True
+    show_statistics: bool = False
+    data_parallel: str | None = None
+    decoupled: bool = False
+    io_multiplier: Int = 1
+
+    @field_validator("type", "data_parallel", mode="before")
+    @classmethod
+    def _upper(cls, value: Any, info: Any) -> Any:
+        choices = {
+            "type": ("MOCK", "PYTHON", "FAST"),
+            "data_parallel": ("REPLICA", "SOCKET", "MACHINE"),
+        }
+        if value is None and info.field_name == "data_parallel":
+            return None
+        if not isinstance(value, str) or value.upper() not in choices[info.field_name]:
+            raise ValueError(f"must be one of {', '.join(choices[info.field_name])}, got {value!r}")
+        return value.upper()
+
+
 class CheckpointConfig(Section):
-    tag_validation: Literal["Ignore", "Warn", "Fail", "ignore", "warn", "fail"] = "Warn"
+    RAW_AUTO: ClassVar[bool] = True  # read key by key by DeepSpeed
+    tag_validation: str = "Warn"
     load_universal: bool = False
     use_node_local_storage: bool = False
-    parallel_write: dict[str, Any] = Field(default_factory=dict)
+    parallel_write: ParallelWriteConfig = Field(default_factory=ParallelWriteConfig)
+    checkpoint_serialization: bool = True
+    writer: CheckpointWriterConfig | None = None
     async_save: bool = False
+
+    @field_validator("tag_validation", mode="before")
+    @classmethod
+    def _mode(cls, value: Any) -> Any:
+        # DeepSpeed compares upper-cased: "warn", "Warn" and "WARN" are one mode.
+        if not isinstance(value, str) or value.upper() not in ("WARN", "IGNORE", "FAIL"):
+            raise ValueError(f"tag_validation must be Warn, Ignore or Fail, got {value!r}")
+        return value.capitalize()
 
 
 __all__ = [
