@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ds.full import governance
 from ds.full.devices import bind_rank_device, place_model
 from ds.interfaces import registry
 from ds.interfaces.errors import ConfigError
@@ -98,10 +99,17 @@ def initialize(
     kernels = _kernels_for(cfg.zero_optimization, device)
 
     events = EventBus()
-    ledger_obj = ledger if ledger is not None else _ledger(ledger_path, communicator)
+    gov = governance.build(
+        cfg, communicator, ledger=ledger, ledger_path=ledger_path, kernels=kernels
+    )
+    ledger_obj = gov.ledger
     ckpt_factory = registry.get(registry.CHECKPOINT_ENGINES, "default")
     checkpoint_engine = ckpt_factory(
-        communicator, ledger=ledger_obj, events=events, async_save=cfg.checkpoint.async_save
+        communicator,
+        ledger=ledger_obj,
+        events=events,
+        async_save=cfg.checkpoint.async_save,
+        **gov.checkpoint_kwargs,
     )
     engine = ZeroEngine(
         model,
@@ -125,17 +133,10 @@ def initialize(
 
     engine.monitor = attach_monitors(engine, cfg.model_dump(by_alias=True))
     engine.ledger = ledger_obj  # type: ignore[attr-defined]
-    engine.gate = None  # type: ignore[attr-defined]
+    engine.boundary = gov.boundary  # type: ignore[attr-defined]
     if ledger_obj is not None:
         _record_run(engine, ledger_obj, cfg)
-        if readiness_gate is not False and registry.has_provider(registry.GATES, "default"):
-            gate = registry.get(registry.GATES, "default")(ledger=ledger_obj)
-            gate.attach(events)
-            engine.gate = gate  # type: ignore[attr-defined]
-    elif readiness_gate:
-        gate = registry.get(registry.GATES, "default")()
-        gate.attach(events)
-        engine.gate = gate  # type: ignore[attr-defined]
+    engine.gate = governance.make_gate(gov, readiness_gate, events)  # type: ignore[attr-defined]
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
@@ -180,7 +181,12 @@ def _record_run(engine: Any, ledger: Any, cfg: Any) -> None:
                 "world_size": engine.world_size,
                 "zero_stage": engine.zero_optimization_stage(),
                 "train_batch_size": engine.train_batch_size(),
-                "config": cfg.model_dump(mode="json", exclude_defaults=True, by_alias=True),
+                "config": cfg.model_dump(
+                    mode="json",
+                    exclude_defaults=True,
+                    by_alias=True,
+                    exclude={"ledger": {"signing_key"}},  # a private key never enters the record
+                ),
             },
         )
     every = cfg.steps_per_print or 10

@@ -1,0 +1,109 @@
+"""ds.initialize wires the ledger, the mutation boundary and the gate from the config blocks the
+docs show; overwrite, delete and loads of a real run then need approvals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import ds.full as ds
+from ds.checkpoint.boundary import LOAD_CHECKPOINT, OVERWRITE_CHECKPOINT
+from ds.interfaces.errors import ApprovalRequiredError
+
+BASE = {
+    "train_batch_size": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+    "zero_optimization": {"stage": 2},
+}
+
+
+def _engine(tmp_path: Path, **blocks: object):  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    cfg = {**BASE, **blocks}
+    engine, *_ = ds.initialize(model=model, config=cfg)
+    x = torch.randn(4, 4)
+    engine.backward(engine(x).pow(2).mean())
+    engine.step()
+    return engine
+
+
+def _kinds(path: Path) -> list[str]:
+    return [json.loads(line)["kind"] for line in path.read_text().splitlines()]
+
+
+def test_config_blocks_are_accepted_and_wired(tmp_path: Path) -> None:
+    led = tmp_path / "run.jsonl"
+    engine = _engine(
+        tmp_path,
+        ledger={"path": str(led), "approvals": {"watched_env": ["DS_TEST_WATCHED"]}},
+        gate={"ddi_max": 20.0, "window": 5},
+        checkpoint={"writer": "python", "async": False, "checksum": False},
+    )
+    try:
+        assert engine.boundary is not None and engine.ledger is not None
+        assert engine.gate is not None and engine.gate.thresholds.ddi_max == 20.0
+        d = str(tmp_path / "ck")
+        engine.save_checkpoint(d, tag="t")
+        manifest = json.loads((tmp_path / "ck" / "t" / "manifest.json").read_text())
+        assert all(f["sha256"] is None for f in manifest["files"].values())  # checksum: false
+        # Overwriting the run's checkpoint needs an approval; nobody gave one.
+        with pytest.raises(ApprovalRequiredError, match=OVERWRITE_CHECKPOINT):
+            engine.save_checkpoint(d, tag="t")
+        # Loading a checkpoint this ledger recorded is approved by the default policy ...
+        path, _ = engine.load_checkpoint(d, tag="t")
+        assert path is not None
+        kinds = _kinds(led)
+        # model state, then optimizer state, then the load itself
+        assert kinds[-7:] == ["intent", "approval", "mutation"] * 2 + ["checkpoint_load"]
+        recs = [json.loads(line) for line in led.read_text().splitlines()]
+        assert recs[-6]["payload"]["policy"] == "recorded-checkpoint"
+        assert recs[-6]["payload"]["actor"] == "policy:recorded-checkpoint"
+        # ... and the run_start record holds the config without any signing key.
+        assert "signing_key" not in json.dumps(recs[0]["payload"])
+    finally:
+        engine.ledger.close()
+
+
+def test_load_of_a_checkpoint_the_ledger_never_saw_needs_approval(tmp_path: Path) -> None:
+    first = _engine(tmp_path)  # no ledger: a checkpoint made outside this run's ledger
+    d = str(tmp_path / "ck")
+    first.save_checkpoint(d, tag="foreign")
+    led = tmp_path / "run.jsonl"
+    engine = _engine(tmp_path, ledger={"path": str(led)})
+    try:
+        with pytest.raises(ApprovalRequiredError, match=LOAD_CHECKPOINT):
+            engine.load_checkpoint(d, tag="foreign")
+        b = engine.boundary
+        b.approve(b.request(LOAD_CHECKPOINT, str(tmp_path / "ck" / "foreign"), "alice"), "bob")
+        with pytest.raises(ApprovalRequiredError, match="load_optimizer_state"):
+            engine.load_checkpoint(d, tag="foreign")  # optimizer state is a second approval
+        b.approve(b.request(LOAD_CHECKPOINT, str(tmp_path / "ck" / "foreign"), "alice"), "bob")
+        b.approve(
+            b.request("load_optimizer_state", str(tmp_path / "ck" / "foreign"), "alice"), "bob"
+        )
+        assert engine.load_checkpoint(d, tag="foreign")[0] is not None
+        # Module-only loads need the model approval alone.
+        b.approve(b.request(LOAD_CHECKPOINT, str(tmp_path / "ck" / "foreign"), "alice"), "bob")
+        assert engine.load_checkpoint(d, tag="foreign", load_module_only=True)[0] is not None
+    finally:
+        engine.ledger.close()
+
+
+def test_config_policy_allows_what_the_config_lists(tmp_path: Path) -> None:
+    led = tmp_path / "run.jsonl"
+    engine = _engine(
+        tmp_path, ledger={"path": str(led), "approvals": {"allow": ["overwrite_checkpoint"]}}
+    )
+    try:
+        d = str(tmp_path / "ck")
+        engine.save_checkpoint(d, tag="t")
+        engine.save_checkpoint(d, tag="t")  # approved by policy:config, recorded as such
+        recs = [json.loads(line) for line in led.read_text().splitlines()]
+        approvals = [r for r in recs if r["kind"] == "approval"]
+        assert approvals and approvals[-1]["payload"]["actor"] == "policy:config"
+    finally:
+        engine.ledger.close()
