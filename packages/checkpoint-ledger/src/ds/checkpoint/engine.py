@@ -35,10 +35,11 @@ from typing import Any
 import torch
 
 from ds.checkpoint import _format as fmt
-from ds.checkpoint import _recovery
+from ds.checkpoint import _recovery, deepspeed_format
 from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
 from ds.checkpoint._reader import FileCache, dtype_name, read_range, tensor_metas
 from ds.checkpoint._writers import PythonWriter, ShardWriter
+from ds.checkpoint.safe_load import safe_torch_load, verify_files_read
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
 from ds.interfaces.logging import get_logger
@@ -447,6 +448,8 @@ class ShardedCheckpointEngine:
         return fmt.decode_manifest(data, path)
 
     def metadata(self, directory: str, tag: str | None = None) -> Mapping[str, TensorMeta]:
+        if deepspeed_format.is_deepspeed_checkpoint(directory, tag):  # saved by DeepSpeed
+            return deepspeed_format.open_checkpoint(directory, tag).metadata()
         return tensor_metas(self.manifest(directory, tag))
 
     def load(
@@ -456,12 +459,19 @@ class ShardedCheckpointEngine:
         requests: Sequence[LoadRequest],
         *,
         rank_objects: bool = True,
+        verify: bool = True,
     ) -> ShardedStateDict:
+        """Read the requested ranges. With ``verify`` (the default) every file this rank reads is
+        checked against the SHA-256 recorded in the manifest first; pickles load weights-only."""
         _recovery.require_load(self, directory, tag, requests)  # needs approvals
+        if deepspeed_format.is_deepspeed_checkpoint(directory, tag):  # saved by DeepSpeed
+            return deepspeed_format.open_checkpoint(directory, tag).load(requests)
         root = self.checkpoint_dir(directory, tag)
         manifest = self.manifest(directory, tag)
         metas = tensor_metas(manifest)
         out = ShardedStateDict()
+        if verify:
+            verify_files_read(root, manifest, requests, self.rank, rank_objects)
         files = FileCache(root)
         try:
             for req in requests:
@@ -574,11 +584,8 @@ def _wait_at_exit(ref: weakref.ref[ShardedCheckpointEngine]) -> None:
 
 
 def _load_pickle(path: str) -> dict[str, Any]:
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{path} is missing; the checkpoint is incomplete") from exc
-    return dict(obj)
+    # weights_only: a checkpoint never runs code when loaded (hashes were checked by load()).
+    return dict(safe_torch_load(path))
 
 
 def _step_of(job: _SaveJob) -> int:
