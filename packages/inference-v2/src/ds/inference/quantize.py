@@ -1,11 +1,14 @@
 """Weight-only group-wise int8/int4 quantization of the linear layers through a kernel provider.
 
 Weights are stored quantized (int8: ~1/4, int4: ~1/8 of fp32 plus one fp32 scale per group) and
-dequantized right before each matmul; activations stay in the model dtype.
+dequantized right before each matmul; activations stay in the model dtype. Quantized weights stay
+on the engine's device (where the original weight was) and are dequantized there: a provider that
+quantizes only on the host does it once at load, and the quantized tensor moves to the device.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -44,6 +47,14 @@ class QuantizedLinear:
         return F.linear(x, self.provider.dequantize(self.weight, self.dtype), self.bias)
 
 
+def to_device(q: QuantizedTensor, device: torch.device) -> QuantizedTensor:
+    """``q`` with its data, scales and zero points on ``device`` (explicit copies)."""
+    zp = q.zero_points.to(device) if q.zero_points is not None else None
+    return dataclasses.replace(
+        q, data=q.data.to(device), scales=q.scales.to(device), zero_points=zp
+    )
+
+
 def load_provider(name: str) -> KernelProvider:
     try:
         factory = registry.get(registry.KERNELS, name)
@@ -59,9 +70,12 @@ def quantized_linear_factory(config: QuantizationConfig) -> Any:
     provider = load_provider(config.provider)
 
     def make(weight: torch.Tensor, bias: torch.Tensor | None) -> QuantizedLinear:
-        q = provider.quantize(
-            weight.detach().float().cpu().contiguous(), config.scheme, config.group_size
-        )
+        device = weight.device
+        src = weight.detach().float().contiguous()
+        if device.type in provider.devices():
+            q = provider.quantize(src, config.scheme, config.group_size)
+        else:
+            q = to_device(provider.quantize(src.cpu(), config.scheme, config.group_size), device)
         return QuantizedLinear(provider, q, bias, weight.dtype)
 
     return make

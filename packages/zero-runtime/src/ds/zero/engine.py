@@ -73,7 +73,8 @@ class ZeroEngine:
         self.checkpoint_engine = checkpoint_engine
         self.kernels = kernels
         self.accelerator = accelerator
-        self.timers = StepTimers(accelerator)
+        # Device-event timings only when asked for (reading events is a sync on some devices).
+        self.timers = StepTimers(accelerator, device_times=bool(cfg.wall_clock_breakdown))
         self.comm_stats = CommStats()
 
         precision = cfg.precision
@@ -402,8 +403,10 @@ class ZeroEngine:
         if staged is None:
             return None
         host, event = staged
-        if event is not None:
-            event.synchronize()  # recorded before the step's sync point: already complete
+        if event is not None and not event.query():
+            # Normally complete: the copy was queued before the step's one sync point (the
+            # norm's read-back). Only a step without that sync waits here.
+            event.synchronize()
         return float(host.tolist())  # a host tensor: no device read-back
 
     def _publish(self, overflow: bool, grad_norm: float | None) -> None:

@@ -1,10 +1,13 @@
 """Breakdown of a training step (forward, backward, optimizer) without host syncs.
 
 On a device that runs kernels asynchronously and has events (``capabilities().has_events``),
-each phase is a pair of timing events recorded on the current stream, and durations are read
-one window late: ``take()`` at the end of step N returns step N-1's device times, whose events
-lie behind step N's synchronisation point, so reading them waits for nothing. Elsewhere (CPU)
-kernels finish before they return and the wall clock is the device's time.
+with ``device_times`` on (the engine's ``wall_clock_breakdown``), each phase is a pair of timing
+events recorded on the current stream, and durations are read one window late: ``take()`` at
+the end of step N returns step N-1's device times, whose events lie behind step N's
+synchronisation point, so reading them waits for nothing (CUDA's elapsed_time of two complete
+events). Otherwise the phases are timed by the host's wall clock, which on an asynchronous device
+is the time to launch the work (nothing waits for the device); on CPU, kernels finish before
+they return and the wall clock is the device's time.
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ from typing import Any
 
 
 class StepTimers:
-    def __init__(self, accelerator: Any = None) -> None:
+    def __init__(self, accelerator: Any = None, device_times: bool = True) -> None:
         caps = accelerator.capabilities() if accelerator is not None else None
-        use_events = caps is not None and caps.has_events and not caps.is_synchronized_device
+        use_events = (
+            device_times
+            and caps is not None
+            and caps.has_events
+            and not caps.is_synchronized_device
+        )
         self.accelerator = accelerator if use_events else None
         self.totals: dict[str, float] = defaultdict(float)
         self._start: dict[str, Any] = {}
@@ -58,7 +66,7 @@ class StepTimers:
         if self.accelerator is not None:
             pending, self._pending, self._window = self._pending, self._window, []
             for name, began, end in pending:
-                end.synchronize()  # behind the last synchronisation: already complete
+                # Behind the last synchronisation point: complete, so reading waits for nothing.
                 self.totals[name] += began.elapsed_time(end) / 1e3  # milliseconds
         out = dict(self.totals)
         self.totals.clear()
