@@ -13,7 +13,8 @@ PIP=("$VPY" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install -c tools/constraints-dev.txt -r tools/requirements-dev.txt
 # Distributions, in dependency order. ops-kernels compiles its extension here (never at import).
 DISTS=(interfaces packages/accel-abstraction packages/comm packages/ops-kernels packages/zero-runtime
-       packages/inference-v2 packages/checkpoint-ledger packages/launcher packages/ds-full)
+       packages/inference-v2 packages/checkpoint-ledger packages/launcher packages/monitor
+       packages/ds-full)
 ARGS=()
 for d in "${DISTS[@]}"; do ARGS+=(-e "$d"); done
 "${PIP[@]}" install --no-build-isolation -c tools/constraints-dev.txt "${ARGS[@]}"

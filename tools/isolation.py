@@ -30,6 +30,7 @@ DISTS: dict[str, tuple[str, str]] = {
     "ds-inference-v2": ("packages/inference-v2", "ds.inference"),
     "ds-checkpoint-ledger": ("packages/checkpoint-ledger", "ds.checkpoint"),
     "ds-launcher": ("packages/launcher", "ds.launcher"),
+    "ds-monitor": ("packages/monitor", "ds.monitor"),
     "ds-hf": ("integrations/hf", "ds.integrations.hf"),
     "ds-lightning": ("integrations/lightning", "ds.integrations.lightning"),
     "ds-full": ("packages/ds-full", "ds.full"),
@@ -103,6 +104,7 @@ def check_full(work: Path, wheels: dict[str, Path]) -> None:
         "ds-inference-v2",
         "ds-checkpoint-ledger",
         "ds-launcher",
+        "ds-monitor",
     }
     if not expected <= present:
         raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")

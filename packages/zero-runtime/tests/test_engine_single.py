@@ -116,20 +116,6 @@ def test_bf16_keeps_fp32_master_weights() -> None:
     assert engine.global_steps == 1
 
 
-def test_csv_monitor_writes_step_metrics(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cfg = _cfg(0, csv_monitor={"enabled": True, "output_path": str(tmp_path), "job_name": "j"})
-    engine = ZeroEngine(_model(), cfg)
-    for _ in range(3):
-        engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
-        engine.step()
-    rows = (tmp_path / "j" / "Train_Samples_train_loss.csv").read_text().splitlines()
-    assert rows[0] == "samples,train_loss" and [r.split(",")[0] for r in rows[1:]] == [
-        "4",
-        "8",
-        "12",
-    ]
-
-
 def test_module_pass_throughs() -> None:
     engine = ZeroEngine(_model(), _cfg(2))
     assert engine.eval() is engine and not engine.module.training

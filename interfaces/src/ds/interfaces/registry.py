@@ -33,6 +33,7 @@ GATES = "ds.gates"
 RUNNERS = "ds.runners"
 ENGINES = "ds.engines"
 INFERENCE_MODELS = "ds.inference_models"
+MONITORS = "ds.monitors"
 CLI = "ds.cli"
 # The composition root's entry points for framework adapters: "default" is ``initialize`` and
 # the ZeRO-3 helpers sit beside it ("zero_init", "gathered_parameters", ...).
@@ -50,6 +51,7 @@ PROVIDING_DISTRIBUTION: dict[str, str] = {
     RUNNERS: "ds-launcher",
     ENGINES: "ds-zero-runtime",
     INFERENCE_MODELS: "ds-inference-v2",
+    MONITORS: "ds-monitor",
     CLI: "ds-launcher",
     INITIALIZE: "ds-full",
 }
@@ -155,6 +157,7 @@ __all__ = [
     "INITIALIZE",
     "KERNELS",
     "LEDGERS",
+    "MONITORS",
     "PROVIDING_DISTRIBUTION",
     "RUNNERS",
     "Provider",

@@ -32,7 +32,9 @@ class StepMetrics:
     grad_norm: float | None = None
     overflow: bool = False
     loss_scale: float | None = None
-    samples: int = 0
+    samples: int = 0  # samples in this step, all ranks
+    global_samples: int = 0  # samples since the run began (restored on resume), this step's included
+    tokens: int = 0  # tokens in this step, all ranks (0 when the model takes no token ids)
     rank: int = 0
     world_size: int = 1
 

@@ -16,6 +16,7 @@ DISTRIBUTIONS = (
     "ds-inference-v2",
     "ds-checkpoint-ledger",
     "ds-launcher",
+    "ds-monitor",
     "ds-full",
     "ds-hf",
     "ds-lightning",

@@ -113,12 +113,10 @@ class ZeroEngine:
             else None
         )
 
-        self.monitor = None
-        if cfg.csv_monitor.enabled and self.rank == 0:
-            from ds.zero.monitor import CsvMonitor
-
-            self.monitor = CsvMonitor(cfg.csv_monitor.output_path, cfg.csv_monitor.job_name)
-            self.monitor.attach(self.events)
+        # Monitors (csv_monitor, tensorboard, wandb, comet) subscribe to ``events``; the
+        # composition root builds them from the config (ds-monitor).
+        self.monitor: Any = None
+        self._window_tokens = 0
         self.global_steps = 0
         self.global_samples = 0
         self.micro_steps = 0
@@ -301,6 +299,7 @@ class ZeroEngine:
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self.timers.start("forward")
+        self._window_tokens += _token_count(args, kwargs)
         out = self.module(*args, **kwargs)
         self.timers.stop("forward")
         return out
@@ -428,10 +427,13 @@ class ZeroEngine:
             overflow=overflow,
             loss_scale=self.loss_scaler.loss_scale if self.fp16_enabled() else None,
             samples=self.config.train_batch_size,
+            global_samples=self.global_samples,
+            tokens=self._window_tokens * self.world_size,
             rank=self.rank,
             world_size=self.world_size,
         )
         self._last_step_end = now
+        self._window_tokens = 0
         self._last_metrics = metrics
         self.events.publish(metrics)
         every = self.ds_config.steps_per_print
@@ -688,3 +690,14 @@ def _set_rng_state(state: dict[str, Any], accelerator: Accelerator | None = None
             np.random.set_state(state["rng.numpy"])
         except ImportError:
             pass
+
+
+def _token_count(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Tokens in a micro-batch: the ``input_ids`` (or first integer tensor argument) element
+    count; 0 when the model takes no token ids. Metadata only, no device sync."""
+    ids = kwargs.get("input_ids")
+    if ids is None and args and isinstance(args[0], torch.Tensor):
+        ids = args[0]
+    if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and not ids.is_complex():
+        return ids.numel()
+    return 0
