@@ -99,12 +99,27 @@ def required(config: dict[str, Any], *keys: str) -> list[Any]:
 
 
 def max_context(config: dict[str, Any]) -> int | None:
-    """Longest sequence the model was built for (``max_position_embeddings`` or an alias)."""
+    """Longest sequence the model serves: ``max_position_embeddings`` (or an alias), stretched by
+    the rope scaling types that extend it from the trained length (vLLM's rule: dynamic and linear
+    multiply it by ``factor``, yarn multiplies ``original_max_position_embeddings``; llama3 and
+    longrope configs already state the extended length)."""
+    base = None
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+            base = value
+            break
+    scaling = {**(config.get("rope_scaling") or {}), **(config.get("rope_parameters") or {})}
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling.get("factor")
+    if base is None or not isinstance(factor, (int, float)) or factor <= 1:
+        return base
+    if rope_type in ("dynamic", "linear"):
+        return int(base * factor)
+    if rope_type == "yarn":
+        orig = scaling.get("original_max_position_embeddings") or base
+        return max(base, int(orig * factor))
+    return base
 
 
 class Weights:

@@ -1,0 +1,252 @@
+"""Tiny random models of every served family, built with transformers from local configs.
+
+Each case names a transformers config class, a model class and config overrides chosen to
+exercise that family's peculiarities (sliding windows shorter than the prompts, per-layer
+windows, fused projections, MoE routing, partial rotary, softcapping, rope scaling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_BASE = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    config: str  # transformers config class
+    model: str  # transformers causal-LM class
+    overrides: dict[str, Any] = field(default_factory=dict)
+    base: bool = True  # start from _BASE
+    note: str = ""  # what the row exercises (the docs' parity table repeats it)
+    chunked: bool = True  # greedy run with chunked prefill (off for length-dependent rope)
+
+
+CASES: list[Case] = [
+    Case("llama", "LlamaConfig", "LlamaForCausalLM", note="GQA, RoPE"),
+    Case(
+        "llama-yarn",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 256,
+            }
+        },
+        note="yarn RoPE (factor 4, attention scaling)",
+    ),
+    Case(
+        "llama-dynamic",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {"max_position_embeddings": 128, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        note="dynamic NTK RoPE past 128 tokens",
+        chunked=False,
+    ),
+    Case(
+        "llama-linear",
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+        note="linear RoPE scaling",
+    ),
+    Case(
+        "mistral",
+        "MistralConfig",
+        "MistralForCausalLM",
+        {"sliding_window": 64},
+        note="sliding window 64 on every layer",
+    ),
+    Case(
+        "qwen2",
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        {
+            "use_sliding_window": True,
+            "sliding_window": 48,
+            "max_window_layers": 1,
+            "tie_word_embeddings": True,
+        },
+        note="q/k/v biases; window 48 on layer 1 only",
+    ),
+    Case(
+        "qwen3",
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        {"head_dim": 32, "use_sliding_window": True, "sliding_window": 40, "max_window_layers": 1},
+        note="q/k RMSNorm, head_dim 32 != hidden/heads, window 40 on layer 1",
+    ),
+    Case(
+        "mixtral",
+        "MixtralConfig",
+        "MixtralForCausalLM",
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 96},
+        note="4 experts top-2, window 96",
+    ),
+    Case(
+        "qwen2_moe",
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 64,
+            "norm_topk_prob": False,
+            "mlp_only_layers": [1],
+        },
+        note="4 experts top-2 + gated shared expert; layer 1 dense",
+    ),
+    Case(
+        "phi",
+        "PhiConfig",
+        "PhiForCausalLM",
+        {"num_key_value_heads": 4, "qk_layernorm": True},
+        note="parallel attn+MLP, LayerNorm, partial rotary 0.5, q/k LayerNorm, biased head",
+    ),
+    Case(
+        "phi3",
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        {"sliding_window": 80, "pad_token_id": 0},
+        note="fused qkv / gate_up, window 80",
+    ),
+    Case(
+        "phi3-longrope",
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        {
+            "max_position_embeddings": 1024,
+            "original_max_position_embeddings": 128,
+            "pad_token_id": 0,
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": [1.0 + 0.05 * i for i in range(8)],
+                "long_factor": [1.0 + 0.5 * i for i in range(8)],
+            },
+        },
+        note="longrope, long factors past 128 tokens",
+        chunked=False,
+    ),
+    Case(
+        "gemma",
+        "GemmaConfig",
+        "GemmaForCausalLM",
+        {"head_dim": 16},
+        note="(1+w) RMSNorm, sqrt(hidden) embedding scale, tanh GELU",
+    ),
+    Case(
+        "gemma2",
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        {"head_dim": 16, "sliding_window": 32, "query_pre_attn_scalar": 32},
+        note="sandwich norms, attn softcap 50, final softcap 30, window 32 on even layers",
+    ),
+    Case(
+        "opt",
+        "OPTConfig",
+        "OPTForCausalLM",
+        dict(
+            vocab_size=512,
+            hidden_size=64,
+            ffn_dim=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=1024,
+            word_embed_proj_dim=64,
+        ),
+        base=False,
+        note="learned positions, pre-LayerNorm, ReLU",
+    ),
+    Case(
+        "opt-350m-style",
+        "OPTConfig",
+        "OPTForCausalLM",
+        dict(
+            vocab_size=512,
+            hidden_size=64,
+            ffn_dim=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=1024,
+            word_embed_proj_dim=32,
+            do_layer_norm_before=False,
+        ),
+        base=False,
+        note="post-LayerNorm, project_in/out 32<->64",
+    ),
+    Case(
+        "falcon",
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4),
+        base=False,
+        note="7B layout: multi-query, parallel attention",
+    ),
+    Case(
+        "falcon-new-arch",
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(
+            vocab_size=512,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_kv_heads=2,
+            new_decoder_architecture=True,
+        ),
+        base=False,
+        note="40B/180B layout: grouped KV, ln_attn + ln_mlp",
+    ),
+    Case(
+        "falcon-sequential",
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(
+            vocab_size=512,
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+        ),
+        base=False,
+        note="per-head fused qkv, sequential blocks, biases",
+    ),
+]
+
+BY_NAME = {c.name: c for c in CASES}
+
+
+def build(case: Case, seed: int = 0) -> Any:
+    import transformers
+
+    torch.manual_seed(seed)
+    kw: dict[str, Any] = {**(_BASE if case.base else {}), **case.overrides}
+    cfg = getattr(transformers, case.config)(**kw)
+    model = getattr(transformers, case.model)(cfg)
+    # Random init is tiny (std 0.02): scale weights up so logits have clear margins and greedy
+    # decoding (and expert routing) does not hinge on near-ties.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name and "ln" not in name:
+                p.mul_(4.0)
+            elif p.dim() == 1 and p.abs().max() == 0:
+                # Zero-initialised (1 + w) norms: give them a spread so their weights matter.
+                p.normal_(0.0, 0.2)
+    return model.eval()
