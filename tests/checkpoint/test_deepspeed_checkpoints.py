@@ -144,5 +144,5 @@ def test_deepspeed_objects_load_inert(tmp_path: Path) -> None:
     torch.save({"x": os.getcwd}, evil)
     from ds.interfaces.errors import CheckpointError
 
-    with pytest.raises(CheckpointError, match="evil.pt holds an object ds will not unpickle"):
+    with pytest.raises(CheckpointError, match=r"evil\.pt holds an object ds will not unpickle"):
         load_file(str(evil))
