@@ -4,6 +4,8 @@ decoding reaches, saved as a Hugging Face directory (no downloads)."""
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,10 @@ def make_model_dir(root: Path, name: str = "tiny-serve") -> Path:
     # generation_config.json and config.json both carry it, as Hugging Face checkpoints do.
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == eos
     return out
+
+
+def serve_command() -> list[str]:
+    ds = shutil.which("ds", path=str(Path(sys.executable).parent))
+    if ds:
+        return [ds, "serve"]
+    return [sys.executable, "-m", "ds.inference.cli"]  # launcher not installed

@@ -65,6 +65,24 @@ def _grammar_factory(engine: InferenceEngineV2, codec: TextCodec) -> Callable[..
     return compile_
 
 
+class _BearerAuth:
+    """``Authorization: Bearer KEY`` on /v1 routes. Plain ASGI, not BaseHTTPMiddleware: that one
+    hides the client's disconnect from handlers, and abandoned requests would run on."""
+
+    def __init__(self, app: Any, key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1"):
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if given != self.expected:
+                err = APIError(401, "Incorrect API key provided", code="invalid_api_key")
+                await JSONResponse(err.body(), status_code=401)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(
     engine: InferenceEngineV2,
     codec: TextCodec,
@@ -101,15 +119,7 @@ def create_app(
     install_handlers(app)
 
     if api_key:
-
-        @app.middleware("http")
-        async def _auth(request: Request, call_next: Any) -> Any:
-            if request.url.path.startswith("/v1"):
-                given = request.headers.get("authorization", "")
-                if given != f"Bearer {api_key}":
-                    err = APIError(401, "Incorrect API key provided", code="invalid_api_key")
-                    return JSONResponse(err.body(), status_code=401)
-            return await call_next(request)
+        app.add_middleware(_BearerAuth, key=api_key)
 
     # -- helpers ------------------------------------------------------------------------------
     async def body_of(request: Request) -> Any:
