@@ -169,11 +169,19 @@ def cpu_info() -> dict[str, Any]:
     return info
 
 
+def ds_command() -> dict[str, Any]:
+    """Which package's ``ds`` is on PATH (DeepSpeed installs one too)."""
+    from ds.launcher.owner import ds_command_owner
+
+    return ds_command_owner()
+
+
 SECTIONS: dict[str, Callable[[], Any]] = {
     "python": python_info,
     "torch": torch_info,
     "accelerator": accelerator_info,
     "ds distributions": distributions,
+    "ds command": ds_command,
     "kernels": kernels_info,
     "comm": comm_info,
     "/dev/shm": shm_info,
