@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import TrainingArguments
 
-from ds.integrations.hf.config import fill_auto
+from ds.integrations.hf.config import fill_auto, finalize_auto
 from ds.interfaces.errors import ConfigError
 
 
@@ -60,10 +61,12 @@ def test_autos_filled_from_training_arguments(tmp_path: Path) -> None:
 
 def test_path_source_and_missing_keys_default_from_args(tmp_path: Path) -> None:
     path = tmp_path / "ds.json"
-    path.write_text(json.dumps({"zero_optimization": {"stage": 3}, "gradient_clipping": 2.0}))
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3}, "gradient_clipping": 0.5}))
     out = fill_auto(str(path), targs(tmp_path), world_size=2)
     assert out["train_batch_size"] == 12
-    assert out["gradient_clipping"] == 2.0  # an explicit number is kept
+    assert out["gradient_clipping"] == 0.5  # an explicit number that agrees is kept
+    # As with transformers + DeepSpeed, an absent key is not invented: no clipping section here.
+    assert "gradient_clipping" not in fill_auto({}, targs(tmp_path), world_size=1)
 
 
 def test_conflicting_batch_size_names_both(tmp_path: Path) -> None:
@@ -71,12 +74,93 @@ def test_conflicting_batch_size_names_both(tmp_path: Path) -> None:
         fill_auto({"train_micro_batch_size_per_gpu": 8}, targs(tmp_path), world_size=1)
 
 
-def test_fixed_scheduler_section_is_rejected_auto_one_dropped(tmp_path: Path) -> None:
-    fixed = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}}
-    with pytest.raises(ConfigError, match="lr_scheduler_type"):
-        fill_auto(fixed, targs(tmp_path), world_size=1)
-    auto = {"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}
-    assert "scheduler" not in fill_auto(auto, targs(tmp_path), world_size=1)
+def test_bf16_config_with_bf16_false_arguments_is_a_mismatch(tmp_path: Path) -> None:
+    # transformers + DeepSpeed stops here; ds once trained in bf16 without a word.
+    with pytest.raises(ConfigError, match=r"bf16\.enabled=True but TrainingArguments give bf16"):
+        fill_auto({"bf16": {"enabled": True}}, targs(tmp_path, bf16=False), world_size=1)
+    with pytest.raises(ConfigError, match=r"fp16\.enabled=False.*fp16\|fp16_full_eval=True"):
+        fill_auto({"fp16": {"enabled": False}}, targs(tmp_path, fp16=True), world_size=1)
+
+
+def test_every_mismatch_is_listed_once(tmp_path: Path) -> None:
+    cfg = {
+        "train_batch_size": 7,
+        "gradient_clipping": 1.0,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-7, "weight_decay": 0.0},
+        },
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.1}},
+    }
+    with pytest.raises(ConfigError) as info:
+        fill_auto(cfg, targs(tmp_path), world_size=1)
+    text = str(info.value)
+    assert "in 6 places" in text, text
+    for needle in (
+        "train_batch_size=7",
+        "gradient_clipping=1.0 but TrainingArguments give max_grad_norm=0.5",
+        "optimizer.params.lr=0.001 but TrainingArguments give learning_rate=0.0005",
+        "optimizer.params.betas=[0.9, 0.999]",
+        "optimizer.params.weight_decay=0.0",
+        "scheduler.params.warmup_max_lr=0.1",
+    ):
+        assert needle in text
+    assert "optimizer.params.eps" not in text  # 1e-7 agrees with adam_epsilon
+
+
+def test_scheduler_section_is_kept_and_filled_in_both_phases(tmp_path: Path) -> None:
+    auto = {
+        "scheduler": {
+            "type": "WarmupDecayLR",
+            "params": {
+                "warmup_min_lr": "auto",
+                "warmup_max_lr": "auto",
+                "warmup_num_steps": "auto",
+                "total_num_steps": "auto",
+            },
+        }
+    }
+    args = targs(tmp_path, warmup_steps=0)
+    out = finalize_auto(fill_auto(auto, args, world_size=1), args, None, num_training_steps=40)
+    assert out["scheduler"]["params"] == {
+        "warmup_min_lr": 0,
+        "warmup_max_lr": 5e-4,
+        "warmup_num_steps": 1,  # never 0: DeepSpeed 0.19.8 refuses it
+        "total_num_steps": 40,
+    }
+    fixed = {"scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 10}}}
+    with pytest.raises(ConfigError, match=r"total_num_steps=10.*num_training_steps=40"):
+        finalize_auto(fill_auto(fixed, args, world_size=1), args, None, num_training_steps=40)
+
+
+def test_hidden_size_autos_from_the_model_config(tmp_path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            vocab_size=64,
+        )
+    )
+    zero = {
+        "stage": 3,
+        "reduce_bucket_size": "auto",
+        "stage3_prefetch_bucket_size": "auto",
+        "stage3_param_persistence_threshold": "auto",
+    }
+    out = finalize_auto({"zero_optimization": dict(zero)}, targs(tmp_path), model, 10)
+    assert out["zero_optimization"] == {
+        "stage": 3,
+        "reduce_bucket_size": 256,
+        "stage3_prefetch_bucket_size": 230,
+        "stage3_param_persistence_threshold": 160,
+    }
+    with pytest.raises(ConfigError, match="no hidden_size"):
+        finalize_auto({"zero_optimization": dict(zero)}, targs(tmp_path), torch.nn.Linear(2, 2), 10)
 
 
 def test_not_json_is_a_clear_error(tmp_path: Path) -> None:

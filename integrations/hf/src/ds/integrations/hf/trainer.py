@@ -23,7 +23,8 @@ import torch
 from transformers import Trainer
 
 from ds.integrations.hf._registry import provided
-from ds.integrations.hf.config import fill_auto
+from ds.integrations.hf.config import fill_auto, finalize_auto
+from ds.integrations.hf.schedule import EngineSchedule
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 
@@ -64,9 +65,31 @@ class DsTrainer(Trainer):
         self._engine_view: Any = None  # engine.optimizer_view(), once the engine exists
 
     # -- engine construction ---------------------------------------------------------------------
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
+        self._finalize_config(num_training_steps)
+        super().create_optimizer_and_scheduler(num_training_steps)
+
+    def _finalize_config(self, num_training_steps: int | None = None) -> None:
+        # transformers' second "auto" pass (trainer_config_finalize: step counts, bucket sizes),
+        # before the engine is built; the Trainer knows max_steps by then (state.max_steps).
+        steps = num_training_steps or int(getattr(self.state, "max_steps", 0) or 0)
+        if steps > 0:
+            self.ds_config = finalize_auto(self.ds_config, self.args, self.model, steps)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        if self.lr_scheduler is None and "scheduler" in self.ds_config:
+            # The config's schedule, built and stepped by the engine (as DeepSpeed's engine does
+            # under transformers), not the Trainer's lr_scheduler_type.
+            if self.engine is None:
+                self.create_optimizer()
+            self.lr_scheduler = EngineSchedule(self.engine)
+            return self.lr_scheduler
+        return super().create_scheduler(num_training_steps, optimizer)
+
     def create_optimizer(self, model: Any = None) -> torch.optim.Optimizer:
         if self.engine is not None and self.optimizer is self._engine_view:
             return self.optimizer
+        self._finalize_config()
         client = None
         if "optimizer" not in self.ds_config:
             # The Trainer's own optimizer (its decay / no-decay groups) is the engine's client.
