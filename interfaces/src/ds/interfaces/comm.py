@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -138,3 +139,45 @@ class Communicator(Protocol):
     ) -> WorkHandle: ...
     def broadcast_object_list(self, objects: list[Any], src: int, group: Any = None) -> None: ...
     def all_gather_object(self, output: list[Any], obj: Any, group: Any = None) -> None: ...
+
+
+@dataclass(frozen=True)
+class CommCapabilities:
+    """How a backend's collectives behave, so runtimes choose by capability, not by name.
+
+    ``p2p_gather``: exchanging a partition with each peer point to point (batched) beats an
+    all-gather (gloo, where ``all_gather`` stages through a flat temporary). ``reduce_to_owner_world``:
+    the smallest world at which reducing a bucket's pieces to their owners beats all-reducing the
+    whole bucket (gloo: 3; NCCL's reduce-scatter wins from 2). ``device_tensors_only``: every tensor
+    must live on the rank's own device (NCCL). ``coalesced_collectives``: one bucketed
+    ``all_gather_into_tensor``/``reduce_scatter_tensor`` per bucket is the efficient form (NCCL).
+    """
+
+    p2p_gather: bool = False
+    reduce_to_owner_world: int = 2
+    device_tensors_only: bool = True
+    coalesced_collectives: bool = True
+
+
+GLOO_CAPABILITIES = CommCapabilities(
+    p2p_gather=True,
+    reduce_to_owner_world=3,
+    device_tensors_only=False,
+    coalesced_collectives=False,
+)
+NCCL_CAPABILITIES = CommCapabilities()
+
+
+def comm_capabilities(comm: Any, group: Any = None) -> CommCapabilities:
+    """``comm.capabilities(group)`` when the communicator has it, else by backend name (gloo and
+    anything unknown that runs on the host: gloo's; every other backend: NCCL's)."""
+    get = getattr(comm, "capabilities", None)
+    if callable(get):
+        caps = get(group)
+        if isinstance(caps, CommCapabilities):
+            return caps
+    try:
+        backend = str(comm.get_backend(group)).lower()
+    except Exception:  # no group yet: assume the host backend
+        backend = "gloo"
+    return GLOO_CAPABILITIES if backend in ("gloo", "mpi") else NCCL_CAPABILITIES

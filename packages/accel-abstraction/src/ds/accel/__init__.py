@@ -9,6 +9,9 @@
 3. ``cuda`` (NVIDIA or ROCm builds of torch) when a device is visible;
 4. ``mps`` on Apple silicon;
 5. ``cpu``.
+
+``simgpu`` (simulated CUDA devices, :mod:`ds.accel.sim`) is never detected: only
+``DS_ACCELERATOR=simgpu`` or ``set_accelerator("simgpu")`` selects it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ds.interfaces.accelerator import Accelerator, AcceleratorCapabilities
 from ds.interfaces.errors import AcceleratorError
 
 BUILTIN = ("cuda", "mps", "cpu")
+NOT_DETECTED = ("simgpu",)
 ENV_VAR = "DS_ACCELERATOR"
 
 _lock = threading.Lock()
@@ -54,7 +58,7 @@ def _instantiate(name: str) -> Accelerator:
 
 
 def _detect() -> Accelerator:
-    plugins = [n for n in available_accelerators() if n not in BUILTIN]
+    plugins = [n for n in available_accelerators() if n not in BUILTIN + NOT_DETECTED]
     for name in [*plugins, *BUILTIN]:
         try:
             accel = _instantiate(name)

@@ -23,7 +23,13 @@ import torch.distributed as _dist
 from ds.comm import coalesced as _coalesced
 from ds.comm._handle import DoneHandle, Handle
 from ds.comm._reduce_op import is_avg, to_torch_op
-from ds.interfaces.comm import ReduceOp, WorkHandle
+from ds.interfaces.comm import (
+    GLOO_CAPABILITIES,
+    NCCL_CAPABILITIES,
+    CommCapabilities,
+    ReduceOp,
+    WorkHandle,
+)
 from ds.interfaces.errors import CommError
 
 if TYPE_CHECKING:
@@ -125,6 +131,12 @@ class TorchCommunicator:
         if not _dist.is_initialized():
             raise _not_initialized()
         return str(_dist.get_backend(group))
+
+    def capabilities(self, group: Any = None) -> CommCapabilities:
+        """What the group's backend does well (see ``ds.interfaces.comm.CommCapabilities``):
+        gloo's (and MPI's) host-side choices, or NCCL's for every device backend."""
+        backend = self.get_backend(group).lower() if self.is_initialized() else "gloo"
+        return GLOO_CAPABILITIES if backend in ("gloo", "mpi") else NCCL_CAPABILITIES
 
     def new_group(self, ranks: Sequence[int] | None = None, **kwargs: Any) -> Any:
         return _dist.new_group(list(ranks) if ranks is not None else None, **kwargs)

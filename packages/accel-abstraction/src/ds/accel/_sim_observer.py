@@ -1,0 +1,189 @@
+"""What a simulated device sees: every op on fake tensors, for memory, host syncs and copies.
+
+:class:`Observer` is a ``TorchDispatchMode`` entered inside ``FakeTensorMode``, so it sees each
+aten op before the fake mode runs it.
+
+* **Memory.** Each op's outputs are charged to their storage's device (``cuda:N`` or ``cpu``): a
+  storage is counted once however many views share it, and released when the last tensor that
+  the observer saw on it dies. Release is noticed through a small token object in the tensor's
+  ``__dict__`` whose ``__del__`` fires with it (weak references would make
+  ``torch.utils.swap_tensors``, hence ``module.to()``, refuse the tensor). Current and peak bytes
+  are kept per device. ``param.data = other`` is not an op; :meth:`Observer.census` (run every
+  few thousand ops and before every memory reading) walks the live fake tensors and corrects the
+  books for such re-pointed tensors.
+* **Host syncs.** ``aten._local_scalar_dense`` (``.item()``, ``float(t)``, ``bool(t)``,
+  ``.tolist()``) on a device tensor is where a real GPU run would wait for the device. Fake tensors
+  have no values, so the observer answers 0 (``False``/``0``/``0.0``) and records the call site.
+* **Copies.** Device-to-host and host-to-device copies are counted in bytes.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+_aten = torch.ops.aten
+_SCALAR = _aten._local_scalar_dense.default
+_COPIES = (_aten._to_copy.default, _aten.copy_.default, _aten.copy.default)
+_TOKEN = "_ds_sim_token"
+_CENSUS_EVERY = 4096
+
+
+@dataclass
+class HostSync:
+    """One device-to-host synchronisation and where the code asked for it."""
+
+    device: str
+    where: str
+
+
+@dataclass
+class DeviceStats:
+    current: int = 0
+    peak: int = 0
+
+
+@dataclass
+class Observations:
+    """Everything one simulated rank's observer recorded."""
+
+    memory: dict[str, DeviceStats] = field(default_factory=lambda: defaultdict(DeviceStats))
+    host_syncs: list[HostSync] = field(default_factory=list)
+    d2h_bytes: int = 0
+    h2d_bytes: int = 0
+
+
+class _Token:
+    __slots__ = ("key", "owner")
+
+    def __init__(self, owner: Observer, key: int) -> None:
+        self.owner = owner
+        self.key = key
+
+    def __del__(self) -> None:
+        self.owner._release(self.key)
+
+
+def _call_site() -> str:
+    """The innermost frame outside torch and this module: the code that asked for the value."""
+    for frame in reversed(traceback.extract_stack(sys._getframe(2), limit=40)):
+        name = frame.filename.replace("\\", "/")
+        if "/torch/" in name or name.endswith("_sim_observer.py"):
+            continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown>"
+
+
+class Observer(TorchDispatchMode):
+    def __init__(self, obs: Observations, fake_mode: Any) -> None:
+        super().__init__()
+        self.obs = obs
+        self.fake_mode = fake_mode
+        # storage key -> [device, bytes, live tensors]
+        self._storages: dict[int, list[Any]] = {}
+        self._ops = 0
+        # The fake mode memoises every tensor it makes (meta id -> fake) in a weak-valued dict,
+        # and those weak references make torch.utils.swap_tensors, hence module.to(), refuse
+        # fake parameters. A plain dict emptied after every op keeps no tensor alive and no weak
+        # reference on any; the memo is only needed within one conversion.
+        self._memo: dict[Any, Any] = {}
+        fake_mode.fake_tensor_converter.meta_converter.tensor_memo = self._memo
+
+    def census(self) -> None:
+        """Recount from the live fake tensors of this mode (exact, costs one heap walk)."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        live: set[int] = set()
+        for obj in gc.get_objects():
+            if type(obj) is FakeTensor and obj.fake_mode is self.fake_mode:
+                self._charge(obj)
+                token = obj.__dict__.get(_TOKEN)
+                if token is not None:
+                    live.add(token.key)
+        for key in [k for k in self._storages if k not in live]:
+            entry = self._storages.pop(key)
+            self._add(entry[0], -entry[1])
+
+    # -- memory ---------------------------------------------------------------------------------
+    def _charge(self, t: torch.Tensor) -> None:
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        key = storage._cdata
+        nbytes = int(storage.nbytes())
+        entry = self._storages.get(key)
+        device = str(t.device)
+        if entry is None:
+            entry = [device, 0, 0]
+            self._storages[key] = entry
+        if nbytes != entry[1]:  # new, or resized in place
+            self._add(entry[0], nbytes - entry[1])
+            entry[1] = nbytes
+        token = t.__dict__.get(_TOKEN)
+        if token is None or token.key != key or token.owner is not self:
+            t.__dict__[_TOKEN] = _Token(self, key)
+            entry[2] += 1
+
+    def _add(self, device: str, delta: int) -> None:
+        stats = self.obs.memory[device]
+        stats.current += delta
+        if stats.current > stats.peak:
+            stats.peak = stats.current
+
+    def _release(self, key: int) -> None:
+        entry = self._storages.get(key)
+        if entry is None:
+            return
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del self._storages[key]
+            self._add(entry[0], -entry[1])
+
+    def reset_peak(self, device: str | None = None) -> None:
+        for name, stats in self.obs.memory.items():
+            if device is None or name == device:
+                stats.peak = stats.current
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is _SCALAR:
+            t = args[0]
+            if t.device.type != "cpu":
+                self.obs.host_syncs.append(HostSync(str(t.device), _call_site()))
+            if t.dtype == torch.bool:
+                return False
+            return 0.0 if t.is_floating_point() or t.is_complex() else 0
+        out = func(*args, **kwargs)
+        self._memo.clear()
+        self._ops += 1
+        if self._ops % _CENSUS_EVERY == 0:
+            self.census()
+        if func in _COPIES:
+            self._count_copy(func, args, kwargs, out)
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._charge(t)
+        return out
+
+    def _count_copy(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        if func is _aten.copy_.default or func is _aten.copy.default:
+            dst, src = args[0], args[1]
+        else:
+            src, dst = args[0], out
+        if not isinstance(src, torch.Tensor) or not isinstance(dst, torch.Tensor):
+            return
+        nbytes = src.numel() * src.element_size()
+        if src.device.type != "cpu" and dst.device.type == "cpu":
+            self.obs.d2h_bytes += nbytes
+        elif src.device.type == "cpu" and dst.device.type != "cpu":
+            self.obs.h2d_bytes += nbytes

@@ -1,0 +1,341 @@
+"""A simulated GPU: fake ``cuda:N`` devices on the CPU, for placement, syncs and memory.
+
+``DS_ACCELERATOR=simgpu`` (or ``set_accelerator("simgpu")``) selects :class:`SimGpuAccelerator`.
+Tensors made while a :class:`SimDevice` is active are ``FakeTensor``s that report ``cuda:N`` and
+carry no data (``torch._subclasses.fake_tensor.FakeTensorMode``; see :mod:`ds.accel._fake_cuda`
+for what it takes to run autograd on them with a CPU build of torch). What that buys:
+
+* **Placement.** An op that mixes ``cuda:N`` with ``cpu`` (or with ``cuda:M``) raises
+  ``FakeTensorDeviceMismatchError``, as it would fail on a GPU, however small the model.
+* **Host syncs.** Every ``.item()``/``float(t)``/``bool(t)`` on a device tensor and every
+  ``event.synchronize()`` is recorded with its call site in :attr:`SimDevice.host_syncs`; the
+  value returned is 0 (fake tensors have none).
+* **Memory.** Current and peak bytes per device (``cuda:N``) and for the host (``cpu``), by
+  construction from the tensors alive (:meth:`SimDevice.memory`), plus device<->host copy bytes.
+
+Numbers are not simulated: losses and norms read as 0. Numerical parity stays with the gloo tests.
+
+Use::
+
+    from ds.accel.sim import SimDevice
+    with SimDevice(index=3) as dev:          # this thread computes on fake cuda:3
+        model = MyModel().to(dev.device)     # or build it under the mode
+        ...
+    dev.memory()["cuda:3"].peak, dev.host_syncs
+
+A world of ranks (each rank its own device, a strict communicator checking NCCL's rules) is
+driven by :func:`ds.full.simulate.run_world`; see docs/training.md, "GPU".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+
+from ds.accel._fake_cuda import MAX_DEVICES, autograd_context, fake_cuda_runtime
+from ds.accel._sim_observer import DeviceStats, HostSync, Observations, Observer
+from ds.accel._streams import HostEvent, NullStream
+from ds.interfaces.accelerator import AcceleratorCapabilities
+from ds.interfaces.errors import AcceleratorError
+
+NAME = "simgpu"
+DEFAULT_DEVICE_BYTES = 80 * 2**30
+
+_local = threading.local()
+
+
+def active_device() -> SimDevice | None:
+    """The simulated device this thread computes on, if any."""
+    return getattr(_local, "device", None)
+
+
+class SimDevice:
+    """One simulated rank's device (``cuda:index``), active in this thread while entered.
+
+    ``total_bytes`` is the device capacity reported by ``total_memory`` (80 GiB by default).
+    Re-entering a device after leaving it keeps its books (memory, syncs) but makes new fake
+    tensors; tensors from an earlier entry must not be used in a later one.
+    """
+
+    def __init__(self, index: int = 0, total_bytes: int = DEFAULT_DEVICE_BYTES) -> None:
+        if not 0 <= index < MAX_DEVICES:
+            raise AcceleratorError(
+                f"simulated device index {index} is out of range: a simulated node has "
+                f"{MAX_DEVICES} GPUs (cuda:0..cuda:{MAX_DEVICES - 1}); map ranks by local rank"
+            )
+        self.index = index
+        self.device = torch.device("cuda", index)
+        self.total_bytes = total_bytes
+        self.obs = Observations()
+        self.fake_mode: Any = None
+        self._observer: Observer | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._previous: SimDevice | None = None
+
+    # -- context --------------------------------------------------------------------------------
+    def __enter__(self) -> SimDevice:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        if self._stack is not None:
+            raise AcceleratorError(f"simulated device {self.device} is already active")
+        stack = contextlib.ExitStack()
+        stack.enter_context(fake_cuda_runtime())
+        stack.enter_context(autograd_context())
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        observer = Observer(self.obs, mode)  # replaces the mode's memo (see Observer)
+        stack.enter_context(mode)
+        stack.enter_context(observer)
+        self.fake_mode, self._observer, self._stack = mode, observer, stack
+        self._previous = active_device()
+        _local.device = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        _local.device = self._previous
+        self._previous = None
+        if stack is not None:
+            stack.close()
+
+    @property
+    def active(self) -> bool:
+        return self._stack is not None
+
+    # -- readings -------------------------------------------------------------------------------
+    def memory(self) -> dict[str, DeviceStats]:
+        """``{"cuda:N": DeviceStats(current, peak), "cpu": ...}`` in bytes (exact census)."""
+        if self._observer is not None and self.active:
+            self._observer.census()
+        return {k: DeviceStats(v.current, v.peak) for k, v in self.obs.memory.items()}
+
+    def device_bytes(self) -> DeviceStats:
+        return self.memory().get(str(self.device), DeviceStats())
+
+    def host_bytes(self) -> DeviceStats:
+        return self.memory().get("cpu", DeviceStats())
+
+    def reset_peak(self) -> None:
+        if self._observer is not None:
+            if self.active:
+                self._observer.census()
+            self._observer.reset_peak()
+
+    @property
+    def host_syncs(self) -> list[HostSync]:
+        return self.obs.host_syncs
+
+    @property
+    def copies(self) -> dict[str, int]:
+        return {"d2h_bytes": self.obs.d2h_bytes, "h2d_bytes": self.obs.h2d_bytes}
+
+    def record_sync(self, where: str) -> None:
+        self.obs.host_syncs.append(HostSync(str(self.device), where))
+
+
+class SimEvent(HostEvent):
+    """A device event; waiting on it from the host is a host sync and is recorded as one."""
+
+    def synchronize(self) -> None:
+        dev = active_device()
+        if dev is not None:
+            dev.record_sync("event.synchronize()")
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        # CUDA requires both events complete; reading the time waits for them.
+        self.synchronize()
+        return super().elapsed_time(end)
+
+
+class SimGpuAccelerator:
+    """``ds.interfaces.accelerator.Accelerator`` for simulated CUDA devices (see module docs).
+
+    Available while a :class:`SimDevice` is active in this thread, or when ``DS_ACCELERATOR``
+    names it; never chosen by detection.
+    """
+
+    _NAME = NAME
+
+    def __init__(self) -> None:
+        self._index = 0
+
+    def _dev(self) -> SimDevice | None:
+        return active_device()
+
+    # identity -------------------------------------------------------------------------------
+    def name(self) -> str:
+        return self._NAME
+
+    def device_name(self, index: int | None = None) -> str:
+        return "cuda" if index is None else f"cuda:{index}"
+
+    def device(self, index: int | None = None) -> torch.device:
+        return torch.device(self.device_name(index))
+
+    def is_available(self) -> bool:
+        return self._dev() is not None or os.environ.get("DS_ACCELERATOR", "") == NAME
+
+    def capabilities(self) -> AcceleratorCapabilities:
+        return AcceleratorCapabilities(
+            has_streams=True,
+            has_events=True,
+            has_pinned_memory=True,
+            supports_bf16=True,
+            supports_fp16=True,
+            supports_triton=False,
+            supports_graphs=False,
+            is_synchronized_device=False,
+        )
+
+    def communication_backend_name(self) -> str:
+        # The simulated world speaks NCCL's rules (ds.comm.backends.sim).
+        return "nccl"
+
+    def visible_devices_envs(self) -> list[str]:
+        return ["CUDA_VISIBLE_DEVICES"]
+
+    def set_visible_devices_envs(self, env: dict[str, str], local_ranks: list[int]) -> None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(r) for r in local_ranks)
+
+    # device management ------------------------------------------------------------------------
+    def device_count(self) -> int:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+        return min(MAX_DEVICES, local) if local > 0 else MAX_DEVICES
+
+    def current_device(self) -> int:
+        dev = self._dev()
+        return dev.index if dev is not None else self._index
+
+    def current_device_name(self) -> str:
+        return f"cuda:{self.current_device()}"
+
+    def set_device(self, index: int) -> None:
+        dev = self._dev()
+        if dev is not None and dev.index != index:
+            raise AcceleratorError(
+                f"set_device({index}) on a rank simulated on cuda:{dev.index}: the device index "
+                "must come from the rank's local rank"
+            )
+        if not 0 <= index < MAX_DEVICES:
+            raise AcceleratorError(f"cuda:{index} does not exist on a simulated node")
+        self._index = index
+
+    def synchronize(self, index: int | None = None) -> None:
+        dev = self._dev()
+        if dev is not None:
+            dev.record_sync("accelerator.synchronize()")
+
+    # streams and events -----------------------------------------------------------------------
+    def stream(self, stream: Any) -> AbstractContextManager[Any]:
+        return contextlib.nullcontext(stream)
+
+    def current_stream(self, index: int | None = None) -> NullStream:
+        return NullStream()
+
+    def default_stream(self, index: int | None = None) -> NullStream:
+        return NullStream()
+
+    def new_stream(self) -> NullStream:
+        return NullStream()
+
+    def new_event(self, enable_timing: bool = False) -> SimEvent:
+        return SimEvent(enable_timing)
+
+    # memory -----------------------------------------------------------------------------------
+    def _stats(self, index: int | None) -> DeviceStats:
+        dev = self._dev()
+        if dev is None:
+            return DeviceStats()
+        key = f"cuda:{dev.index if index is None else index}"
+        return dev.memory().get(key, DeviceStats())
+
+    def memory_allocated(self, index: int | None = None) -> int:
+        return self._stats(index).current
+
+    def max_memory_allocated(self, index: int | None = None) -> int:
+        return self._stats(index).peak
+
+    def reset_peak_memory_stats(self, index: int | None = None) -> None:
+        dev = self._dev()
+        if dev is not None:
+            dev.reset_peak()
+
+    def memory_reserved(self, index: int | None = None) -> int:
+        return self.memory_allocated(index)
+
+    def total_memory(self, index: int | None = None) -> int:
+        dev = self._dev()
+        return dev.total_bytes if dev is not None else DEFAULT_DEVICE_BYTES
+
+    def available_memory(self, index: int | None = None) -> int:
+        return max(0, self.total_memory(index) - self.memory_allocated(index))
+
+    def memory_stats(self, index: int | None = None) -> Mapping[str, int]:
+        stats = self._stats(index)
+        return {
+            "allocated_bytes.all.current": stats.current,
+            "allocated_bytes.all.peak": stats.peak,
+        }
+
+    def empty_cache(self) -> None:
+        return None
+
+    # RNG --------------------------------------------------------------------------------------
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def initial_seed(self) -> int:
+        return int(torch.initial_seed())
+
+    def get_rng_state(self, index: int | None = None) -> torch.Tensor:
+        # The simulated device has no generator of its own; the host's stands in for it.
+        with _outside_fake_mode():
+            return torch.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor, index: int | None = None) -> None:
+        return None  # a fake state (from a simulated checkpoint) has no bytes to restore
+
+    # dtypes -----------------------------------------------------------------------------------
+    def is_bf16_supported(self) -> bool:
+        return True
+
+    def is_fp16_supported(self) -> bool:
+        return True
+
+    def supported_dtypes(self) -> list[torch.dtype]:
+        return [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+
+    # host memory ------------------------------------------------------------------------------
+    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device.type != "cpu":
+            raise AcceleratorError(
+                f"pin_memory() needs a host tensor, got one on {tensor.device}; copy it to the "
+                "host first"
+            )
+        tensor.__dict__["_ds_sim_pinned"] = True
+        return tensor
+
+    def is_pinned(self, tensor: torch.Tensor) -> bool:
+        return bool(tensor.__dict__.get("_ds_sim_pinned", False))
+
+    def on_accelerator(self, tensor: torch.Tensor) -> bool:
+        return tensor.device.type == "cuda"
+
+
+@contextlib.contextmanager
+def _outside_fake_mode() -> Any:
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
+__all__ = ["DeviceStats", "HostSync", "SimDevice", "SimEvent", "SimGpuAccelerator", "active_device"]

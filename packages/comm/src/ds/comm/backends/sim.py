@@ -1,0 +1,630 @@
+"""A simulated world of N ranks in one process, with a strict communicator that enforces NCCL's rules.
+
+How the world runs: **one rank after another** (not threads). torch.distributed has one default
+process group per process, and the ``"fake"`` backend
+(``torch.testing._internal.distributed.fake_pg``) completes every collective at once without
+moving data, so a rank never waits on a peer. :meth:`SimWorld.rank` makes rank ``r`` the process's
+rank (a fake process group of the world's size, ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` set) and
+hands out its :class:`StrictCommunicator`; the caller runs that rank's whole program (build the
+engine, train, save, load), leaves, and enters the next rank. :meth:`SimWorld.check` then compares
+what the ranks did. Data never crosses ranks: object collectives see the calling rank's own
+objects, tensors carry no values (fake tensors, :mod:`ds.accel.sim`).
+
+What the strict communicator checks, raising :class:`ds.interfaces.errors.CommError` at the call
+(naming the collective, the tensor and the call site):
+
+* every tensor handed to a collective or point-to-point op is a device tensor on the rank's own
+  device (``cuda:local_rank``): a host tensor or another GPU's tensor is refused, as NCCL would;
+* the arguments torch itself validates (sizes of gather/scatter outputs, dtypes), through the fake
+  process group.
+
+What :meth:`SimWorld.check` checks over all ranks' traces, replaying them as NCCL would execute
+them (each rank's operations in issue order on one stream; a collective runs when every member of
+its group has it next; an unbatched send or receive runs when the peer has the matching receive or
+send next; a ``batch_isend_irecv`` batch runs when each of its operations finds its counterpart at
+the head of the peer's stream):
+
+* every rank of a group issues the same collectives in the same order with the same element
+  counts, dtypes, reduce ops and roots;
+* sends match receives in size and dtype, and the order cannot deadlock (two ranks that both send
+  first, unbatched, wait for each other forever on NCCL: a reported deadlock).
+
+The world also counts, per rank, the bytes each kind of collective moved (:meth:`SimWorld.traffic`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as _dist
+
+from ds.comm.backends.torch_backend import TorchCommunicator
+from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities, ReduceOp
+from ds.interfaces.errors import CommError
+
+MAX_LOCAL = 8  # GPUs of one simulated node (ds.accel.sim)
+
+_P2P = ("send", "recv")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation as a rank issued it."""
+
+    kind: str  # collective name, "send", "recv" or "batch"
+    group: tuple[int, ...]  # global ranks of the group
+    dtype: str = ""
+    numels: tuple[int, ...] = ()
+    reduce: str = ""
+    root: int = -1  # global rank: src/dst of rooted collectives, peer of send/recv
+    where: str = ""
+    items: tuple[Op, ...] = ()  # kind == "batch": its sends and receives
+    nbytes: int = 0
+
+    def signature(self) -> tuple[Any, ...]:
+        return (self.kind, self.group, self.dtype, self.numels, self.reduce, self.root)
+
+    def describe(self) -> str:
+        if self.kind == "batch":
+            inner = ", ".join(i.describe() for i in self.items)
+            return f"batch_isend_irecv[{inner}] at {self.where}"
+        sizes = "x".join(str(n) for n in self.numels)
+        extra = f" {self.reduce}" if self.reduce else ""
+        if self.kind in _P2P:
+            peer = "to" if self.kind == "send" else "from"
+            return f"{self.kind} {peer} rank {self.root} {self.dtype}[{sizes}]"
+        root = f" root {self.root}" if self.root >= 0 else ""
+        return f"{self.kind}{extra} {self.dtype}[{sizes}]{root} on ranks {_span(self.group)}"
+
+
+def _span(ranks: tuple[int, ...]) -> str:
+    if ranks and list(ranks) == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}..{ranks[-1]}"
+    return ",".join(str(r) for r in ranks)
+
+
+def _call_site() -> str:
+    for frame in reversed(traceback.extract_stack(sys._getframe(2), limit=30)):
+        name = frame.filename.replace("\\", "/")
+        if "/torch/" in name or "/ds/comm/" in name:
+            continue
+        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown>"
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.numel() * t.element_size())
+
+
+@dataclass
+class _Rank:
+    trace: list[Op] = field(default_factory=list)
+    traffic: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+class SimWorld:
+    """``world_size`` simulated ranks; ``local_size`` of them per node (at most 8, one GPU each).
+
+    ``capabilities`` is what the communicators report to runtimes that choose by capability
+    (NCCL's by default; pass ``GLOO_CAPABILITIES`` to run the gloo choices under the same checks).
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        local_size: int | None = None,
+        capabilities: CommCapabilities = NCCL_CAPABILITIES,
+    ) -> None:
+        if world_size < 1:
+            raise CommError(f"a simulated world needs at least one rank, got {world_size}")
+        local = min(world_size, MAX_LOCAL) if local_size is None else local_size
+        if not 1 <= local <= MAX_LOCAL or world_size % local:
+            raise CommError(
+                f"local_size={local} must be 1..{MAX_LOCAL} and divide world_size={world_size}"
+            )
+        self.world_size = world_size
+        self.local_size = local
+        self.capabilities = capabilities
+        self._ranks = [_Rank() for _ in range(world_size)]
+        self._active: int | None = None
+
+    def local_rank(self, rank: int) -> int:
+        return rank % self.local_size
+
+    def device(self, rank: int) -> torch.device:
+        return torch.device("cuda", self.local_rank(rank))
+
+    @contextlib.contextmanager
+    def rank(self, rank: int) -> Iterator[StrictCommunicator]:
+        """Make this process rank ``rank`` of the world until the block ends."""
+        if not 0 <= rank < self.world_size:
+            raise CommError(f"rank {rank} is outside the simulated world of {self.world_size}")
+        if self._active is not None:
+            raise CommError(f"rank {self._active} is still running; ranks run one at a time")
+        if _dist.is_initialized():
+            raise CommError(
+                "a process group already exists in this process; destroy it before simulating"
+            )
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        env = {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(self.local_rank(rank)),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.local_size),
+            "GROUP_RANK": str(rank // self.local_size),
+        }
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        self._ranks[rank] = _Rank()  # a rank that runs again starts a fresh trace
+        self._active = rank
+        _dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=self.world_size)
+        comm = StrictCommunicator(self, rank)
+        try:
+            yield comm
+        finally:
+            comm.destroy_process_group()
+            self._active = None
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    # -- results --------------------------------------------------------------------------------
+    def trace(self, rank: int) -> list[Op]:
+        return list(self._ranks[rank].trace)
+
+    def traffic(self, rank: int) -> dict[str, int]:
+        """Bytes this rank handed to each kind of operation."""
+        return dict(self._ranks[rank].traffic)
+
+    def record(self, rank: int, op: Op) -> None:
+        self._ranks[rank].trace.append(op)
+        self._ranks[rank].traffic[op.kind] += op.nbytes
+
+    def check(self) -> None:
+        """Replay every rank's trace as NCCL would run it; raise CommError on the first mismatch
+        or on a deadlock."""
+        traces = [r.trace for r in self._ranks]
+        heads = [0] * self.world_size
+        # Operations of a batch already matched, per rank: indices into its items.
+        done: list[set[int]] = [set() for _ in range(self.world_size)]
+
+        def head(r: int) -> Op | None:
+            return traces[r][heads[r]] if heads[r] < len(traces[r]) else None
+
+        def advance(r: int) -> None:
+            heads[r] += 1
+            done[r].clear()
+
+        def p2p_slots(r: int) -> list[tuple[int, Op]]:
+            op = head(r)
+            if op is None:
+                return []
+            if op.kind in _P2P:
+                return [(-1, op)]
+            if op.kind == "batch":
+                return [(i, it) for i, it in enumerate(op.items) if i not in done[r]]
+            return []
+
+        def finish_p2p(r: int, slot: int) -> None:
+            op = head(r)
+            assert op is not None
+            if slot < 0:
+                advance(r)
+                return
+            done[r].add(slot)
+            if len(done[r]) == len(op.items):
+                advance(r)
+
+        progress = True
+        while progress:
+            progress = False
+            for r in range(self.world_size):
+                op = head(r)
+                if op is None:
+                    continue
+                if op.kind not in _P2P and op.kind != "batch":
+                    members = op.group
+                    others = [head(m) for m in members]
+                    if any(o is None for o in others):
+                        missing = [m for m, o in zip(members, others) if o is None]
+                        raise CommError(
+                            f"rank {r} issued {op.describe()} (at {op.where}) but rank "
+                            f"{missing[0]} finished without it; every rank of the group must "
+                            "issue the same collectives"
+                        )
+                    if all(
+                        o is not None
+                        and o.group == members
+                        and o.kind not in _P2P
+                        and o.kind != "batch"
+                        for o in others
+                    ):
+                        for m, o in zip(members, others):
+                            assert o is not None
+                            if o.signature() != op.signature():
+                                raise CommError(
+                                    f"collective mismatch on ranks {_span(members)}: rank {r} "
+                                    f"issued {op.describe()} (at {op.where}) where rank {m} "
+                                    f"issued {o.describe()} (at {o.where}); every rank must "
+                                    "issue the same collectives in the same order and sizes"
+                                )
+                        for m in members:
+                            advance(m)
+                        progress = True
+                    continue
+                for slot, item in p2p_slots(r):
+                    peer = item.root
+                    want = "recv" if item.kind == "send" else "send"
+                    for pslot, pitem in p2p_slots(peer):
+                        if pitem.kind == want and pitem.root == r:
+                            if (pitem.dtype, pitem.numels) != (item.dtype, item.numels):
+                                raise CommError(
+                                    f"rank {r}'s {item.describe()} (at {op.where}) meets rank "
+                                    f"{peer}'s {pitem.describe()}: sizes and dtypes of a send "
+                                    "and its receive must match"
+                                )
+                            finish_p2p(r, slot)
+                            finish_p2p(peer, pslot)
+                            progress = True
+                            break
+                    if progress:
+                        break
+        stuck = [(r, head(r)) for r in range(self.world_size) if head(r) is not None]
+        if stuck:
+            lines = "; ".join(
+                f"rank {r} waits in {op.describe()} (at {op.where})"
+                for r, op in stuck[:4]
+                if op is not None
+            )
+            raise CommError(
+                f"deadlock: {lines}. Unbatched sends and receives run in issue order on NCCL; "
+                "issue them in one batch_isend_irecv, or use a collective"
+            )
+
+
+class StrictCommunicator(TorchCommunicator):
+    """One simulated rank's communicator: torch's API over the fake process group, with the
+    device and trace checks of :mod:`ds.comm.backends.sim`."""
+
+    name = "sim"
+
+    def __init__(self, world: SimWorld, rank: int) -> None:
+        super().__init__()
+        self.world = world
+        self.rank = rank
+        self.device = world.device(rank)
+        self._backend = "nccl"
+
+    # -- identity -------------------------------------------------------------------------------
+    def init_process_group(
+        self,
+        backend: str,
+        init_method: str | None,
+        rank: int,
+        world_size: int,
+        timeout_s: float,
+    ) -> None:
+        return None  # SimWorld.rank created it
+
+    def get_backend(self, group: Any = None) -> str:
+        return "nccl"
+
+    def get_local_rank(self) -> int:
+        return self.world.local_rank(self.rank)
+
+    def capabilities(self, group: Any = None) -> CommCapabilities:
+        return self.world.capabilities
+
+    def set_tap(self, tap: Any) -> None:
+        return None  # instrumentation would bypass the checks; the simulation records itself
+
+    # -- checks ---------------------------------------------------------------------------------
+    def _members(self, group: Any) -> tuple[int, ...]:
+        if group is None:
+            return tuple(range(self.world.world_size))
+        return tuple(int(r) for r in _dist.get_process_group_ranks(group))
+
+    def _require_device(self, name: str, tensors: Sequence[torch.Tensor], where: str) -> None:
+        for i, t in enumerate(tensors):
+            if t.device != self.device:
+                kind = "a host tensor" if t.device.type == "cpu" else f"a tensor on {t.device}"
+                raise CommError(
+                    f"{name} on rank {self.rank} got {kind} (argument {i}, {_dtype(t)}"
+                    f"[{t.numel()}]) at {where}; NCCL takes only tensors on the rank's own device "
+                    f"{self.device}: copy host values to it explicitly first"
+                )
+
+    def _require_sizes(
+        self, name: str, whole: torch.Tensor, part: torch.Tensor, group: Any
+    ) -> None:
+        # NCCL reads exactly size x count elements; the fake group checks nothing.
+        size = len(self._members(group))
+        if whole.numel() != size * part.numel() or whole.dtype != part.dtype:
+            raise CommError(
+                f"{name} on rank {self.rank}: the whole tensor has {whole.numel()} elements of "
+                f"{_dtype(whole)} but the group of {size} needs {size} x {part.numel()} of "
+                f"{_dtype(part)} (at {_call_site()})"
+            )
+
+    def _note(
+        self,
+        name: str,
+        tensors: Sequence[torch.Tensor],
+        group: Any = None,
+        *,
+        counted: Sequence[torch.Tensor] | None = None,
+        reduce: Any = None,
+        root: int = -1,
+    ) -> None:
+        where = _call_site()
+        self._require_device(name, tensors, where)
+        counted = tensors if counted is None else counted
+        self.world.record(
+            self.rank,
+            Op(
+                name,
+                self._members(group),
+                _dtype(counted[0]) if counted else "",
+                tuple(int(t.numel()) for t in counted),
+                "" if reduce is None else str(getattr(reduce, "value", reduce)),
+                root,
+                where,
+                nbytes=sum(_nbytes(t) for t in counted),
+            ),
+        )
+
+    # -- collectives ----------------------------------------------------------------------------
+    def barrier(
+        self,
+        group: Any = None,
+        async_op: bool = False,
+        timeout: float | None = None,
+        device_ids: list[int] | None = None,
+    ) -> Any:
+        self._note("barrier", (), group)
+        return super().barrier(group, async_op)
+
+    def broadcast(
+        self, tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False
+    ) -> Any:
+        self._note("broadcast", (tensor,), group, root=src)
+        # torch.distributed.broadcast asks the CUDA runtime for the device's compute capability
+        # (an fp8 workaround); a CPU build has none, so answer as an sm90 device would.
+        real = torch.cuda.get_device_capability
+        torch.cuda.get_device_capability = lambda device=None: (9, 0)  # type: ignore[assignment]
+        try:
+            return super().broadcast(tensor, src, group, async_op)
+        finally:
+            torch.cuda.get_device_capability = real
+
+    def all_reduce(
+        self,
+        tensor: torch.Tensor,
+        op: Any = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("all_reduce", (tensor,), group, reduce=op)
+        return super().all_reduce(tensor, op, group, async_op)
+
+    def reduce(
+        self,
+        tensor: torch.Tensor,
+        dst: int,
+        op: Any = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("reduce", (tensor,), group, reduce=op, root=dst)
+        return super().reduce(tensor, dst, op, group, async_op)
+
+    def all_gather(
+        self,
+        tensor_list: list[torch.Tensor],
+        tensor: torch.Tensor,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("all_gather", (tensor, *tensor_list), group, counted=(tensor,))
+        return super().all_gather(tensor_list, tensor, group, async_op)
+
+    def all_gather_into_tensor(
+        self, output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False
+    ) -> Any:
+        self._note("all_gather_into_tensor", (input, output), group, counted=(input,))
+        self._require_sizes("all_gather_into_tensor", output, input, group)
+        return super().all_gather_into_tensor(output, input, group, async_op)
+
+    all_gather_single = all_gather_into_tensor
+
+    def reduce_scatter(
+        self,
+        output: torch.Tensor,
+        input_list: list[torch.Tensor],
+        op: Any = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("reduce_scatter", (output, *input_list), group, counted=(output,), reduce=op)
+        return super().reduce_scatter(output, input_list, op, group, async_op)
+
+    def reduce_scatter_tensor(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        op: Any = ReduceOp.SUM,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("reduce_scatter_tensor", (input, output), group, counted=(output,), reduce=op)
+        self._require_sizes("reduce_scatter_tensor", input, output, group)
+        return super().reduce_scatter_tensor(output, input, op, group, async_op)
+
+    reduce_scatter_single = reduce_scatter_tensor
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int] | None = None,
+        input_split_sizes: list[int] | None = None,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("all_to_all_single", (input, output), group, counted=(input,))
+        return super().all_to_all_single(
+            output, input, output_split_sizes, input_split_sizes, group, async_op
+        )
+
+    def all_to_all(
+        self,
+        output_tensor_list: list[torch.Tensor],
+        input_tensor_list: list[torch.Tensor],
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note(
+            "all_to_all",
+            (*input_tensor_list, *output_tensor_list),
+            group,
+            counted=input_tensor_list,
+        )
+        return super().all_to_all(output_tensor_list, input_tensor_list, group, async_op)
+
+    def gather(
+        self,
+        tensor: torch.Tensor,
+        gather_list: list[torch.Tensor] | None = None,
+        dst: int = 0,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("gather", (tensor, *(gather_list or [])), group, counted=(tensor,), root=dst)
+        return super().gather(tensor, gather_list, dst, group, async_op)
+
+    def scatter(
+        self,
+        tensor: torch.Tensor,
+        scatter_list: list[torch.Tensor] | None = None,
+        src: int = 0,
+        group: Any = None,
+        async_op: bool = False,
+    ) -> Any:
+        self._note("scatter", (tensor, *(scatter_list or [])), group, counted=(tensor,), root=src)
+        return super().scatter(tensor, scatter_list, src, group, async_op)
+
+    # -- point to point -------------------------------------------------------------------------
+    def _p2p(self, kind: str, tensor: torch.Tensor, peer: int | None, group: Any) -> None:
+        where = _call_site()
+        if peer is None:
+            raise CommError(f"{kind} from any source at {where}: NCCL needs the peer rank")
+        self._require_device(kind, (tensor,), where)
+        self.world.record(
+            self.rank,
+            Op(
+                kind,
+                (min(self.rank, peer), max(self.rank, peer)),
+                _dtype(tensor),
+                (int(tensor.numel()),),
+                "",
+                int(peer),
+                where,
+                nbytes=_nbytes(tensor),
+            ),
+        )
+
+    def send(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> None:
+        self._p2p("send", tensor, dst, group)
+        super().send(tensor, dst, group, tag)
+
+    def recv(
+        self, tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0
+    ) -> Any:
+        self._p2p("recv", tensor, src, group)
+        return super().recv(tensor, src, group, tag)
+
+    def isend(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> Any:
+        self._p2p("send", tensor, dst, group)
+        return super().isend(tensor, dst, group, tag)
+
+    def irecv(
+        self, tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0
+    ) -> Any:
+        self._p2p("recv", tensor, src, group)
+        return super().irecv(tensor, src, group, tag)
+
+    def batch_isend_irecv(self, ops: Sequence[Any]) -> list[Any]:
+        """``torch.distributed.batch_isend_irecv`` over ``P2POp``s: one batch in the trace."""
+        where = _call_site()
+        items = []
+        for p in ops:
+            kind = "send" if p.op in (_dist.isend, _dist.send) else "recv"
+            self._require_device(f"batch_isend_irecv {kind}", (p.tensor,), where)
+            items.append(
+                Op(
+                    kind,
+                    (),
+                    _dtype(p.tensor),
+                    (int(p.tensor.numel()),),
+                    "",
+                    int(p.peer),
+                    where,
+                    nbytes=_nbytes(p.tensor),
+                )
+            )
+        self.world.record(
+            self.rank,
+            Op("batch", (), where=where, items=tuple(items), nbytes=sum(i.nbytes for i in items)),
+        )
+        return list(_dist.batch_isend_irecv(list(ops)) or [])
+
+    # -- objects: a rank sees only its own ------------------------------------------------------
+    def broadcast_object_list(
+        self, objects: list[Any], src: int = 0, group: Any = None, device: Any = None
+    ) -> None:
+        self._note_object("broadcast_object_list", group, src)
+
+    def all_gather_object(self, output: list[Any], obj: Any, group: Any = None) -> None:
+        self._note_object("all_gather_object", group)
+        for i in range(len(output)):
+            output[i] = obj
+
+    def gather_object(
+        self, obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0, group: Any = None
+    ) -> None:
+        self._note_object("gather_object", group, dst)
+        if object_gather_list is not None:
+            for i in range(len(object_gather_list)):
+                object_gather_list[i] = obj
+
+    def scatter_object_list(
+        self,
+        scatter_object_output_list: list[Any],
+        scatter_object_input_list: list[Any] | None,
+        src: int = 0,
+        group: Any = None,
+    ) -> None:
+        self._note_object("scatter_object_list", group, src)
+        if scatter_object_input_list:
+            scatter_object_output_list[0] = scatter_object_input_list[0]
+
+    def _note_object(self, name: str, group: Any, root: int = -1) -> None:
+        self.world.record(self.rank, Op(name, self._members(group), root=root, where=_call_site()))
+
+
+__all__ = ["Op", "SimWorld", "StrictCommunicator"]

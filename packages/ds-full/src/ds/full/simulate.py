@@ -1,0 +1,143 @@
+"""Run a program on a simulated GPU world: N ranks, each on its own fake ``cuda:local_rank``.
+
+``run_world(fn, world_size=8)`` runs ``fn(ctx)`` once per rank, one rank after another (see
+:mod:`ds.comm.backends.sim` for why), each inside:
+
+* a :class:`ds.accel.sim.SimDevice` (fake CUDA tensors; placement errors raise; host syncs and
+  per-device memory recorded),
+* a fake process group of the world's size with that rank's :class:`StrictCommunicator` (device
+  tensors only, on the rank's device), installed as ``ds.comm``'s communicator,
+* ``DS_ACCELERATOR=simgpu`` and ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``, so ``ds.full.initialize``
+  binds the rank's device and builds the engine as on a GPU node.
+
+After the last rank, the ranks' collective traces are replayed together
+(:meth:`SimWorld.check`): different collectives, sizes or orders on two ranks, mismatched sends,
+or a deadlocking order raise ``CommError``. The result holds each rank's return value, peak and
+final device and host bytes, host syncs and communication bytes.
+
+Example (what tests/simgpu does)::
+
+    def train(ctx):
+        model = build_model()                 # on the CPU; initialize() moves it to ctx.device
+        engine, *_ = ds.initialize(model=model, config=cfg)
+        ...
+        return engine.global_steps
+
+    result = run_world(train, world_size=8)
+    result.ranks[3].device_peak, result.ranks[3].host_syncs
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ds.accel.sim import DEFAULT_DEVICE_BYTES, HostSync, SimDevice, SimGpuAccelerator
+from ds.comm.backends.sim import SimWorld, StrictCommunicator
+from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities
+
+
+@dataclass
+class RankContext:
+    """What ``fn`` receives for one rank."""
+
+    rank: int
+    world_size: int
+    comm: StrictCommunicator
+    sim: SimDevice
+    accelerator: SimGpuAccelerator
+    world: SimWorld
+
+    @property
+    def device(self) -> torch.device:
+        return self.sim.device
+
+
+@dataclass
+class RankResult:
+    rank: int
+    value: Any
+    device_peak: int
+    device_final: int
+    host_peak: int
+    host_final: int
+    host_syncs: list[HostSync] = field(default_factory=list)
+    traffic: dict[str, int] = field(default_factory=dict)
+    copies: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class WorldResult:
+    world: SimWorld
+    ranks: list[RankResult]
+
+    def values(self) -> list[Any]:
+        return [r.value for r in self.ranks]
+
+
+@contextlib.contextmanager
+def _process_state(comm: StrictCommunicator, accel: SimGpuAccelerator) -> Iterator[None]:
+    from ds import accel as accel_mod
+    from ds import comm as comm_mod
+
+    previous_comm = comm_mod.get_communicator()
+    previous_env = os.environ.get("DS_ACCELERATOR")
+    os.environ["DS_ACCELERATOR"] = "simgpu"
+    comm_mod.set_communicator(comm)
+    accel_mod.set_accelerator(accel)
+    try:
+        yield
+    finally:
+        comm_mod.set_communicator(previous_comm)
+        accel_mod.reset_accelerator()
+        if previous_env is None:
+            os.environ.pop("DS_ACCELERATOR", None)
+        else:
+            os.environ["DS_ACCELERATOR"] = previous_env
+
+
+def run_world(
+    fn: Callable[[RankContext], Any],
+    world_size: int = 8,
+    *,
+    local_size: int | None = None,
+    capabilities: CommCapabilities = NCCL_CAPABILITIES,
+    device_bytes: int = DEFAULT_DEVICE_BYTES,
+    check: bool = True,
+) -> WorldResult:
+    """Run ``fn`` on every rank of a simulated world and check the ranks' collectives agree."""
+    world = SimWorld(world_size, local_size, capabilities)
+    results: list[RankResult] = []
+    for rank in range(world_size):
+        sim = SimDevice(world.local_rank(rank), device_bytes)
+        accel = SimGpuAccelerator()
+        with world.rank(rank) as comm, sim, _process_state(comm, accel):
+            accel.set_device(sim.index)
+            value = fn(RankContext(rank, world_size, comm, sim, accel, world))
+            memory = sim.memory()
+        dev = memory.get(str(sim.device))
+        host = memory.get("cpu")
+        results.append(
+            RankResult(
+                rank,
+                value,
+                dev.peak if dev else 0,
+                dev.current if dev else 0,
+                host.peak if host else 0,
+                host.current if host else 0,
+                list(sim.host_syncs),
+                world.traffic(rank),
+                sim.copies,
+            )
+        )
+    if check:
+        world.check()
+    return WorldResult(world, results)
+
+
+__all__ = ["RankContext", "RankResult", "WorldResult", "run_world"]
