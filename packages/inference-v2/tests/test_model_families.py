@@ -127,6 +127,8 @@ def test_model_max_context_from_config() -> None:
     assert llama.max_context == 1024
     dynamic = build_engine(_tiny("llama-dynamic"), ENGINE).model
     assert dynamic.max_context == 256  # 128 trained positions, NTK factor 2
+    # The engine's per-sequence limit (what the server advertises) follows the model's reading.
+    assert build_engine(_tiny("llama-dynamic"), {"kv_cache": {"num_blocks": 64}}).max_context == 256
     yarn = build_engine(_tiny("llama-yarn"), ENGINE).model
     assert yarn.max_context == 1024  # max(1024, 256 * 4)
     mistral = build_engine(_tiny("mistral"), ENGINE).model

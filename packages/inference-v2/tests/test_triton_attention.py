@@ -58,3 +58,34 @@ def test_engine_with_triton_attention_generates_like_torch(tiny_dirs: dict[str, 
     ref = generate(build_engine(tiny_dirs["llama"]), ps, params)
     tri = generate(build_engine(tiny_dirs["llama"], {"attention": "triton"}), ps, params)
     assert [r.tokens for r in tri] == [r.tokens for r in ref]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("window", "cap"), [(11, None), (None, 2.0), (11, 2.0)])
+def test_kernel_window_and_softcap_match_reference(window: int | None, cap: float | None) -> None:
+    """A sliding window (shorter than the longest context, not a block multiple) and softcapping."""
+    block_size, heads, kv_heads, dim = 16, 4, 2, 16
+    g = torch.Generator().manual_seed(0)
+    num_blocks = 24
+    k_cache = torch.randn(kv_heads, num_blocks, block_size, dim, generator=g)
+    v_cache = torch.randn(kv_heads, num_blocks, block_size, dim, generator=g)
+    # A decode, a fresh prompt, and a chunk continuing a cached prefix, in scattered blocks.
+    seen = [21, 0, 2 * block_size + 3]
+    new = [1, 9, 5]
+    perm = torch.randperm(num_blocks, generator=g).tolist()
+    blocks, used = [], 0
+    for s, n in zip(seen, new):
+        nb = -(-(s + n) // block_size)
+        blocks.append(perm[used : used + nb])
+        used += nb
+    batch = build_ragged_batch([list(range(n)) for n in new], seen, blocks, block_size)
+    q = torch.randn(batch.num_tokens, heads, dim, generator=g)
+    k = torch.randn(batch.num_tokens, kv_heads, dim, generator=g)
+    v = torch.randn(batch.num_tokens, kv_heads, dim, generator=g)
+    write_kv(k_cache, v_cache, k, v, batch.slot_mapping)
+    scale = dim**-0.5
+    want = paged_attention(q, k_cache, v_cache, batch, scale, window=window, softcap=cap)
+    got = paged_attention_triton(q, k_cache, v_cache, batch, scale, window=window, softcap=cap)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    plain = paged_attention(q, k_cache, v_cache, batch, scale)
+    assert not torch.allclose(want, plain, atol=1e-3), "the option must change the result"

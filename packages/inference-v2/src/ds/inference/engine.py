@@ -39,7 +39,7 @@ class InferenceEngineV2:
         self.model = model
         self.config = config
         self.model_config = model_config
-        self.max_context = _max_context(config, model_config)
+        self.max_context = _max_context(config, model_config, getattr(model, "max_context", None))
         # The state manager enforces the same per-sequence limit the server advertises.
         sm_config = config.state_manager.model_copy(update={"max_context": self.max_context})
         # Where generation ends unless a request sets ignore_eos (the scheduler's choice).
@@ -195,11 +195,15 @@ class InferenceEngineV2:
                 raise InferenceError(f"sequence {uid} has token ids outside [0, {vocab})")
 
 
-def _max_context(config: EngineConfig, model_config: dict[str, Any]) -> int:
+def _max_context(
+    config: EngineConfig, model_config: dict[str, Any], model_limit: int | None = None
+) -> int:
     if config.max_model_len is not None:
         return config.max_model_len
     limit = config.state_manager.max_context
-    model_limit = model_config.get("max_position_embeddings")
+    if model_limit is None:
+        # The family's own reading (rope scaling that extends the trained length) comes first.
+        model_limit = model_config.get("max_position_embeddings")
     if isinstance(model_limit, int) and model_limit > 0:
         limit = min(limit, model_limit)
     return limit

@@ -3,7 +3,8 @@
 
 Same contract as :func:`ds.inference.attention.paged_attention`: one program per (query token,
 head) walks its sequence's KV blocks through the block table with an online softmax, so no
-padded copy of the context is ever materialised.
+padded copy of the context is ever materialised. Sliding windows and softcapping as in the
+reference: a window skips the blocks before it, a softcap bends the scores before the mask.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def _kernel() -> Any:
         token_seq_ptr,
         positions_ptr,
         scale,
+        cap,
         stride_qt,
         stride_qh,
         stride_kb,
@@ -52,6 +54,8 @@ def _kernel() -> Any:
         BLOCK: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         D_PAD: tl.constexpr,
+        WINDOW: tl.constexpr,
+        SOFTCAP: tl.constexpr,
     ):
         t = tl.program_id(0)
         h = tl.program_id(1)
@@ -66,14 +70,24 @@ def _kernel() -> Any:
         m = tl.full((1,), float("-inf"), tl.float32)
         denom = tl.zeros((1,), tl.float32)
         acc = tl.zeros((D_PAD,), tl.float32)
-        for j in range(0, pos // BLOCK + 1):
+        lo = 0
+        if WINDOW > 0:
+            lo = tl.maximum(pos - WINDOW + 1, 0) // BLOCK
+        for j in range(lo, pos // BLOCK + 1):
             blk = tl.load(tables_ptr + seq * stride_tb + j).to(tl.int64)
             kv_off = (
                 blk * stride_kb + offs_s[:, None] * stride_ks + kvh * stride_kh + offs_d[None, :]
             )
             k = tl.load(k_ptr + kv_off, mask=dmask[None, :], other=0.0).to(tl.float32)
             s = tl.sum(k * q[None, :], axis=1) * scale
-            s = tl.where(j * BLOCK + offs_s <= pos, s, float("-inf"))
+            if SOFTCAP:
+                # tanh through the sigmoid, which every Triton backend has.
+                s = cap * (2.0 * tl.sigmoid(2.0 * s / cap) - 1.0)
+            kpos = j * BLOCK + offs_s
+            visible = kpos <= pos
+            if WINDOW > 0:
+                visible = visible & (kpos > pos - WINDOW)
+            s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=0))
             p = tl.exp(s - m_new)
             alpha = tl.exp(m - m_new)
@@ -97,6 +111,8 @@ def paged_attention_triton(
     v_cache: torch.Tensor,
     batch: RaggedBatch,
     scale: float,
+    window: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
     t, h, d = q.shape
@@ -116,6 +132,7 @@ def paged_attention_triton(
         batch.token_seq,
         batch.positions,
         scale,
+        float(softcap or 1.0),
         q.stride(0),
         q.stride(1),
         k_cache.stride(1),  # per block
@@ -128,5 +145,7 @@ def paged_attention_triton(
         BLOCK=bs,
         HEAD_DIM=d,
         D_PAD=max(16, 1 << (d - 1).bit_length()),
+        WINDOW=int(window or 0),
+        SOFTCAP=softcap is not None,
     )
     return out

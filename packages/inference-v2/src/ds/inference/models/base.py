@@ -16,6 +16,10 @@ class RaggedModel(Protocol):
     head_dim: int
     vocab_size: int
     dtype: torch.dtype
+    # Longest sequence the model serves, from its config (None: the config does not say).
+    max_context: int | None
+    # Each layer's sliding window (None: that layer attends to its whole context).
+    windows: list[int | None]
 
     def forward(self, batch: RaggedBatch, cache: KVCache) -> torch.Tensor:
         """Write the batch's KV into ``cache`` and return last-token logits [S, vocab] (fp32)."""
