@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,53 @@ def test_hidden_size_autos_from_the_model_config(tmp_path: Path) -> None:
 def test_not_json_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="neither an existing file nor a JSON object"):
         fill_auto("no-such-file.json", targs(tmp_path), world_size=1)
+
+
+# -- differential: transformers' HfTrainerDeepSpeedConfig on the same configs and arguments ------
+
+FILL_FIXTURE = Path(__file__).parent / "fixtures" / "hf_fill_verdicts.json"
+FILL_CASES = json.loads(FILL_FIXTURE.read_text())["cases"]
+
+
+class _Args:
+    """The TrainingArguments attributes both fillers read (the recorded ones)."""
+
+    def __init__(self, **kw: object) -> None:
+        self.__dict__.update(kw)
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        return int(self.warmup_steps)  # type: ignore[attr-defined]
+
+
+class _Model:
+    def __init__(self, hidden: int) -> None:
+        self.config = type("C", (), {"hidden_size": hidden})()
+
+
+def _mismatched_keys(message: str) -> set[str]:
+    return set(re.findall(r"^  - ([\w.]+)=", message, flags=re.M))
+
+
+def test_fills_and_refuses_as_transformers_does() -> None:
+    assert len(FILL_CASES) >= 100
+    for case in FILL_CASES:
+        args = _Args(**case["args"])
+        phase = 1
+        try:
+            cfg = fill_auto(case["config"], args, case["world_size"])
+            phase = 2
+            cfg = finalize_auto(cfg, args, _Model(case["hidden_size"]), case["num_training_steps"])
+        except ConfigError as exc:
+            assert case["transformers"] == "mismatch", (case["changes"], str(exc))
+            got = _mismatched_keys(str(exc))
+            want = set(case["keys"])
+            if phase == 1:  # ds stops after the first pass; transformers lists both
+                want -= {"scheduler.params.total_num_steps", "scheduler.params.warmup_num_steps"}
+            assert got == want, (case["changes"], str(exc), case["keys"])
+            continue
+        assert case["transformers"] == "filled", (case["changes"], case["keys"])
+        assert _json(cfg) == case["filled"], (case["changes"], cfg, case["filled"])
+
+
+def _json(cfg: object) -> object:
+    return json.loads(json.dumps(cfg))
