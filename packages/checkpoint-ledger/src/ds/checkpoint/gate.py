@@ -24,6 +24,7 @@ finding; a value above ``warn_fraction * t`` is a ``warning``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import deque
@@ -114,66 +115,18 @@ class ProductionDebtZeROGate:
         return self._last
 
     def metrics(self) -> dict[str, float]:
-        w = list(self._window)
-        if not w:
-            return {}
-        total = sum(m.step_time_s for m in w)
-        parts = {
-            "offload": _share(sum(m.offload_time_s for m in w), total),
-            "allgather_stall": _share(sum(m.allgather_stall_s for m in w), total),
-            "sync_wait": _share(sum(m.sync_wait_s for m in w), total),
+        return window_metrics([_inputs(m) for m in self._window], self._baseline)
+
+    def inputs(self) -> dict[str, Any]:
+        """Everything the current assessment is computed from (recorded in the ledger)."""
+        return {
+            "window": [_inputs(m) for m in self._window],
+            "baseline_step_time_s": list(self._baseline),
+            "thresholds": dataclasses.asdict(self.thresholds),
         }
-        base = statistics.median(self._baseline)
-        now = statistics.median(m.step_time_s for m in w)
-        parts["latency_degradation"] = min(1.0, max(0.0, now / base - 1.0)) if base > 0 else 0.0
-        out = {f"ddi.{k}": v for k, v in parts.items()}
-        out["ddi"] = 100.0 * sum(DDI_WEIGHTS[k] * v for k, v in parts.items())
-        out["p99_step_latency_s"] = p99([m.step_time_s for m in w])
-        zomm = [
-            (m.peak_host_rss_bytes + m.nvme_buffer_bytes) / m.allotted_device_bytes
-            for m in w
-            if m.allotted_device_bytes > 0
-        ]
-        if zomm:
-            out["zomm"] = max(zomm)
-        return out
 
     def _assess(self) -> Assessment:
-        values = self.metrics()
-        t = self.thresholds
-        checks = [
-            (
-                "ddi",
-                t.ddi_max,
-                "DeepSpeed Debt Index {v:.2f} (limit {t:.2f}): offload, gather "
-                "stalls, sync waits or latency drift eat step time",
-            ),
-            (
-                "zomm",
-                t.zomm_max,
-                "ZeRO Offload Memory Multiplier {v:.3f}x (limit {t:.2f}x): host "
-                "RAM + NVMe buffers exceed the device memory budget; reduce offload buffers",
-            ),
-            (
-                "p99_step_latency_s",
-                t.p99_step_latency_s_max,
-                "P99 step latency {v:.3f} s (limit {t:.3f} s) over the last {n} steps",
-            ),
-        ]
-        findings: list[Finding] = []
-        scores: list[float] = []
-        for name, thr, msg in checks:
-            if name not in values:
-                continue
-            v = values[name]
-            scores.append(_subscore(v, thr))
-            text = msg.format(v=v, t=thr, n=len(self._window))
-            if v > thr:
-                findings.append(Finding(name, v, thr, "critical", text))
-            elif v > t.warn_fraction * thr:
-                findings.append(Finding(name, v, thr, "warning", "near limit: " + text))
-        score = 100.0 * sum(scores) / len(scores) if scores else 100.0
-        return Assessment(round(score, 3), tuple(findings), values)
+        return assess(self.metrics(), self.thresholds, len(self._window))
 
     def report(self) -> Assessment:
         if self._ledger is not None:
@@ -186,6 +139,87 @@ class ProductionDebtZeROGate:
                     "metrics": dict(a.metrics),
                     "findings": [f.__dict__ for f in a.findings],
                     "steps": len(self._window),
+                    "inputs": self.inputs(),
                 },
             )
         return self._last
+
+
+# The StepMetrics fields the gate reads: recorded per step, so a score can be recomputed.
+INPUT_FIELDS = (
+    "step",
+    "step_time_s",
+    "offload_time_s",
+    "allgather_stall_s",
+    "sync_wait_s",
+    "peak_host_rss_bytes",
+    "nvme_buffer_bytes",
+    "allotted_device_bytes",
+)
+
+
+def _inputs(m: StepMetrics) -> dict[str, Any]:
+    return {k: getattr(m, k) for k in INPUT_FIELDS}
+
+
+def window_metrics(window: list[dict[str, Any]], baseline: list[float]) -> dict[str, float]:
+    """DDI (and its parts), ZOMM and P99 of a window of recorded step inputs."""
+    if not window:
+        return {}
+    total = sum(m["step_time_s"] for m in window)
+    parts = {
+        "offload": _share(sum(m["offload_time_s"] for m in window), total),
+        "allgather_stall": _share(sum(m["allgather_stall_s"] for m in window), total),
+        "sync_wait": _share(sum(m["sync_wait_s"] for m in window), total),
+    }
+    base = statistics.median(baseline) if baseline else 0.0
+    now = statistics.median(m["step_time_s"] for m in window)
+    parts["latency_degradation"] = min(1.0, max(0.0, now / base - 1.0)) if base > 0 else 0.0
+    out = {f"ddi.{k}": v for k, v in parts.items()}
+    out["ddi"] = 100.0 * sum(DDI_WEIGHTS[k] * v for k, v in parts.items())
+    out["p99_step_latency_s"] = p99([m["step_time_s"] for m in window])
+    zomm = [
+        (m["peak_host_rss_bytes"] + m["nvme_buffer_bytes"]) / m["allotted_device_bytes"]
+        for m in window
+        if m["allotted_device_bytes"] > 0
+    ]
+    if zomm:
+        out["zomm"] = max(zomm)
+    return out
+
+
+def assess(values: dict[str, float], t: GateThresholds, steps: int) -> Assessment:
+    """The assessment of computed metrics against thresholds (``steps``: the window's length)."""
+    checks = [
+        (
+            "ddi",
+            t.ddi_max,
+            "DeepSpeed Debt Index {v:.2f} (limit {t:.2f}): offload, gather "
+            "stalls, sync waits or latency drift eat step time",
+        ),
+        (
+            "zomm",
+            t.zomm_max,
+            "ZeRO Offload Memory Multiplier {v:.3f}x (limit {t:.2f}x): host "
+            "RAM + NVMe buffers exceed the device memory budget; reduce offload buffers",
+        ),
+        (
+            "p99_step_latency_s",
+            t.p99_step_latency_s_max,
+            "P99 step latency {v:.3f} s (limit {t:.3f} s) over the last {n} steps",
+        ),
+    ]
+    findings: list[Finding] = []
+    scores: list[float] = []
+    for name, thr, msg in checks:
+        if name not in values:
+            continue
+        v = values[name]
+        scores.append(_subscore(v, thr))
+        text = msg.format(v=v, t=thr, n=steps)
+        if v > thr:
+            findings.append(Finding(name, v, thr, "critical", text))
+        elif v > t.warn_fraction * thr:
+            findings.append(Finding(name, v, thr, "warning", "near limit: " + text))
+    score = 100.0 * sum(scores) / len(scores) if scores else 100.0
+    return Assessment(round(score, 3), tuple(findings), values)

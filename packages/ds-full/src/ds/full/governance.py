@@ -92,12 +92,17 @@ def build(
     return gov
 
 
-def make_gate(gov: Governance, readiness_gate: bool | None, events: Any) -> Any:
-    """The readiness gate subscribed to ``events``, or None when it is off."""
+def gate_wanted(gov: Governance, readiness_gate: bool | None) -> bool:
+    """Whether this run has a readiness gate (``make_gate`` builds it)."""
     wanted = readiness_gate if readiness_gate is not None else gov.gate_enabled
     if gov.ledger is None and not readiness_gate and not gov.gate_configured:
-        return None  # without a ledger the gate is opt-in
-    if not wanted or not registry.has_provider(registry.GATES, "default"):
+        return False  # without a ledger the gate is opt-in
+    return bool(wanted) and registry.has_provider(registry.GATES, "default")
+
+
+def make_gate(gov: Governance, readiness_gate: bool | None, events: Any) -> Any:
+    """The readiness gate subscribed to ``events``, or None when it is off."""
+    if not gate_wanted(gov, readiness_gate):
         return None
     gate = registry.get(registry.GATES, "default")(ledger=gov.ledger, **(gov.gate_thresholds or {}))
     gate.attach(events)

@@ -16,6 +16,7 @@ import torch
 
 from ds.full import governance
 from ds.full.devices import bind_rank_device, place_model
+from ds.full.signals import signal_bus_for
 from ds.interfaces import registry
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
@@ -98,9 +99,14 @@ def initialize(
 
     kernels = _kernels_for(cfg.zero_optimization, device)
 
-    events = EventBus()
     gov = governance.build(
         cfg, communicator, ledger=ledger, ledger_path=ledger_path, kernels=kernels
+    )
+    # With a gate, every step's metrics carry the measured comm, offload and memory signals.
+    events: EventBus = (
+        signal_bus_for(cfg, accelerator, device)
+        if governance.gate_wanted(gov, readiness_gate)
+        else EventBus()
     )
     ledger_obj = gov.ledger
     ckpt_factory = registry.get(registry.CHECKPOINT_ENGINES, "default")
