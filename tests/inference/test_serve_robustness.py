@@ -410,9 +410,8 @@ def test_chat_uses_the_tokenizers_template_and_bos(server: Server, hf: Any) -> N
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "héllo, fox?"},
     ]
-    want_ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(want_ids, dict):
-        want_ids = want_ids["input_ids"]
+    rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    want_ids = list(rendered["input_ids"] if hasattr(rendered, "keys") else rendered)
     assert want_ids[0] == tok.bos_token_id and want_ids.count(tok.bos_token_id) == 1
     out = server.chat(messages=messages, max_tokens=10, temperature=0, ignore_eos=True)
     assert out["usage"]["prompt_tokens"] == len(want_ids)

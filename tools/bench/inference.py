@@ -9,14 +9,26 @@ Workloads (random-weight Llama built from a small config, no downloads):
   slots) of both.
 * prefix: requests sharing a long system prompt, with prefix caching on vs off.
 
+* http (``--http``): the mixed workload's first ``--http-requests`` requests through ``ds serve``
+  (streaming completions over loopback) at 1, 8 and 32 concurrent clients: output tokens/s and
+  p50/p99 of time to first token and of the time between tokens (tools/bench/inference_http.py).
+
+The ``speedup`` column is the reference's median time over the row's (> 1: faster than the
+reference: transformers generate for the mixed case, prefix caching off for the prefix case).
+``cpu/wall`` and the context-switch counts (``vol_cs``: the process blocked, ``invol_cs``: it was
+preempted) tell idle time apart from a busy machine.
+
 Usage: .venv/bin/python tools/bench/inference.py [--requests 64] [--repeat 2] [--hf-batch 16]
+       [--http] [--http-requests 32]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -56,28 +68,53 @@ def workload(n: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
     return prompts, outs
 
 
-def run_ds(engine: Any, prompts: list[list[int]], outs: list[int]) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds, and mean KV utilisation over the steps."""
+class Usage:
+    """Wall and CPU seconds and context switches of the enclosed block."""
+
+    def __enter__(self) -> Usage:
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.r0 = resource.getrusage(resource.RUSAGE_SELF)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = time.process_time() - self.c0
+        self.vol = r.ru_nvcsw - self.r0.ru_nvcsw
+        self.invol = r.ru_nivcsw - self.r0.ru_nivcsw
+
+
+def run_ds(engine: Any, prompts: list[list[int]], outs: list[int]) -> tuple[Usage, float]:
+    """Usage of the run, and mean KV utilisation over the steps."""
     sched = ContinuousBatchScheduler(engine)
     for i, (p, m) in enumerate(zip(prompts, outs)):
         sched.add_request(i, p, SamplingParams(max_new_tokens=m))
     util: list[float] = []
-    t0, c0 = time.perf_counter(), time.process_time()
-    while sched.has_unfinished():
-        sched.step()
-        util.append(engine.kv_utilisation())
-    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    with Usage() as use:
+        while sched.has_unfinished():
+            sched.step()
+            util.append(engine.kv_utilisation())
     produced = sum(len(r.generated) for r in sched.finished.values())
     assert produced == sum(outs), (produced, sum(outs))
-    return dt, dc, statistics.mean(u for u in util if u > 0)
+    return use, statistics.mean(u for u in util if u > 0)
 
 
 def run_hf(
     model: Any, prompts: list[list[int]], outs: list[int], batch: int
-) -> tuple[float, float, float]:
+) -> tuple[Usage, float]:
     """Static batches in arrival order, left-padded; utilisation = real tokens / padded slots."""
-    t0, c0 = time.perf_counter(), time.process_time()
     real = slots = 0
+    with Usage() as use:
+        _hf_batches(model, prompts, outs, batch)
+    for a in range(0, len(prompts), batch):
+        ps, ms = prompts[a : a + batch], outs[a : a + batch]
+        width, new = max(len(p) for p in ps), max(ms)
+        real += sum(len(p) + m for p, m in zip(ps, ms))
+        slots += len(ps) * (width + new)
+    return use, real / slots
+
+
+def _hf_batches(model: Any, prompts: list[list[int]], outs: list[int], batch: int) -> None:
     for a in range(0, len(prompts), batch):
         ps, ms = prompts[a : a + batch], outs[a : a + batch]
         width = max(len(p) for p in ps)
@@ -97,9 +134,17 @@ def run_hf(
                 pad_token_id=0,
                 eos_token_id=None,
             )
-        real += sum(len(p) + m for p, m in zip(ps, ms))
-        slots += len(ps) * (width + new)
-    return time.perf_counter() - t0, time.process_time() - c0, real / slots
+
+
+def _usage_extras(runs: list[Usage]) -> dict[str, float]:
+    wall = statistics.median(u.wall for u in runs)
+    cpu = statistics.median(u.cpu for u in runs)
+    return {
+        "cpu_s": cpu,
+        "cpu/wall": cpu / wall,
+        "vol_cs": statistics.median(u.vol for u in runs),
+        "invol_cs": statistics.median(u.invol for u in runs),
+    }
 
 
 def main() -> None:
@@ -114,6 +159,10 @@ def main() -> None:
         default=1,
         help="torch intra-op threads for both sides (1 keeps a shared machine fair)",
     )
+    ap.add_argument("--http", action="store_true", help="also run the load through ds serve")
+    ap.add_argument("--http-requests", type=int, default=32)
+    ap.add_argument("--http-clients", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--skip-offline", action="store_true", help="only the --http part")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     torch.set_num_threads(args.threads)
@@ -129,39 +178,59 @@ def main() -> None:
             "max_context": 1024,
         },
     }
+    if not args.skip_offline:
+        offline(args, model, prompts, outs, out_tokens, config)
+    if args.http:
+        http(args, model, prompts, outs)
+
+
+def offline(
+    args: argparse.Namespace,
+    model: Any,
+    prompts: list[list[int]],
+    outs: list[int],
+    out_tokens: int,
+    config: dict[str, Any],
+) -> None:
     engine = build_engine(model, config)
     # Warm-up both sides on a couple of requests.
     run_ds(engine, prompts[:2], [4, 4])
     run_hf(model, prompts[:2], [4, 4], 2)
 
-    bench = Bench("inference", peer=f"hf-generate-b{args.hf_batch}", unit="s")
+    # No harness "ratio" column: it is a time ratio (below 1 = faster), which read as a speedup
+    # beside the summary line's throughput ratio. "speedup" below is reference time / own time.
+    bench = Bench("inference", unit="s")
     case = f"{args.requests} req, prompts 16-512, outputs 16-128 ({out_tokens} out tok)"
-    ds_t, hf_t, ds_c, hf_c, ds_u, hf_u = [], [], [], [], [], []
+    ds_runs: list[Usage] = []
+    hf_runs: list[Usage] = []
+    ds_u, hf_u = [], []
     for _ in range(args.repeat):  # interleaved so machine noise hits both alike
-        t, c, u = run_ds(engine, prompts, outs)
-        ds_t.append(t)
-        ds_c.append(c)
+        use, u = run_ds(engine, prompts, outs)
+        ds_runs.append(use)
         ds_u.append(u)
-        t, c, u = run_hf(model, prompts, outs, args.hf_batch)
-        hf_t.append(t)
-        hf_c.append(c)
+        use, u = run_hf(model, prompts, outs, args.hf_batch)
+        hf_runs.append(use)
         hf_u.append(u)
-    # CPU seconds beside wall time: on a shared machine they track the work each side did.
+    ds_t = [u.wall for u in ds_runs]
+    hf_t = [u.wall for u in hf_runs]
+    hf_med = statistics.median(hf_t)
     bench.add(
         "ds-continuous",
         case,
         ds_t,
         tokens_per_s=out_tokens / statistics.median(ds_t),
-        cpu_s=statistics.median(ds_c),
+        speedup=hf_med / statistics.median(ds_t),
         kv_util=statistics.mean(ds_u),
+        **_usage_extras(ds_runs),
     )
     bench.add(
         f"hf-generate-b{args.hf_batch}",
         case,
         hf_t,
-        tokens_per_s=out_tokens / statistics.median(hf_t),
-        cpu_s=statistics.median(hf_c),
+        tokens_per_s=out_tokens / hf_med,
+        speedup=1.0,
         kv_util=statistics.mean(hf_u),
+        **_usage_extras(hf_runs),
     )
 
     # Prefix caching: 32 requests share a 384-token system prompt, each with its own 32 tokens.
@@ -173,37 +242,57 @@ def main() -> None:
     ]
     params = SamplingParams(max_new_tokens=16)
     pcase = "32 req, shared 384-token prefix + 32 own, 16 out"
-    times: dict[str, list[float]] = {"prefix-cache-off": [], "prefix-cache-on": []}
-    cpu: dict[str, list[float]] = {"prefix-cache-off": [], "prefix-cache-on": []}
+    runs: dict[str, list[Usage]] = {"prefix-cache-off": [], "prefix-cache-on": []}
     for _ in range(args.repeat):
         for name, on in (("prefix-cache-off", False), ("prefix-cache-on", True)):
             eng = build_engine(model, {**config, "prefix_caching": on})
             generate(eng, [system + [1]], SamplingParams(max_new_tokens=1))  # publish the prefix
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = generate(eng, sp, params)
-            times[name].append(time.perf_counter() - t0)
-            cpu[name].append(time.process_time() - c0)
+            with Usage() as use:
+                res = generate(eng, sp, params)
+            runs[name].append(use)
             if on:
                 assert all(r.cached_prefix_tokens == 384 for r in res)
-    for name, ts in times.items():
+    off = statistics.median(u.wall for u in runs["prefix-cache-off"])
+    for name, us in runs.items():
+        med = statistics.median(u.wall for u in us)
         bench.add(
             name,
             pcase,
-            ts,
-            tokens_per_s=32 * 16 / statistics.median(ts),
-            cpu_s=statistics.median(cpu[name]),
+            [u.wall for u in us],
+            tokens_per_s=32 * 16 / med,
+            speedup=off / med,
+            **_usage_extras(us),
         )
     bench.report()
-    speed = statistics.median(hf_t) / statistics.median(ds_t)
-    pspeed = statistics.median(times["prefix-cache-off"]) / statistics.median(
-        times["prefix-cache-on"]
-    )
-    cspeed = statistics.median(hf_c) / statistics.median(ds_c)
+    ds_med = statistics.median(ds_t)
+    cspeed = statistics.median(u.cpu for u in hf_runs) / statistics.median(u.cpu for u in ds_runs)
+    pspeed = off / statistics.median(u.wall for u in runs["prefix-cache-on"])
     print(
-        f"\nthroughput ds / hf-generate: {speed:.2f}x wall, {cspeed:.2f}x CPU time; "
+        f"\nthroughput ds / hf-generate: {hf_med / ds_med:.2f}x wall, {cspeed:.2f}x CPU time; "
         f"prefix-cache hit speedup: {pspeed:.2f}x"
     )
     print(f"KV utilisation: ds {statistics.mean(ds_u):.3f}, hf padded {statistics.mean(hf_u):.3f}")
+
+
+def http(args: argparse.Namespace, model: Any, prompts: list[list[int]], outs: list[int]) -> None:
+    from inference_http import run, table
+
+    n = args.http_requests
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        server_args = [
+            "--block-size",
+            "32",
+            "--num-blocks",
+            "1536",
+            "--max-num-seqs",
+            str(max(args.http_clients)),
+            "--max-num-batched-tokens",
+            str(args.token_budget),
+        ]
+        rows = run(Path(tmp), prompts[:n], outs[:n], args.http_clients, server_args)
+    print(f"\n## inference over HTTP (ds serve, {n} requests of the mixed workload)\n")
+    print(table(rows, f"{n} req mixed"))
 
 
 if __name__ == "__main__":

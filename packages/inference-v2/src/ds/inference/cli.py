@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +125,17 @@ def serve(app: Any, host: str, port: int, grace: float) -> int:
     )
     server = uvicorn.Server(config)
     app.state.stop_server = lambda: setattr(server, "should_exit", True)
-    server.run()
+    # uvicorn re-raises a captured SIGTERM/SIGINT to the handler that was installed before it,
+    # after its graceful shutdown; with the default handler the drained process would still die
+    # "killed by SIGTERM". A no-op handler there makes a clean drain exit 0.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     loop = app.state.engine_loop
     if loop.dead is not None:
         print(f"ds serve: the engine thread died: {loop.dead}", flush=True)

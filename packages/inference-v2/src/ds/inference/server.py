@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import json
 import time
@@ -76,7 +77,7 @@ class _BearerAuth:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1"):
             given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if given != self.expected:
+            if not hmac.compare_digest(given, self.expected):
                 err = APIError(401, "Incorrect API key provided", code="invalid_api_key")
                 await JSONResponse(err.body(), status_code=401)(scope, receive, send)
                 return
