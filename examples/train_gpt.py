@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import sys
 import time
@@ -98,6 +99,11 @@ def main() -> int:
     ds.init_distributed()
     rank, world = dist.get_rank(), dist.get_world_size()
     out = Path(args.out)
+    if rank == 0 and out.exists():
+        # Each run starts fresh: the previous run's checkpoint would otherwise be overwritten,
+        # which the run's mutation boundary refuses without a recorded approval.
+        shutil.rmtree(out)
+    dist.barrier()
     torch.manual_seed(0)
     model = GPT(args.vocab, args.d_model, args.layers, args.heads, args.seq)
     config = json.loads(Path(args.config).read_text())
@@ -163,8 +169,27 @@ def main() -> int:
             report,
         )
     ok = losses[-1] < losses[0]
-    dist.barrier()
+    shutdown(engine)
     return 0 if ok else 1
+
+
+def shutdown(engine=None) -> None:  # type: ignore[no-untyped-def]
+    """Leave torch.distributed while the interpreter is still whole.
+
+    Without this the process group is torn down during interpreter finalization. gloo's worker
+    threads (``pt_gloo_runloop``) drop their reference to the last finished collective a moment
+    after the caller's ``wait()`` returns; when that is the last reference to a tensor made in
+    Python, freeing it needs the GIL, and a thread that asks for the GIL while Python finalizes is
+    ended with ``pthread_exit``, whose unwind through gloo's ``noexcept`` run loop aborts the
+    process ("terminate called without an active exception", exit 134). The wider the window
+    (more collectives in flight at the end, a loaded machine), the likelier it is. Waiting for a
+    pending checkpoint, a barrier and destroy_process_group() join those threads first.
+    """
+    ckpt = getattr(engine, "checkpoint_engine", None)
+    if ckpt is not None:
+        ckpt.wait()  # an asynchronous save commits with collectives: before the group goes
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _global_mean(value: float, world: int) -> float:
