@@ -164,6 +164,8 @@ class TechnicalDueDiligenceLedger:
         self._prev = s.last_hash
         self._size = s.good_bytes
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if s.records == 0 and not os.path.exists(heads_path(self.path)):
+            self.tree_head()  # a new ledger has heads from the start: their absence is evidence
         if torn is not None:
             import hashlib
 
@@ -181,6 +183,12 @@ class TechnicalDueDiligenceLedger:
         """One ledger, one key: continuing it needs the key in effect (or a rotation)."""
         heads = read_heads(self.path)
         mine = signing.public_hex(self._key) if self._key is not None else None
+        if mine is not None and s.records and not os.path.exists(heads_path(self.path)):
+            raise LedgerError(
+                f"ledger {self.path} holds {s.records} records but no {heads_path(self.path)}: "
+                "a keyed ledger has heads from its first moment, so they were deleted; keep "
+                "the files as evidence and start a new ledger"
+            )
         if not any(h.signature is not None for h in heads) and not s.rotations:
             if mine is not None and s.records and heads:
                 raise LedgerError(
