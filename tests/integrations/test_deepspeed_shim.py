@@ -37,6 +37,9 @@ def test_deepspeed_script_runs_unchanged(tmp_path: Path) -> None:
     # GatheredParameters made the ZeRO-3 partitioned parameters whole.
     assert got["shapes"] == [[24, 12], [24], [1, 24], [1]]
     assert got["client"] == {"epoch": 3}
+    assert got["local_rank"] == 0 and got["global_rank"] == 0 and got["dp_world_size"] == 2
+    assert got["device"] == "cpu" and got["was_step_applied"] is True
+    assert got["mom"] == [[0.9, 0.999]] and got["steps_per_print"] == 100
 
 
 def test_names_map_onto_ds() -> None:
@@ -46,7 +49,8 @@ def test_names_map_onto_ds() -> None:
     import ds.zero
     from ds.zero.engine import ZeroEngine
 
-    assert deepspeed.initialize is ds.full.initialize
+    # DeepSpeed's argument rules first (see test_deepspeed_routes), then ds.full.initialize
+    assert deepspeed._ds_initialize is ds.full.initialize
     assert deepspeed.init_distributed is ds.full.init_distributed
     assert deepspeed.DeepSpeedEngine is ZeroEngine
     assert deepspeed.zero.Init is ds.zero.Init
@@ -76,3 +80,85 @@ def test_install_refuses_to_hide_real_deepspeed_unless_asked() -> None:
         assert lines[2] == "ConfigError"
     assert "ds.full.compat.deepspeed" in lines
     assert lines[-1] == "False"
+
+
+# What scripts and the transformers/accelerate DeepSpeed integrations import (module, names).
+IMPORTED = [
+    ("deepspeed", ["initialize", "DeepSpeedEngine", "comm", "zero", "init_inference"]),
+    ("deepspeed.zero", ["Init", "GatheredParameters"]),
+    ("deepspeed.ops.adam", ["DeepSpeedCPUAdam", "FusedAdam"]),
+    ("deepspeed.ops.adagrad", ["DeepSpeedCPUAdagrad"]),
+    ("deepspeed.ops.lion", ["DeepSpeedCPULion"]),
+    ("deepspeed.runtime.lr_schedules", ["VALID_LR_SCHEDULES", "WarmupLR", "WarmupDecayLR"]),
+    ("deepspeed.runtime.utils", ["move_to_device"]),
+    ("deepspeed.runtime.engine", ["DeepSpeedEngine"]),
+    ("deepspeed.launcher.runner", ["DEEPSPEED_ENVIRONMENT_NAME"]),
+    ("deepspeed.checkpoint.utils", ["clone_tensors_for_torch_save"]),
+    ("deepspeed.utils", ["logger", "log_dist", "set_z3_leaf_modules", "safe_get_full_fp32_param"]),
+    ("deepspeed.utils.zero_to_fp32", ["get_fp32_state_dict_from_zero_checkpoint"]),
+    ("deepspeed.utils.groups", ["_get_data_parallel_world_size"]),
+    ("deepspeed.moe.utils", ["split_params_into_different_moe_groups_for_optimizer"]),
+    ("deepspeed.moe.layer", ["MoE"]),
+    ("deepspeed.pipe", ["PipelineModule", "LayerSpec"]),
+    ("deepspeed.profiling.flops_profiler", ["FlopsProfiler", "get_model_profile"]),
+    ("deepspeed.accelerator", ["get_accelerator"]),
+]
+
+
+@pytest.mark.parametrize(("module", "names"), IMPORTED)
+def test_integration_imports_resolve(module: str, names: list[str]) -> None:
+    import importlib
+
+    mod = importlib.import_module(module.replace("deepspeed", "ds.full.compat.deepspeed", 1))
+    for name in names:
+        assert getattr(mod, name) is not None, f"{module}.{name}"
+
+
+def test_names_whose_feature_ds_lacks_raise_naming_it_when_used() -> None:
+    import torch
+
+    import ds.full.compat.deepspeed as deepspeed
+    from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
+    from ds.full.compat.deepspeed.moe.layer import MoE
+    from ds.full.compat.deepspeed.moe.utils import (
+        split_params_into_different_moe_groups_for_optimizer as split,
+    )
+    from ds.full.compat.deepspeed.pipe import PipelineModule
+    from ds.full.compat.deepspeed.profiling.flops_profiler import get_model_profile
+
+    for call, feature in [
+        (lambda: MoE(hidden_size=8), "mixture-of-experts"),
+        (lambda: PipelineModule(layers=[]), "pipeline parallelism"),
+        (lambda: get_model_profile(None), "flops profiler"),
+        (lambda: deepspeed.init_inference(None), "DeepSpeed-Inference"),
+    ]:
+        with pytest.raises(FeatureNotAvailableError, match=feature):
+            call()
+    # a dense model's parameter groups pass through the MoE helper unchanged (the example's path)
+    p = torch.nn.Parameter(torch.zeros(2))
+    assert split({"params": [p], "name": "parameters"}) == [{"params": [p], "name": "parameters"}]
+
+
+def test_helpers_behave_as_deepspeeds() -> None:
+    import torch
+
+    from ds.full.compat.deepspeed.checkpoint.utils import clone_tensors_for_torch_save
+    from ds.full.compat.deepspeed.ops.adam import FusedAdam
+    from ds.full.compat.deepspeed.runtime.lr_schedules import VALID_LR_SCHEDULES, WarmupLR
+    from ds.full.compat.deepspeed.runtime.utils import move_to_device
+
+    base = torch.arange(6.0)
+    cloned = clone_tensors_for_torch_save({"a": [base[:2]], "b": (base[2:],)})
+    assert cloned["a"][0].untyped_storage().nbytes() == 8  # its own storage, not the base's
+    assert type(cloned["b"]) is tuple
+    moved = move_to_device({"x": [base], "n": 3}, "cpu")
+    assert moved["n"] == 3 and torch.equal(moved["x"][0], base)
+    assert "WarmupLR" in VALID_LR_SCHEDULES and WarmupLR.__name__ == "WarmupLR"
+    # FusedAdam: DeepSpeed's signature; adam_w_mode=True is AdamW (decoupled decay)
+    w1, w2 = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    ours = FusedAdam([w1], lr=0.1, weight_decay=0.5)
+    ref = torch.optim.AdamW([w2], lr=0.1, weight_decay=0.5)
+    for opt, w in ((ours, w1), (ref, w2)):
+        w.grad = torch.full((3,), 0.3)
+        opt.step()
+    torch.testing.assert_close(w1, w2)

@@ -62,6 +62,14 @@ def main():
                     "world_size": dist.get_world_size(),
                     "stage": engine.zero_optimization_stage(),
                     "global_steps": engine.global_steps,
+                    # the engine attributes DeepSpeed scripts read
+                    "local_rank": engine.local_rank,
+                    "global_rank": engine.global_rank,
+                    "dp_world_size": engine.dp_world_size,
+                    "device": str(engine.device),
+                    "was_step_applied": engine.was_step_applied(),
+                    "mom": engine.get_mom(),
+                    "steps_per_print": engine.steps_per_print(),
                 },
                 f,
             )

@@ -329,10 +329,16 @@ class ZeroEngine:
         finally:
             self._no_sync = previous
 
-    def backward(self, loss: torch.Tensor, retain_graph: bool = False) -> None:
+    def backward(
+        self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True
+    ) -> None:
+        """``scale_wrt_gas=False`` (DeepSpeed's keyword; transformers passes it when its loss is
+        already averaged over the accumulation window) leaves the loss undivided by the
+        accumulation steps."""
         self.timers.start("backward")
         self.strategy.begin_micro_step(self.is_gradient_accumulation_boundary(), self._no_sync)
-        scale = self.loss_scaler.loss_scale / self.config.gradient_accumulation_steps
+        gas = self.config.gradient_accumulation_steps if scale_wrt_gas else 1
+        scale = self.loss_scaler.loss_scale / gas
         scaled = loss.float() * scale if scale != 1.0 else loss
         scaled.backward(retain_graph=retain_graph)
         self.strategy.end_backward()
