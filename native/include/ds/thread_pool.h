@@ -2,10 +2,12 @@
 // own runtime, and two of them oversubscribe the cores).
 //
 // Two ways to use it:
-//   * ds::parallel_for(n, grain, fn) on the process-wide pool: splits [0, n) into contiguous
-//     ranges, one per thread (the caller runs the first), and blocks until all are done.
-//     Contiguous static ranges keep each thread streaming through its own memory, which is what
-//     bandwidth-bound kernels want.
+//   * ds::parallel_for(n, grain, fn) on the process-wide pool: splits [0, n) into long
+//     contiguous slices (about 8 per thread, none under `grain`) that the threads, the caller
+//     among them, take in order from a shared counter; blocks until all are done. Long slices
+//     keep each thread streaming through its own memory, as bandwidth-bound kernels want; taking
+//     them dynamically means a thread that starts late (waking up, or on a core another process
+//     holds) delays the call by a slice, not by a whole per-thread range.
 //   * a private ds::ThreadPool(n) with submit(task) -> std::future<void>, for long-lived
 //     asynchronous work (e.g. file I/O) that must not block the kernel pool.
 //
@@ -38,10 +40,10 @@ class ThreadPool {
   // Queue a task for a worker; the future reports completion and rethrows its exception.
   std::future<void> submit(std::function<void()> task);
 
-  // Run fn(begin, end) over [0, n) split into at most (num_workers + 1) contiguous ranges whose
-  // boundaries are multiples of `align` (so SIMD blocks never straddle threads). Ranges shorter
-  // than `grain` elements are not split further. Blocks until every range is done; the first
-  // exception thrown by any range is rethrown here.
+  // Run fn(begin, end) over [0, n) split into contiguous slices whose boundaries are multiples of
+  // `align` (so SIMD blocks never straddle threads), on at most (num_workers + 1) threads; no
+  // slice is shorter than `grain` elements except the last. Blocks until every slice is done;
+  // the first exception thrown is rethrown here (slices not yet started are then skipped).
   void parallel_for(int64_t n, int64_t grain, int64_t align,
                     const std::function<void(int64_t, int64_t)>& fn);
 

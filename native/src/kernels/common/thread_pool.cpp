@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <exception>
 #include <memory>
 #include <new>
@@ -71,18 +72,34 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, int64_t align,
     fn(0, n);
     return;
   }
-  // Equal contiguous ranges, boundaries rounded up to `align`.
-  int64_t chunk = (n + parts - 1) / parts;
-  chunk = (chunk + align - 1) / align * align;
+  // Threads take contiguous slices from a shared counter instead of one fixed range each: a
+  // thread that starts late (a worker waking up, a core busy with another process) then costs
+  // only its share of the slices, not a whole range the others wait for. Slices stay long
+  // (about kSlicesPerThread per thread, never under `grain`), so each one streams like a range.
+  constexpr int64_t kSlicesPerThread = 8;
+  int64_t slice = (n + parts * kSlicesPerThread - 1) / (parts * kSlicesPerThread);
+  slice = std::max(slice, grain);
+  slice = (slice + align - 1) / align * align;
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  auto drain = [&] {
+    for (;;) {
+      const int64_t begin = next.fetch_add(slice, std::memory_order_relaxed);
+      if (begin >= n || failed.load(std::memory_order_relaxed)) return;
+      try {
+        fn(begin, std::min(n, begin + slice));
+      } catch (...) {
+        failed.store(true, std::memory_order_relaxed);
+        throw;
+      }
+    }
+  };
   std::vector<std::future<void>> futs;
-  futs.reserve(static_cast<size_t>(parts));
-  for (int64_t begin = chunk; begin < n; begin += chunk) {
-    int64_t end = std::min(n, begin + chunk);
-    futs.push_back(submit([&fn, begin, end] { fn(begin, end); }));
-  }
+  futs.reserve(static_cast<size_t>(parts - 1));
+  for (int64_t i = 1; i < parts; ++i) futs.push_back(submit(drain));
   std::exception_ptr first;
   try {
-    fn(0, std::min(n, chunk));
+    drain();
   } catch (...) {
     first = std::current_exception();
   }
