@@ -17,6 +17,16 @@ def test_cuda_class_implements_protocol_and_reports_absence_honestly():
     assert env[acc.visible_devices_envs()[0]] == "0,1"
 
 
+def test_set_device_past_the_visible_devices_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ds.interfaces.errors import AcceleratorError
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    acc = CudaAccelerator()
+    count = acc.device_count()
+    with pytest.raises(AcceleratorError, match=rf"cuda device {count} does not exist: {count} dev"):
+        acc.set_device(count)
+
+
 @pytest.mark.gpu
 def test_cuda_device_memory_streams_rng():
     acc = CudaAccelerator()

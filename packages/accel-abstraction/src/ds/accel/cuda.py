@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ds.interfaces.accelerator import AcceleratorCapabilities
+from ds.interfaces.errors import AcceleratorError
 
 
 class CudaAccelerator:
@@ -68,6 +69,18 @@ class CudaAccelerator:
         return f"cuda:{self.current_device()}"
 
     def set_device(self, index: int) -> None:
+        # The rank's device (ds.full binds LOCAL_RANK's); an index past the visible devices is
+        # a launch mistake, said plainly instead of torch's "invalid device ordinal".
+        count = self.device_count()
+        if not 0 <= index < count:
+            import os
+
+            seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+            where = f"CUDA_VISIBLE_DEVICES={seen!r}" if seen is not None else "all of the driver's"
+            raise AcceleratorError(
+                f"cuda device {index} does not exist: {count} device(s) are visible ({where}); "
+                "start at most that many ranks per node"
+            )
         torch.cuda.set_device(index)
 
     def synchronize(self, index: int | None = None) -> None:
