@@ -290,6 +290,7 @@ class MutationBoundary:
             raise ApprovalRequiredError(f"no intent #{intent_id} to approve; request it first")
         intent = self._unsealed(entry)
         if policy is not None:
+            check = _policy(policy)  # a registered policy, not free text
             if approver and canonical_identity(approver) != canonical_identity(
                 POLICY_PREFIX + policy
             ):
@@ -297,7 +298,7 @@ class MutationBoundary:
                     f"approve #{intent_id}: give an approver or a policy, not both"
                 )
             approver = POLICY_PREFIX + policy
-            refusal = _policy(policy)(intent, self)
+            refusal = check(intent, self)
             if refusal is not None:
                 raise ApprovalRequiredError(
                     f"policy {policy!r} does not approve {intent.operation} of "
