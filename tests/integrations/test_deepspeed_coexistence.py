@@ -4,6 +4,9 @@ standing aside for a real DeepSpeed (import and distribution metadata alike)."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -120,3 +123,40 @@ def test_served_version_satisfies_what_integrations_require(spec: str) -> None:
     from ds.full.compat._hook import served_version
 
     assert Requirement(spec).specifier.contains(served_version(), prereleases=True)
+
+
+REAL_DS_SITE = Path(
+    os.environ.get("DS_REFERENCE_DEEPSPEED_SITE", "/work/dsref/lib/python3.11/site-packages")
+)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(
+    not (REAL_DS_SITE / "deepspeed").is_dir(),
+    reason="needs a real DeepSpeed install (set DS_REFERENCE_DEEPSPEED_SITE to its site-packages)",
+)
+def test_with_real_deepspeed_installed(tmp_path: Path) -> None:
+    """A throwaway venv holding ds and a real DeepSpeed 0.19.8, with 'ds compat enable' done:
+    'import deepspeed' is DeepSpeed's, and ds's routes still run (2 ranks)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _compat_env import make_env
+
+    py = make_env(tmp_path / "venv", extra_site=[str(REAL_DS_SITE)])
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=500)
+    enabled = run([str(py), "-m", "ds.launcher", "compat", "enable"])
+    assert enabled.returncode == 0 and "a real DeepSpeed is installed" in enabled.stdout
+    probe = run([str(py), "-c", PROBE], env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert "version 0.19.8\n" in probe.stdout and "install refused ConfigError" in probe.stdout
+    assert "served by ds" not in probe.stderr
+    here = Path(__file__).with_name("deepspeed_style")
+    train = run(
+        [str(py), "-m", "ds.launcher", "run", "--nproc", "2", str(here / "run_with_shim.py"),
+         str(here / "train.py"), "--deepspeed", "--deepspeed_config", str(here / "ds_config.json"),
+         "--out", str(tmp_path / "out.json"), "--ckpt", str(tmp_path / "ckpt")],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
+    assert json.loads((tmp_path / "out.json").read_text())["global_steps"] == 12
