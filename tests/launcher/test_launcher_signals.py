@@ -132,3 +132,49 @@ def test_ranks_die_with_a_killed_launcher(tmp_path: Path, scripts: Path, env_for
         for pid in map(int, f.read_text().split()[1:]):
             with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
+
+
+_STUBBORN = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+# A grandchild that left the rank's session, ignores SIGTERM and holds the rank's stdout open.
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+g = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+d = Path(os.environ["PID_DIR"])
+(d / f"rank{os.environ['RANK']}.pids").write_text(f"{os.getpid()} {g.pid}\\n")
+print("ready", flush=True)
+if os.environ["RANK"] == "1":
+    while len(list(d.glob("rank*.pids"))) < 2:
+        time.sleep(0.05)
+    time.sleep(0.5)  # both grandchildren are up and ignoring SIGTERM
+    (d / "failed_at").write_text(repr(time.time()))
+    sys.exit(3)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_teardown_with_sigterm_ignoring_setsid_grandchildren_within_5_s(
+    tmp_path: Path, env_for
+) -> None:  # type: ignore[no-untyped-def]
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = tmp_path / "stubborn.py"
+    script.write_text(_STUBBORN)
+    proc = subprocess.Popen(
+        [*_ds(), "run", "--nproc", "2", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(PID_DIR=str(pid_dir)),
+        cwd=tmp_path,
+    )
+    pids = _wait_pids(pid_dir, proc, n=2)
+    _out, err = proc.communicate(timeout=60)
+    ended = time.time()
+    failed_at = float((pid_dir / "failed_at").read_text())
+    assert proc.returncode == 3, err
+    assert ended - failed_at < 5.0, f"teardown took {ended - failed_at:.2f} s"
+    assert "rank 1 (pid" in err and "ready" in err  # the failed rank's last words are kept
+    assert _gone(pids, within_s=1) == []

@@ -206,6 +206,7 @@ class ProcessGroup:
             self._finish()
             raise
         failure: Failure | None = None
+        failed: _Running | None = None
         remaining = len(self._running)
         if self._signal is not None:
             self.request_stop(self._signal)
@@ -220,18 +221,18 @@ class ProcessGroup:
             run = self._running[idx]
             run.returncode = run.proc.returncode
             if run.returncode != 0 and failure is None and self._signal is None:
-                for p in run.pumps:  # the tail must include the failing rank's last words
-                    p.join(timeout=1.0)
+                failed = run
                 failure = Failure(
-                    run.member.label,
-                    run.proc.pid,
-                    run.returncode,
-                    list(run.tail),
-                    run.member.log_path,
+                    run.member.label, run.proc.pid, run.returncode, [], run.member.log_path
                 )
                 break
         stopped = self._terminate_all()
+        # Only now are the output pipes sure to close: a descendant that ignored SIGTERM (even
+        # one that left the rank's session) may hold them open until its SIGKILL. Waiting for the
+        # failed rank's last words before stopping the others cost up to 1 s per pipe.
         self._finish()
+        if failure is not None and failed is not None:
+            failure.tail[:] = list(failed.tail)
         if self._signal is not None:
             return Outcome(128 + self._signal, None, self._signal, stopped)
         if failure is not None:

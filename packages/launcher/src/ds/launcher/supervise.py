@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
@@ -62,14 +63,32 @@ class Supervisor:
             self._line(f"restarting the whole group ({restart}/{self.max_restarts})")
 
     def _log_failure(self, outcome: Outcome, restart: int) -> None:
+        f = outcome.failure
+        assert f is not None
+        if not self.err.isatty():
+            # The JSON line structlog would render, written directly: importing structlog took
+            # over a second on a loaded machine, inside the 5 s the whole teardown is allowed.
+            line = {
+                "member": f.label,
+                "pid": f.pid,
+                "returncode": f.returncode,
+                "restart": restart,
+                "restarts_left": max(0, self.max_restarts - restart),
+                "event": "member_failed",
+                "rank": 0,
+                "world_size": 1,
+                "level": "error",
+                "logger": __name__,
+                "timestamp": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+            }
+            print(json.dumps(line), file=self.err, flush=True)
+            return
         # Configured here, not at start-up: structlog costs ~0.1 s to import and a job that
         # succeeds never needs it in the launcher process.
         global _logging_ready
         if not _logging_ready:
             configure_cli_logging()
             _logging_ready = True
-        f = outcome.failure
-        assert f is not None
         log.error(
             "member_failed",
             member=f.label,
