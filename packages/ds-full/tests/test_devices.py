@@ -107,3 +107,12 @@ def test_kernel_provider_follows_the_device() -> None:
     assert _kernels_for(nvme_params, torch.device("cpu")).name() == "cpu"
     # A device model with NVMe parameters: the device provider also opens the file I/O handle.
     assert _kernels_for(nvme_params, torch.device("cuda:0")).name() == "cuda"
+
+
+def test_init_distributed_binds_the_local_rank_device_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    acc = FourDevices()
+    ds.init_distributed(accelerator=acc)
+    assert acc.current == 2
