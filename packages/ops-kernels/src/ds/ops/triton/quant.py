@@ -22,6 +22,7 @@ from ds.ops.quant._schemes import (
     num_groups,
 )
 from ds.ops.quant._validate import check_out, check_quantized
+from ds.ops.triton._flat import on_device
 
 # (mantissa bits, exponent bias, e4m3fn-style NaN encoding) per fp8 scheme.
 _FP8 = {"fp8_e4m3": (3, 7, True), "fp8_e5m2": (2, 15, False)}
@@ -73,6 +74,12 @@ def _grid(groups: int, rows: int) -> tuple[int]:
 
 
 def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
+    # Triton launches on the current device; the tensor may live on another (a rank's own).
+    with on_device(x):
+        return _quantize(x, scheme, group_size)
+
+
+def _quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
     s = get_scheme(scheme)
     check_group_size(group_size)
     check_input(x)
@@ -151,6 +158,7 @@ def dequantize(
         out = torch.empty(n, dtype=torch.float32, device=q.data.device)
     else:
         check_out(out, n, q.shape, q.data.device)
-    _dequant_launch(q, s, out, n)
+    with on_device(out):
+        _dequant_launch(q, s, out, n)
     out = out.view(q.shape)
     return out if dtype in (None, torch.float32) else out.to(dtype)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ds.interfaces.errors import KernelError
+from ds.ops.triton._flat import on_device
 
 _BLOCK = 1024
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -60,7 +61,8 @@ class _SwiGLU(torch.autograd.Function):
         out = torch.empty_like(a_c)
         n = a_c.numel()
         if n:
-            _kernels().swiglu_fwd_kernel[_grid(n)](a_c, b_c, out, n, BLOCK=_BLOCK)
+            with on_device(out):  # launch on the tensors' device, not the current one
+                _kernels().swiglu_fwd_kernel[_grid(n)](a_c, b_c, out, n, BLOCK=_BLOCK)
         ctx.save_for_backward(a_c, b_c)
         return out
 
@@ -71,7 +73,8 @@ class _SwiGLU(torch.autograd.Function):
         da, db = torch.empty_like(a), torch.empty_like(b)
         n = a.numel()
         if n:
-            _kernels().swiglu_bwd_kernel[_grid(n)](g, a, b, da, db, n, BLOCK=_BLOCK)
+            with on_device(da):
+                _kernels().swiglu_bwd_kernel[_grid(n)](g, a, b, da, db, n, BLOCK=_BLOCK)
         return da, db
 
 
