@@ -70,7 +70,8 @@ def _deepspeed_entries(directory: str, tag: str | None, exclude_frozen: bool) ->
         dtype = torch.float32 if kind == "module" else getattr(torch, src.meta.dtype)
 
         def read(src: Any = src, dtype: torch.dtype = dtype) -> torch.Tensor:
-            return src.read(0, src.meta.numel).to(dtype).reshape(src.meta.shape)
+            t: torch.Tensor = src.read(0, src.meta.numel)
+            return t.to(dtype).reshape(src.meta.shape)
 
         out.append(Entry(name, tuple(src.meta.shape), dtype, read))
     return out

@@ -186,6 +186,15 @@ class _Logical:
         return out
 
 
+def _rank_of(pattern: re.Pattern[str], name: str, group: int) -> int:
+    m = pattern.match(name)
+    return int(m.group(group)) if m else -1
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -212,14 +221,12 @@ class DeepSpeedCheckpoint:
         model_files = [n for n in names if _ZERO_MODEL.match(n)]
         self.optim_files = sorted(
             (n for n in names if _OPTIM.match(n)),
-            key=lambda n: int(_OPTIM.match(n).group(2)),  # type: ignore[union-attr]
+            key=lambda n: _rank_of(_OPTIM, n, 2),
         )
         if MODEL_STATES in names:
             self.model_file = MODEL_STATES
         elif model_files:
-            self.model_file = sorted(model_files, key=lambda n: int(_ZERO_MODEL.match(n).group(1)))[
-                0
-            ]  # type: ignore[union-attr]
+            self.model_file = min(model_files, key=lambda n: _rank_of(_ZERO_MODEL, n, 1))
         else:
             raise CheckpointError(
                 f"{path} has no mp_rank_00_model_states.pt nor zero_pp_rank_0_mp_rank_00_model_"
@@ -259,7 +266,7 @@ class DeepSpeedCheckpoint:
         )
 
     def _whole(self, name: str, t: torch.Tensor) -> None:
-        self._add(name, t.shape, t.dtype, [_Piece(0, t.numel(), lambda t=t: t, 0)])
+        self._add(name, t.shape, t.dtype, [_Piece(0, t.numel(), functools.partial(_same, t), 0)])
 
     def _build(self) -> None:
         module = self.model_states.get("module") or {}
@@ -365,9 +372,12 @@ class DeepSpeedCheckpoint:
             def part(r: int, key: str, gi: int = gi) -> torch.Tensor:
                 sd = self._optim(r)
                 if key == "fp32":
-                    return sd["single_partition_of_fp32_groups"][gi]
-                base = sd.get("base_optimizer_state") or {}
-                return _attr(base, "state", {})[gi][key]
+                    t = sd["single_partition_of_fp32_groups"][gi]
+                else:
+                    base = sd.get("base_optimizer_state") or {}
+                    t = _attr(base, "state", {})[gi][key]
+                assert isinstance(t, torch.Tensor)
+                return t
 
             part_numel = int(self._optim(0)["single_partition_of_fp32_groups"][gi].numel())
             base0 = self._optim(0).get("base_optimizer_state") or {}
