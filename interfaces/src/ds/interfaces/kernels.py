@@ -2,6 +2,9 @@
 
 Implemented by ds-ops-kernels (registered under ``ds.kernels``). All tensors are CPU tensors for the
 native provider; a provider states the devices it serves in :meth:`KernelProvider.devices`.
+A provider registered under a device type's name (``cpu``, ``cuda``) serves that device type:
+``ds.full`` hands it to the engine for models on such a device. The optimizer steps take the
+buffers of one flat tensor each and run on those tensors' own device, whatever device is current.
 """
 
 from __future__ import annotations
