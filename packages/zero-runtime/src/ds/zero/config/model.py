@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from ds.zero.config.ledger_sections import DsCheckpointConfig, GateSection, LedgerSection
 from ds.zero.config.sections import (
@@ -22,23 +23,37 @@ from ds.zero.config.sections import (
     WandbConfig,
     ZeroConfig,
 )
-from ds.zero.config.types import Int, IntOrAuto
+from ds.zero.config.sections_aux import (
+    CometConfig,
+    CompileConfig,
+    DataTypesConfig,
+    FlopsProfilerConfig,
+    HybridEngineConfig,
+    TensorParallelConfig,
+    TimersConfig,
+    TorchAutocastConfig,
+    WeightQuantizationConfig,
+)
+from ds.zero.config.types import Int, TopIntOrAuto
 
 
 class DsConfig(Section):
     """A DeepSpeed-compatible training config (the JSON users already have)."""
 
-    train_batch_size: IntOrAuto | None = None
-    train_micro_batch_size_per_gpu: IntOrAuto | None = None
-    gradient_accumulation_steps: IntOrAuto | None = None
+    RAW_AUTO: ClassVar[bool] = True  # DeepSpeed reads top-level keys without a model
+    # Keys the load ignored as DeepSpeed does (unknown where it reads key by key), for reports.
+    _ignored: list[str] = PrivateAttr(default_factory=list)
+
+    train_batch_size: TopIntOrAuto | None = None
+    train_micro_batch_size_per_gpu: TopIntOrAuto | None = None
+    gradient_accumulation_steps: TopIntOrAuto | None = None
     steps_per_print: Int | None = Field(10, ge=1)
     wall_clock_breakdown: bool = False
     gradient_clipping: float | Literal["auto"] = Field(0.0)
     prescale_gradients: bool = False
     gradient_predivide_factor: float = Field(1.0, gt=0.0, allow_inf_nan=False)
-    communication_data_type: (
-        Literal["fp32", "fp16", "bf16", "float32", "float16", "bfloat16"] | None
-    ) = None
+    communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
+    gradient_allreduce_op: Literal["mean", "sum"] = "mean"
     fp16: FP16Config = Field(default_factory=FP16Config)
     bf16: BF16Config = Field(default_factory=BF16Config, alias="bf16")
     optimizer: OptimizerConfig | None = None
@@ -57,39 +72,46 @@ class DsConfig(Section):
     gate: GateSection | None = None  # ds's readiness gate thresholds
 
     # Documented DeepSpeed sections ds accepts without acting on (see unimplemented.py).
-    amp: dict[str, Any] | None = None
+    allgather_size: Int | None = None  # with the old "zero_optimization": true form
     autotuning: dict[str, Any] | None = None
-    comet: dict[str, Any] | None = None
-    compile: dict[str, Any] | None = None
-    compression_training: dict[str, Any] | None = None
-    curriculum_learning: dict[str, Any] | None = None
+    comet: CometConfig | None = None
+    compile: CompileConfig | None = None
     data_efficiency: dict[str, Any] | None = None
-    data_types: dict[str, Any] | None = None
+    data_types: DataTypesConfig | None = None
     dataloader_drop_last: bool | None = None
+    datastates_ckpt: Any = None
     disable_allgather: bool | None = None
+    disable_python_gc: Any = None
     dump_state: bool | None = None
-    eigenvalue: dict[str, Any] | None = None
-    elasticity: dict[str, Any] | None = None
-    flops_profiler: dict[str, Any] | None = None
-    graph_harvesting: bool | None = None
-    hybrid_engine: dict[str, Any] | None = None
+    expert_parallel: dict[str, Any] | None = None
+    flops_profiler: FlopsProfilerConfig | None = None
+    hybrid_engine: HybridEngineConfig | None = None
+    log_level: Any = None
+    managed_gradient_accumulation: bool | None = None
     memory_breakdown: bool | None = None
-    nebula: dict[str, Any] | None = None
     pipeline: dict[str, Any] | None = None
-    progressive_layer_drop: dict[str, Any] | None = None
-    quantize_training: dict[str, Any] | None = None
     sequence_parallel_size: Int | None = None
-    seq_parallel_communication_data_type: str | None = None
-    sparse_attention: dict[str, Any] | None = None
-    sparse_gradients: bool | None = None
-    tensor_parallel: dict[str, Any] | None = None
+    seq_parallel_communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
+    tensor_parallel: TensorParallelConfig | None = None  # type: ignore[valid-type]
     tensorboard: MonitorSection | None = None
-    timers: dict[str, Any] | None = None
-    torch_autocast: dict[str, Any] | None = None
+    timers: TimersConfig | None = None
+    torch_autocast: TorchAutocastConfig | None = None
     use_data_before_expert_parallelism: bool | None = None
+    vocabulary_size: Int | None = None
     wandb: WandbConfig | None = None
-    weight_quantization: dict[str, Any] | None = None
+    weight_quantization: WeightQuantizationConfig | None = None  # type: ignore[valid-type]
     zero_force_ds_cpu_optimizer: bool | None = None
+
+    @field_validator(
+        "communication_data_type",
+        "seq_parallel_communication_data_type",
+        "gradient_allreduce_op",
+        mode="before",
+    )
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        # DeepSpeed lower-cases these before comparing ("BF16" is "bf16").
+        return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="before")
     @classmethod
@@ -108,6 +130,7 @@ class DsConfig(Section):
         if self.fp16.enabled is True and self.bf16.enabled is True:
             problems.append("fp16.enabled and bf16.enabled are both true; enable at most one")
         zero = self.zero_optimization
+        problems += self._deepspeed_checks()
         offload = zero.offload_optimizer_device
         if offload != "none":
             if zero.stage == 0:
@@ -135,14 +158,18 @@ class DsConfig(Section):
                     f"{self.optimizer.type!r}"
                 )
         if zero.offload_param_device != "none" and zero.stage != 3:
-            problems.append(
-                f"zero_optimization.offload_param.device={zero.offload_param_device!r} needs ZeRO "
-                "stage 3; parameters are only partitioned there"
+            # DeepSpeed ignores offload_param below stage 3 (only stage 3 partitions parameters);
+            # ds does too, and says so.
+            from ds.zero.config.notices import UnimplementedConfigWarning
+
+            warnings.warn(
+                f"zero_optimization.offload_param.device={zero.offload_param_device!r} has no "
+                f"effect at ZeRO stage {zero.stage}: parameters are only partitioned (and "
+                "offloaded) at stage 3",
+                UnimplementedConfigWarning,
+                stacklevel=2,
             )
-        for key in ("reduce_bucket_size", "allgather_bucket_size"):
-            value = getattr(zero, key)
-            if isinstance(value, int) and value <= 0:
-                problems.append(f"zero_optimization.{key} must be positive, got {value}")
+            zero.offload_param = None
         clip = self.gradient_clipping
         # "not 0 <= clip" also refuses NaN (JSON readers accept it): a negative max norm would
         # flip every gradient's sign, a NaN one make them all NaN.
@@ -159,6 +186,30 @@ class DsConfig(Section):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _deepspeed_checks(self) -> list[str]:
+        """DeepSpeedConfig's own cross-section checks (_do_error_check), with the fix named."""
+        problems: list[str] = []
+        stage = self.zero_optimization.stage
+        for section, key in (
+            ("fp16", "fp16_master_weights_and_grads"),
+            ("bf16", "bf16_master_weights_and_grads"),
+            ("bf16", "bf16_optimizer_states"),
+        ):
+            if getattr(getattr(self, section), key) and stage not in (1, 2, 3):
+                problems.append(f"{section}.{key} needs ZeRO stage 1, 2 or 3 (stage is {stage})")
+        if self.bf16.bf16_optimizer_states and not self.bf16.bf16_master_weights_and_grads:
+            problems.append(
+                "bf16.bf16_optimizer_states needs bf16.bf16_master_weights_and_grads=true"
+            )
+        if self.gradient_allreduce_op == "sum":
+            if stage == 3:
+                problems.append("gradient_allreduce_op='sum' is not supported at ZeRO stage 3")
+            if self.zero_optimization.zenflow is not None:
+                problems.append("gradient_allreduce_op='sum' is not supported with zenflow")
+            if self.compile is not None and self.compile.deepcompile:
+                problems.append("gradient_allreduce_op='sum' is not supported with deepcompile")
+        return problems
 
     @property
     def precision(self) -> Literal["fp32", "fp16", "bf16"]:
