@@ -7,6 +7,7 @@ counts completed steps; constructing a schedule applies the LR of step 0.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -15,16 +16,27 @@ from ds.interfaces.errors import ConfigError
 
 
 class _Schedule:
+    """DeepSpeed's counting: ``last_batch_iteration`` is -1 after construction and grows by one
+    per ``step()``. OneCycle and LRRangeTest set the LR of the next iteration (``_LOOKAHEAD`` 1,
+    as DeepSpeed's do); the warm-up schedules that of the current one, and their floor before
+    the first step, so the LR of every step equals DeepSpeed's."""
+
+    _LOOKAHEAD = 0
+
     def __init__(self, optimizer: torch.optim.Optimizer, last_batch_iteration: int = -1) -> None:
         self.optimizer = optimizer
         self.last_batch_iteration = last_batch_iteration
-        self.step(last_batch_iteration + 1)
+        self._apply()
 
     def lr_at(self, iteration: int) -> list[float]:
         raise NotImplementedError
 
+    def before_start(self) -> list[float]:
+        return self.lr_at(0)
+
     def get_lr(self) -> list[float]:
-        return self.lr_at(max(self.last_batch_iteration, 0))
+        iteration = self.last_batch_iteration + self._LOOKAHEAD
+        return self.before_start() if iteration < 0 else self.lr_at(iteration)
 
     def get_last_lr(self) -> list[float]:
         return [g["lr"] for g in self.optimizer.param_groups]
@@ -58,6 +70,16 @@ class _Schedule:
         self._apply()
 
 
+def _short_warning(total: Any, warmup: Any) -> None:
+    # DeepSpeed warns and trains on (decaying from the end of the warm-up); ds does the same.
+    warnings.warn(
+        f"scheduler.params.total_num_steps ({total}) is below warmup_num_steps ({warmup}); the "
+        "schedule is at its floor after total_num_steps",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def _warmup_gamma(iteration: int, warmup_num_steps: int, warmup_type: str) -> float:
     if iteration >= warmup_num_steps:
         return 1.0
@@ -74,13 +96,18 @@ class WarmupLR(_Schedule):
         self,
         optimizer: torch.optim.Optimizer,
         warmup_min_lr: float = 0.0,
-        warmup_max_lr: float = 0.001,
+        warmup_max_lr: float | None = None,
         warmup_num_steps: int = 1000,
         warmup_type: str = "log",
         last_batch_iteration: int = -1,
     ) -> None:
         self.min_lr = float(warmup_min_lr)
-        self.max_lr = float(warmup_max_lr)
+        # None (DeepSpeed's default): each param group warms up to its own optimizer LR.
+        self.max_lrs = (
+            [float(g["lr"]) for g in optimizer.param_groups]
+            if warmup_max_lr is None
+            else [float(warmup_max_lr)] * len(optimizer.param_groups)
+        )
         self.warmup_num_steps = max(2, int(warmup_num_steps))
         self.warmup_type = warmup_type
         super().__init__(optimizer, last_batch_iteration)
@@ -89,8 +116,8 @@ class WarmupLR(_Schedule):
         return _warmup_gamma(iteration, self.warmup_num_steps, self.warmup_type)
 
     def lr_at(self, iteration: int) -> list[float]:
-        lr = self.min_lr + (self.max_lr - self.min_lr) * self._gamma(iteration)
-        return [lr for _ in self.optimizer.param_groups]
+        gamma = self._gamma(iteration)
+        return [self.min_lr + (top - self.min_lr) * gamma for top in self.max_lrs]
 
 
 class WarmupDecayLR(WarmupLR):
@@ -108,10 +135,7 @@ class WarmupDecayLR(WarmupLR):
     ) -> None:
         self.total_num_steps = int(total_num_steps)
         if self.total_num_steps < warmup_num_steps:
-            raise ConfigError(
-                f"scheduler.params.total_num_steps ({total_num_steps}) is below "
-                f"warmup_num_steps ({warmup_num_steps}); raise it or shorten the warm-up"
-            )
+            _short_warning(total_num_steps, warmup_num_steps)
         super().__init__(
             optimizer,
             warmup_min_lr,
@@ -147,10 +171,7 @@ class WarmupCosineLR(_Schedule):
         self.cos_min_ratio = float(cos_min_ratio)
         self.warmup_type = warmup_type
         if self.total_num_steps < self.warmup_num_steps:
-            raise ConfigError(
-                f"scheduler.params.total_num_steps ({total_num_steps}) is below "
-                f"warmup_num_steps ({warmup_num_steps}); raise it or shorten the warm-up"
-            )
+            _short_warning(total_num_steps, warmup_num_steps)
         self.base_lrs = [float(g.get("initial_lr", g["lr"])) for g in optimizer.param_groups]
         for g, lr in zip(optimizer.param_groups, self.base_lrs):
             g.setdefault("initial_lr", lr)
@@ -161,7 +182,8 @@ class WarmupCosineLR(_Schedule):
             gamma = _warmup_gamma(iteration, self.warmup_num_steps, self.warmup_type)
             return self.warmup_min_ratio + (1.0 - self.warmup_min_ratio) * gamma
         span = max(1, self.total_num_steps - self.warmup_num_steps)
-        progress = min(1.0, (iteration - self.warmup_num_steps) / span)
+        # DeepSpeed counts the first step after the warm-up as one step of decay.
+        progress = min(1.0, (iteration - self.warmup_num_steps + 1) / span)
         cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
         return self.cos_min_ratio + (1.0 - self.cos_min_ratio) * cosine
 
@@ -169,9 +191,14 @@ class WarmupCosineLR(_Schedule):
         ratio = self.ratio_at(iteration)
         return [lr * ratio for lr in self.base_lrs]
 
+    def before_start(self) -> list[float]:
+        return [0.0 for _ in self.base_lrs]  # DeepSpeed's WarmupCosineLR before its first step
+
 
 class OneCycle(_Schedule):
     """One triangular LR cycle (min -> max -> min), then decay; momentum cycles inversely."""
+
+    _LOOKAHEAD = 1
 
     def __init__(
         self,
@@ -204,8 +231,9 @@ class OneCycle(_Schedule):
         self.cycle_momentum = bool(cycle_momentum)
         self.min_mom, self.max_mom = float(cycle_min_mom), float(cycle_max_mom)
         self.decay_mom_rate = float(decay_mom_rate)
-        self._mom_key = "betas" if "betas" in optimizer.param_groups[0] else "momentum"
-        if self.cycle_momentum and self._mom_key not in optimizer.param_groups[0]:
+        # As DeepSpeed: momentum cycles through Adam-style betas only; for other optimizers
+        # (SGD's "momentum" included) cycle_momentum is off.
+        if self.cycle_momentum and "betas" not in optimizer.param_groups[0]:
             self.cycle_momentum = False
         super().__init__(optimizer, last_batch_iteration)
 
@@ -245,23 +273,23 @@ class OneCycle(_Schedule):
             return mom
         return self.max_mom - (self.max_mom - self.min_mom) * frac
 
-    def step(self, last_batch_iteration: int | None = None) -> None:
-        super().step(last_batch_iteration)
+    def _apply(self) -> None:
+        super()._apply()
         if self.cycle_momentum:
-            mom = self.mom_at(max(self.last_batch_iteration, 0))
+            # Before the first step DeepSpeed sets cycle_min_mom (with cycle_min_lr).
+            mom = (
+                self.min_mom
+                if self.last_batch_iteration < 0
+                else self.mom_at(self.last_batch_iteration + self._LOOKAHEAD)
+            )
             for g in self.optimizer.param_groups:
-                if self._mom_key == "betas":
-                    g["betas"] = (mom, g["betas"][1])
-                else:
-                    g["momentum"] = mom
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.step(self.last_batch_iteration)
+                g["betas"] = (mom, g["betas"][1])
 
 
 class LRRangeTest(_Schedule):
     """LR grows from ``lr_range_test_min_lr`` by ``step_rate`` every ``step_size`` steps."""
+
+    _LOOKAHEAD = 1
 
     def __init__(
         self,

@@ -381,7 +381,7 @@ class OptimizerConfig(Section):
 SCHEDULER_PARAMS: dict[str, dict[str, Any]] = {
     "WarmupLR": {
         "warmup_min_lr": 0.0,
-        "warmup_max_lr": 0.001,
+        "warmup_max_lr": None,  # DeepSpeed's default: the optimizer's LR
         "warmup_num_steps": 1000,
         "warmup_type": "log",
         "last_batch_iteration": -1,
@@ -499,8 +499,12 @@ def _param_problem(key: str, value: Any) -> str | None:
         if not isinstance(value, int) or value <= 0:
             return f"{where} must be a positive integer, got {value!r}"
         return None
-    if value is None and key in ("cycle_second_step_size", "cycle_second_stair_count"):
-        return None  # None: the same as the first half
+    if value is None and key in (
+        "cycle_second_step_size",
+        "cycle_second_stair_count",
+        "warmup_max_lr",
+    ):
+        return None  # None: the same as the first half; for WarmupLR, the optimizer's LR
     if isinstance(value, list):
         return (
             f"{where}={value!r}: per-parameter-group lists are not supported by ds's schedules; "
