@@ -1,0 +1,68 @@
+"""The main job exits 0: no "terminate called without an active exception" at interpreter exit.
+
+Root cause (see examples/train_gpt.py ``shutdown``): the process group was left for interpreter
+finalization to destroy; gloo's run-loop threads then drop their last reference to a finished
+collective's Python-made tensors while Python finalizes, need the GIL, are ended by pthread_exit
+and the unwind through gloo's noexcept loop aborts the process (exit 134).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DS = str(Path(sys.executable).parent / "ds")
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DS, "run", "--nproc", "2", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_ending_with_collectives_in_flight_exits_cleanly() -> None:
+    # With the old ending (EXIT_PATH=plain) this worker aborted in 7 of 10 runs here, so four
+    # clean runs in a row happen by chance under 1 % of the time without the fix.
+    for i in range(4):
+        proc = _run([str(ROOT / "tests" / "checkpoint" / "_exit_worker.py")], {}, 60)
+        text = proc.stdout + proc.stderr
+        assert "terminate called" not in text, f"run {i}: {text[-2000:]}"
+        assert proc.returncode == 0, f"run {i}: {text[-2000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_main_job_exits_0_ten_times_in_a_row(tmp_path: Path) -> None:
+    for i in range(10):
+        out = tmp_path / f"run{i}"
+        proc = _run(
+            [
+                str(ROOT / "examples" / "train_gpt.py"),
+                "--config",
+                str(ROOT / "examples" / "ds_config_zero2.json"),
+                "--steps",
+                "12",
+                "--out",
+                str(out),
+            ],
+            {},
+            280,
+        )
+        text = proc.stdout + proc.stderr
+        assert "terminate called" not in text, f"run {i}: {text[-3000:]}"
+        assert proc.returncode == 0, f"run {i}: {text[-3000:]}"
+        assert (out / "checkpoints" / "global_step12" / "ledger_head.json").is_file()
