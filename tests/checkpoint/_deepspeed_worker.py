@@ -30,8 +30,13 @@ import ds.zero  # noqa: E402
 from ds import comm as dist  # noqa: E402
 
 
-def run_case(case_dir: Path) -> dict:
+def run_case(spec: str) -> dict:
+    """``spec`` is a case directory, or ``DIR@STAGE`` to load it into another ds ZeRO stage."""
+    path, _, stage = spec.partition("@")
+    case_dir = Path(path)
     expected = json.loads((case_dir / "expected.json").read_text())
+    if stage:
+        expected["stage"] = int(stage)
     world, rank = dist.get_world_size(), dist.get_rank()
     micro = GLOBAL_BATCH // world
     torch.manual_seed(4321)  # not the fixture's weights: the load must replace them
@@ -65,7 +70,7 @@ def run_case(case_dir: Path) -> dict:
 def main() -> None:
     ds.full.init_distributed()
     out_file = Path(sys.argv[1])
-    results = {Path(c).name: run_case(Path(c)) for c in sys.argv[2:]}
+    results = {Path(c).name: run_case(c) for c in sys.argv[2:]}
     if dist.get_rank() == 0:
         out_file.write_text(json.dumps(results))
 

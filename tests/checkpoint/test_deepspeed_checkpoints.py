@@ -22,6 +22,8 @@ FIXTURES = Path(__file__).with_name("deepspeed_fixtures")
 WORKER = Path(__file__).with_name("_deepspeed_worker.py")
 DS = Path(sys.executable).with_name("ds")
 CASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())
+# Saved at one ZeRO stage, loaded into another ds stage: the continuation does not change.
+CROSS_STAGE = ["stage1_fp32@3", "stage3_fp32@0", "universal_stage2_fp32@1", "stage3_bf16@2"]
 
 
 def _expected(case: str) -> dict:
@@ -40,7 +42,7 @@ def test_fixtures_are_real_deepspeed_checkpoints() -> None:
 def _run(world: int, tmp_path: Path) -> dict:
     out = tmp_path / f"world{world}.json"
     cmd = [str(DS), "run", "--nproc", str(world), str(WORKER), str(out)]
-    cmd += [str(FIXTURES / c) for c in CASES]
+    cmd += [str(FIXTURES / c) for c in CASES] + [str(FIXTURES / c) for c in CROSS_STAGE]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -53,9 +55,9 @@ def _run(world: int, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("world", [1, 3])
 def test_continuation_matches_deepspeed(world: int, tmp_path: Path) -> None:
     got = _run(world, tmp_path)
-    assert sorted(got) == CASES
-    for case in CASES:
-        exp, g = _expected(case), got[case]
+    assert sorted(got) == sorted(CASES + CROSS_STAGE)
+    for case in CASES + CROSS_STAGE:
+        exp, g = _expected(case.partition("@")[0]), got[case]
         assert g["global_steps_loaded"] == 5, case
         assert g["global_steps"] == exp["global_steps"] == 15, case
         assert g["client_state"] == exp["client_state"], case
@@ -114,7 +116,9 @@ def test_unsupported_layout_is_one_line_naming_what_was_found(tmp_path: Path) ->
     tag = (ckpt / "latest").read_text().strip()
     src = ckpt / tag / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
     shutil.copy(src, ckpt / tag / "zero_pp_rank_0_mp_rank_01_optim_states.pt")
-    shutil.copy(ckpt / tag / "mp_rank_00_model_states.pt", ckpt / tag / "mp_rank_01_model_states.pt")
+    shutil.copy(
+        ckpt / tag / "mp_rank_00_model_states.pt", ckpt / tag / "mp_rank_01_model_states.pt"
+    )
     with pytest.raises(CheckpointError) as err:
         DeepSpeedCheckpoint(str(ckpt))
     msg = str(err.value)
@@ -135,7 +139,9 @@ def test_deepspeed_objects_load_inert(tmp_path: Path) -> None:
     from ds.checkpoint.deepspeed_format import InertRecord, load_file
 
     tag = (FIXTURES / "stage2_bf16" / "latest").read_text().strip()
-    sd = load_file(str(FIXTURES / "stage2_bf16" / tag / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"))
+    sd = load_file(
+        str(FIXTURES / "stage2_bf16" / tag / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    )
     osd = sd["optimizer_state_dict"]
     assert isinstance(osd["loss_scaler"], InertRecord) and osd["loss_scaler"].cur_scale == 1.0
     assert int(osd["zero_stage"]) == 2
