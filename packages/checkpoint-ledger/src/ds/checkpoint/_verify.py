@@ -197,12 +197,16 @@ def verify_file(
     public_key: str | None = None,
     *,
     strict: bool = False,
+    stored_heads: bool = True,
 ) -> VerificationResult:
     """Full verification: chain, torn tail, keys, every stored and given tree head, coverage.
 
     ``public_key`` pins the ledger's (first) signing key: heads become mandatory, unsigned or
     otherwise-signed heads fail, and so does any record no signed head covers. ``strict`` asks the
     same of an unpinned ledger (signed heads, full coverage, a ``.heads`` file).
+    ``stored_heads=False`` ignores ``.heads`` (evidence whoever can write the file controls) and
+    checks the file against ``trusted_heads`` alone: the check of whoever holds the run's final
+    head (the last checkpoint's ``ledger_head.json``).
     """
     demanding = strict or public_key is not None
     s = scan(path)
@@ -210,8 +214,8 @@ def verify_file(
         return _fail(s, 0, f"ledger file {path} does not exist")
     if s.reason is not None:
         return VerificationResult(False, s.records, s.first_bad_index, s.reason)
-    stored = read_heads(path)
-    if demanding and not os.path.exists(heads_path(path)):
+    stored = read_heads(path) if stored_heads else []
+    if demanding and stored_heads and not os.path.exists(heads_path(path)):
         return _fail(
             s,
             0,
