@@ -237,3 +237,37 @@ def test_malformed_cli_input_is_one_line_and_exit_2(tmp_path: Path, capsys, args
     assert ledger_main(["verify", str(path), *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+# -- item 1/3: the last checkpoint carries the final head; the key can be pinned ------------------
+def test_checkpoint_carries_the_final_head_and_pins_the_key(tmp_path: Path, capsys) -> None:
+    import torch
+
+    from ds.checkpoint.cli import main as ckpt_main
+    from ds.checkpoint.engine import ShardedCheckpointEngine
+    from ds.checkpoint.sharding import shard_state
+
+    path, d = tmp_path / "run.jsonl", tmp_path / "ck"
+    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:
+        eng = ShardedCheckpointEngine(ledger=led)
+        eng.save(str(d), "t", shard_state({"w": torch.ones(4)}, 0, 1))
+        save_index = len(led) - 1
+        for i in range(4):
+            led.record_training_event("step", {"after": i})
+    final = json.loads((d / "t" / "ledger_head.json").read_text())
+    assert final["size"] == len(_lines(path))  # rewritten by close(): the run's final head
+    args = ["verify", str(d), "--ledger", str(path), "--public-key", PUB]
+    assert ckpt_main(args) == 0
+    # Cut the ledger back to the head signed at the save, with the heads after it.
+    heads = Path(heads_path(str(path))).read_text().splitlines(keepends=True)
+    path.write_bytes(b"".join(x + b"\n" for x in _lines(path)[: save_index + 1]))
+    Path(heads_path(str(path))).write_text(
+        "".join(h for h in heads if json.loads(h)["size"] <= save_index + 1)
+    )
+    assert verify_file(str(path), public_key=PUB).ok  # the ledger alone cannot tell
+    capsys.readouterr()
+    assert ckpt_main(args) == 1
+    assert "records were removed" in capsys.readouterr().out
+    # A pinned key other than the ledger's fails the checkpoint check too.
+    other_pub = signing.public_hex(signing.load_private_key(OTHER))
+    assert ckpt_main(["verify", str(d), "--ledger", str(path), "--public-key", other_pub]) == 1
