@@ -228,6 +228,23 @@ CASES: list[Case] = [
         base=False,
         note="per-head fused qkv, sequential blocks, biases",
     ),
+    Case(
+        "falcon-alibi",
+        "FalconConfig",
+        "FalconForCausalLM",
+        dict(
+            vocab_size=512,
+            hidden_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            multi_query=False,
+            parallel_attn=False,
+            bias=True,
+            alibi=True,
+        ),
+        base=False,
+        note="RW layout with ALiBi, 6 heads (non-power-of-two slopes)",
+    ),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -17,7 +17,7 @@ from family_models import BY_NAME, CASES, build
 from inference_models import hf_greedy, prompts
 
 from ds.inference import SamplingParams, build_engine, generate
-from ds.interfaces.errors import ConfigError
+from ds.interfaces.errors import ConfigError, KernelError
 
 NAMES = [c.name for c in CASES]
 NEW_TOKENS = 8
@@ -140,14 +140,11 @@ def _tiny(name: str) -> Any:
     return build(BY_NAME[name])
 
 
-def test_falcon_alibi_is_refused() -> None:
-    import transformers
-
-    cfg = transformers.FalconConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, alibi=True
-    )
-    with pytest.raises(ConfigError, match="alibi"):
-        build_engine(transformers.FalconForCausalLM(cfg).eval(), ENGINE)
+def test_triton_attention_refuses_alibi() -> None:
+    pytest.importorskip("triton")
+    engine = build_engine(_tiny("falcon-alibi"), {**ENGINE, "attention": "triton"})
+    with pytest.raises(KernelError, match="ALiBi"):
+        engine.put([0], [[1, 2, 3]])
 
 
 def test_unknown_rope_type_is_a_clear_error() -> None:

@@ -5,10 +5,14 @@ Every query token attends causally to its own sequence's cached tokens (the curr
 keys are written to the cache before attention runs). Two options, as transformers applies them:
 ``window`` (sliding-window attention: the query at position ``p`` sees keys at positions
 ``> p - window``) and ``softcap`` (scores become ``softcap * tanh(scores / softcap)`` before the
-mask, Gemma 2).
+mask, Gemma 2). A third, ``alibi`` (per-head slopes [heads]), adds ALiBi's position bias to
+the scaled scores the way transformers' Falcon builds it: ``slope * key_position`` rounded
+through bfloat16, divided by ``sqrt(head_dim)``.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +32,27 @@ def write_kv(
     v_cache.view(kvh, nb * bs, d).index_copy_(1, slot_mapping, v.transpose(0, 1).to(v_cache.dtype))
 
 
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes, computed as transformers' ``build_alibi_tensor`` does."""
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(closest) - 3))), dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + closest, dtype=torch.int32))
+    if closest != num_heads:
+        extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest) - 3))), dtype=torch.float32)
+        remaining = min(closest, num_heads - closest)
+        powers = torch.arange(1, 1 + 2 * remaining, 2, dtype=torch.int32)
+        slopes = torch.cat([slopes, torch.pow(extra, powers)])
+    return slopes
+
+
+def alibi_bias(
+    slopes: torch.Tensor, key_positions: torch.Tensor, head_dim: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """[heads, keys] bias; the product is taken in bfloat16 as transformers takes it."""
+    bias = (slopes.bfloat16()[:, None] * key_positions[None, :]).to(dtype)
+    return bias / math.sqrt(head_dim)
+
+
 # Decodes are processed in groups of similar context length so each group pads its gathered
 # keys only to its own longest context, not the batch's.
 _DECODE_GROUP = 8
@@ -42,16 +67,17 @@ def _decode(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     s = q.shape[0]
     if s <= _DECODE_GROUP:
-        return _decode_group(q, k_cache, v_cache, tables, ctx, scale, window, softcap)
+        return _decode_group(q, k_cache, v_cache, tables, ctx, scale, window, softcap, alibi)
     order = torch.argsort(ctx)
     out = torch.empty_like(q)
     for a in range(0, s, _DECODE_GROUP):
         rows = order[a : a + _DECODE_GROUP]
         out[rows] = _decode_group(
-            q[rows], k_cache, v_cache, tables[rows], ctx[rows], scale, window, softcap
+            q[rows], k_cache, v_cache, tables[rows], ctx[rows], scale, window, softcap, alibi
         )
     return out
 
@@ -65,6 +91,7 @@ def _decode_group(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One query per sequence: gather every sequence's blocks at once, mask the tail."""
     s, h, d = q.shape
@@ -81,6 +108,9 @@ def _decode_group(
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     kpos = torch.arange(first * bs, (first + nblk) * bs, device=q.device)[None, :]
+    if alibi is not None:
+        bias = alibi_bias(alibi, kpos[0], d, q.dtype).float()  # [h, keys]
+        scores = scores + bias.view(kvh, 1, h // kvh, -1)
     valid = kpos < ctx[:, None]
     if window is not None:
         valid &= kpos >= ctx[:, None] - window
@@ -98,6 +128,7 @@ def _prefill_one(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Queries of one sequence (the last ``q.shape[0]`` positions of its ``ctx`` tokens)."""
     n, h, d = q.shape
@@ -108,8 +139,8 @@ def _prefill_one(
     v = v_cache[:, idx].reshape(kvh, nblk * bs, d)[:, :ctx].to(q.dtype)
     qt = q.transpose(0, 1)
     gqa = kvh != h
-    if softcap is not None or (window is not None and ctx > window):
-        return _prefill_masked(qt, k, v, ctx, scale, window, softcap).transpose(0, 1)
+    if softcap is not None or alibi is not None or (window is not None and ctx > window):
+        return _prefill_masked(qt, k, v, ctx, scale, window, softcap, alibi).transpose(0, 1)
     if n == ctx:
         out = F.scaled_dot_product_attention(qt, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
@@ -127,6 +158,7 @@ def _prefill_masked(
     scale: float,
     window: int | None,
     softcap: float | None,
+    alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Explicit scores (softcapping cannot go through SDPA); a window drops the keys no query of
     this chunk can see before any product is formed. ``qt`` [h, n, d], ``k``/``v`` [kvh, ctx, d]."""
@@ -143,6 +175,9 @@ def _prefill_masked(
     scores = torch.matmul(qg, k.float()[:, None].transpose(-1, -2)) * scale  # [kvh, g, n, ctx]
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
+    if alibi is not None:
+        bias = alibi_bias(alibi, kpos[0], d, qt.dtype).float()  # [h, keys]
+        scores = scores + bias.view(kvh, h // kvh, 1, -1)
     scores = scores.masked_fill(~visible, float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1), v.float()[:, None])
     return out.reshape(h, n, d).to(qt.dtype)
@@ -156,11 +191,20 @@ def paged_attention(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
     if batch.all_decode:
         return _decode(
-            q, k_cache, v_cache, batch.block_tables, batch.context_lens, scale, window, softcap
+            q,
+            k_cache,
+            v_cache,
+            batch.block_tables,
+            batch.context_lens,
+            scale,
+            window,
+            softcap,
+            alibi,
         )
     out = torch.empty_like(q)
     qlens = batch.query_lens
@@ -179,12 +223,21 @@ def paged_attention(
             scale,
             window,
             softcap,
+            alibi,
         )
     for i, n in enumerate(qlens):
         if n == 1:
             continue
         a = starts[i]
         out[a : a + n] = _prefill_one(
-            q[a : a + n], k_cache, v_cache, batch.block_tables[i], ctxs[i], scale, window, softcap
+            q[a : a + n],
+            k_cache,
+            v_cache,
+            batch.block_tables[i],
+            ctxs[i],
+            scale,
+            window,
+            softcap,
+            alibi,
         )
     return out

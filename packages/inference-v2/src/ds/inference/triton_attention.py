@@ -113,8 +113,11 @@ def paged_attention_triton(
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
+    alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
+    if alibi is not None:
+        raise KernelError("the Triton kernel has no ALiBi bias; use attention='torch'")
     t, h, d = q.shape
     kvh, _, bs, _ = k_cache.shape
     if bs & (bs - 1):

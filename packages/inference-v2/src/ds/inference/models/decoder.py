@@ -57,6 +57,7 @@ class RaggedDecoder:
     max_context: int | None
     scale: float
     softcap: float | None = None
+    alibi: torch.Tensor | None = None  # ALiBi slopes per head, for families without rope
     windows: list[int | None]
     rotary: Rotary | None
 
@@ -114,6 +115,8 @@ class RaggedDecoder:
             extra["window"] = self.windows[i]
         if self.softcap is not None:
             extra["softcap"] = self.softcap
+        if self.alibi is not None:
+            extra["alibi"] = self.alibi
         a = self.attention(
             q,
             cache.keys[i],

@@ -4,7 +4,7 @@ RW variant): fused ``query_key_value``, LayerNorm, GELU MLP, attention and MLP i
 The fused projection is laid out three ways, as in transformers: grouped (new architecture:
 per KV group its queries, then one key and one value), multi-query (all queries, then one key and
 one value) and per head (query, key, value of each head in turn). ALiBi Falcons (``alibi: true``,
-the RW-1B family) are refused.
+the RW family) take ALiBi's position bias instead of rotary embeddings.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ds.inference.attention import alibi_slopes
 from ds.inference.kv_cache import KVCache
 from ds.inference.models.blocks import (
     DenseLinear,
@@ -56,11 +57,6 @@ class FalconModel(RaggedDecoder):
         linear_factory: LinearFactory | None = None,
     ) -> None:
         super().__init__(config, dtype)
-        if config.get("alibi"):
-            raise ConfigError(
-                "Falcon with alibi=true (ALiBi positions, the RW-1B family) is not supported; "
-                "rotary Falcons (7B, 40B, 180B) are"
-            )
         hidden, heads, layers, vocab = required(
             config,
             "hidden_size",
@@ -92,7 +88,11 @@ class FalconModel(RaggedDecoder):
         head = w.maybe("lm_head.weight")
         self.lm_head = DenseLinear(self.embed_w if head is None else head, None)
         w.finish()
-        self.rotary = Rotary(self.head_dim, rope_parameters(config), device)
+        if config.get("alibi"):
+            self.rotary = None
+            self.alibi = alibi_slopes(self.num_heads).to(device)
+        else:
+            self.rotary = Rotary(self.head_dim, rope_parameters(config), device)
         self.windows = [None] * self.num_layers
 
     def embed(self, batch: RaggedBatch) -> torch.Tensor:
