@@ -4,7 +4,12 @@ The peer does the minimum a hash chain needs (canonical JSON, SHA-256, one write
 adds the Merkle leaf and tree update and flushes every record to the OS. ``fsync`` mode makes each
 record power-loss durable and is measured on fewer events.
 
-    .venv/bin/python tools/bench/ledger.py [--events 50000]
+``--baseline REV`` (default: the ledger before it took a writer lock, cut failed appends back and
+signed heads at every commit point) loads ``ledger.py`` as it was at that git revision and measures
+it in the same run, interleaved round by round with the current one, so the two are side by side
+under the same machine load.
+
+    .venv/bin/python tools/bench/ledger.py [--events 50000] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -23,13 +28,33 @@ from harness import Bench
 
 from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, verify_file
 
+BASELINE = "731abe2725c0b91c1bd6c0133501f7a4a998e8b8"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _baseline_module(rev: str):  # type: ignore[no-untyped-def]
+    """ds.checkpoint.ledger as it was at ``rev`` (its imports resolve to today's helpers)."""
+    import subprocess
+    import types
+
+    src = subprocess.run(
+        ["git", "show", f"{rev}:packages/checkpoint-ledger/src/ds/checkpoint/ledger.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    mod = types.ModuleType("ds_ledger_baseline")
+    exec(compile(src, f"ledger.py@{rev[:7]}", "exec"), mod.__dict__)
+    return mod
+
 
 def _payload(i: int) -> dict[str, object]:
     return {"step": i, "loss": 2.5 / (i + 1), "lr": 3e-4, "grad_norm": 0.9, "samples": 64}
 
 
-def _ds(path: str, n: int, fsync: bool = False) -> float:
-    led = TechnicalDueDiligenceLedger(path, fsync=fsync)
+def _ds(path: str, n: int, fsync: bool = False, cls: type = TechnicalDueDiligenceLedger) -> float:
+    led = cls(path, fsync=fsync)
     t0 = time.perf_counter()
     for i in range(n):
         led.record_training_event("step", _payload(i))
@@ -58,33 +83,42 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline", default=BASELINE, help="git revision of the 'before' ledger")
     args = ap.parse_args()
     n = args.events
+    base = _baseline_module(args.baseline)
+    before = f"ds before ({args.baseline[:7]})"
     bench = Bench("ledger", peer="plain-hash-chain", unit="s")
     d = tempfile.mkdtemp(prefix="ds-ledger-bench-")
-    times: dict[str, list[float]] = {"ds": [], "plain-hash-chain": [], "ds verify": []}
+    impls = {"ds": TechnicalDueDiligenceLedger, before: base.TechnicalDueDiligenceLedger}
+    verifiers = {"ds": verify_file, before: base.verify_file}
+    times: dict[str, list[float]] = {k: [] for k in [*impls, "plain-hash-chain"]}
+    vtimes: dict[str, list[float]] = {k: [] for k in impls}
     for r in range(args.rounds):
-        p = os.path.join(d, f"ds{r}.jsonl")
-        times["ds"].append(_ds(p, n))
+        for name, cls in impls.items():
+            p = os.path.join(d, f"{name[:9].replace(' ', '_')}{r}.jsonl")
+            times[name].append(_ds(p, n, cls=cls))
+            t0 = time.perf_counter()
+            assert verifiers[name](p).ok
+            vtimes[name].append(time.perf_counter() - t0)
         times["plain-hash-chain"].append(_plain_chain(os.path.join(d, f"plain{r}.jsonl"), n))
-        t0 = time.perf_counter()
-        assert verify_file(p).ok
-        times["ds verify"].append(time.perf_counter() - t0)
     case = f"{n} step events"
-    for impl in ("ds", "plain-hash-chain"):
-        rate = n / sorted(times[impl])[len(times[impl]) // 2]
-        bench.add(impl, f"append {case}", times[impl], events_per_s=rate)
-    bench.add(
-        "ds",
-        f"verify {case}",
-        times["ds verify"],
-        events_per_s=n / sorted(times["ds verify"])[args.rounds // 2],
-    )
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    for impl, ts in times.items():
+        bench.add(impl, f"append {case}", ts, events_per_s=n / med(ts))
+    for impl, ts in vtimes.items():
+        bench.add(impl, f"verify {case}", ts, events_per_s=n / med(ts))
     nf = max(200, n // 100)
-    tf = [_ds(os.path.join(d, f"f{r}.jsonl"), nf, fsync=True) for r in range(3)]
-    bench.add(
-        "ds (fsync each record)", f"append {nf} step events", tf, events_per_s=nf / sorted(tf)[1]
-    )
+    for name, cls in impls.items():
+        tf = [
+            _ds(os.path.join(d, f"f{name[:2]}{r}.jsonl"), nf, fsync=True, cls=cls) for r in range(3)
+        ]
+        bench.add(
+            f"{name} (fsync each record)",
+            f"append {nf} step events",
+            tf,
+            events_per_s=nf / sorted(tf)[1],
+        )
     bench.report()
 
 
