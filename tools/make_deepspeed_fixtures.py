@@ -39,6 +39,7 @@ def main() -> None:
     from deepspeed_fixture_spec import (
         CASES,
         CONTINUE_STEPS,
+        FROZEN_CASES,
         GLOBAL_BATCH,
         SAVE_STEPS,
         TinyNet,
@@ -70,6 +71,11 @@ def main() -> None:
         dist.all_reduce(mean)
         return float(mean) / world
 
+    only_frozen = "--only-frozen" in sys.argv
+    for name, stage in FROZEN_CASES.items():
+        _frozen_case(out / name, stage, micro, rank)
+    if only_frozen:
+        return
     for name, (stage, precision) in CASES.items():
         cfg = config(stage, precision, micro)
         case_dir = out / name
@@ -119,6 +125,37 @@ def main() -> None:
 
     if rank == 0:
         _universal(out)
+    dist.barrier()
+
+
+def _frozen_case(case_dir: Path, stage: int, micro: int, rank: int) -> None:
+    """A frozen first layer: trained SAVE_STEPS steps and saved; its frozen weights are still the
+    seed-1234 initial ones, which is what the export test checks."""
+    import deepspeed
+    import deepspeed.comm as dist
+    from deepspeed_fixture_spec import SAVE_STEPS, TinyNet, batch, config
+
+    if rank == 0 and case_dir.exists():
+        shutil.rmtree(case_dir)
+    dist.barrier()
+    torch.manual_seed(1234)
+    model = TinyNet(freeze_fc1=True)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    eng, _, _, _ = deepspeed.initialize(model=model, model_parameters=trainable,
+                                        config=config(stage, "fp32", micro))  # fmt: skip
+    for step in range(SAVE_STEPS):
+        x, y = batch(step)
+        loss = eng(x[rank * micro : (rank + 1) * micro], y[rank * micro : (rank + 1) * micro])
+        eng.backward(loss)
+        eng.step()
+    eng.save_checkpoint(str(case_dir))
+    dist.barrier()
+    if rank == 0:
+        for script in ("zero_to_fp32.py", "zero_to_torch.py"):
+            (case_dir / script).unlink(missing_ok=True)
+        meta = {"stage": stage, "frozen": ["fc1.weight", "fc1.bias"],
+                "deepspeed_version": deepspeed.__version__}  # fmt: skip
+        (case_dir / "frozen.json").write_text(json.dumps(meta, indent=1) + "\n")
     dist.barrier()
 
 

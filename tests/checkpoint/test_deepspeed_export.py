@@ -96,3 +96,26 @@ def test_bad_shard_size_is_explained(tmp_path: Path, capsys: pytest.CaptureFixtu
     args = ["export", str(FIXTURES / "stage2_fp32"), str(tmp_path), "--max_shard_size", "lots"]
     assert main(args) == 2
     assert "5GB, 500MB or 2GiB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["frozen_stage2_fp32", "frozen_stage3_fp32"])
+def test_frozen_parameters_exported_unless_excluded(case: str, tmp_path: Path) -> None:
+    """fc1 is frozen in these fixtures: DeepSpeed keeps it apart (whole at stage 2, one fragment
+    per rank at stage 3). Untrained, it still holds the seed-1234 initial weights."""
+    sys.path.insert(0, str(FIXTURES))
+    from deepspeed_fixture_spec import TinyNet
+
+    torch.manual_seed(1234)
+    init = TinyNet(freeze_fc1=True).state_dict()
+    _export(str(FIXTURES / case), str(tmp_path / "all"), "--safe_serialization")
+    got = load_file(tmp_path / "all" / "model.safetensors")
+    assert sorted(got) == ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]
+    for name in ("fc1.weight", "fc1.bias"):
+        torch.testing.assert_close(got[name], init[name], rtol=0, atol=0)
+    assert not torch.equal(got["fc2.weight"], init["fc2.weight"])  # trained
+    _export(str(FIXTURES / case), str(tmp_path / "trainable"), "--safe_serialization",
+            "--exclude_frozen_parameters")  # fmt: skip
+    assert sorted(load_file(tmp_path / "trainable" / "model.safetensors")) == [
+        "fc2.bias",
+        "fc2.weight",
+    ]

@@ -18,11 +18,18 @@ CASES: dict[str, tuple[int, str]] = {
 }
 
 
+# Checkpoints of a model whose first layer is frozen (requires_grad=False): DeepSpeed keeps frozen
+# parameters apart (whole in the module state at stages 0-2, as fragments at stage 3); they test
+# export with and without --exclude_frozen_parameters. Saved only (no continuation recorded).
+FROZEN_CASES: dict[str, int] = {"frozen_stage2_fp32": 2, "frozen_stage3_fp32": 3}
+
+
 class TinyNet(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, freeze_fc1: bool = False) -> None:
         super().__init__()
         self.fc1 = torch.nn.Linear(8, 16)
         self.fc2 = torch.nn.Linear(16, 4)
+        self.fc1.requires_grad_(not freeze_fc1)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         out = self.fc2(torch.tanh(self.fc1(x)))

@@ -295,9 +295,7 @@ class DeepSpeedCheckpoint:
             t = module.get(n)
             if isinstance(t, torch.Tensor):
                 self._whole(f"buffer.{n}", t)
-        for n, t in (self.model_states.get("frozen_param_fragments") or {}).items():
-            if isinstance(t, torch.Tensor):
-                self._whole(f"frozen.{n}", t.reshape(tuple(frozen.get(n, t.shape))))
+        self._build_frozen(frozen, module)
         if self.universal:
             self._build_universal(param_names, shapes, module)
         elif self.optim_files:
@@ -319,6 +317,43 @@ class DeepSpeedCheckpoint:
                 del self.tensors[n]  # in fp32 the masters are the weights
         self._build_objects()
 
+    def _build_frozen(self, shapes: Mapping[str, Any], module: Mapping[str, Any]) -> None:
+        """Frozen (requires_grad=False) parameters: whole in the module state at stages 0-2; at
+        stage 3 each rank's model-states file holds its ceil(numel / world) fragment."""
+        if self.stage < 3:
+            fragments = self.model_states.get("frozen_param_fragments") or {}
+            for n, shape in shapes.items():
+                t = (
+                    fragments.get(n)
+                    if isinstance(fragments.get(n), torch.Tensor)
+                    else module.get(n)
+                )
+                if isinstance(t, torch.Tensor) and t.numel() == _numel(shape):
+                    self._whole(f"frozen.{n}", t.reshape(tuple(shape)))
+            return
+        files = sorted(
+            (n for n in os.listdir(self.path) if _ZERO_MODEL.match(n)),
+            key=lambda n: _rank_of(_ZERO_MODEL, n, 1),
+        )
+        world = len(files)
+
+        def fragment(r: int, name: str) -> torch.Tensor:
+            t = (self._load(files[r]).get("frozen_param_fragments") or {})[name]
+            assert isinstance(t, torch.Tensor)
+            return t
+
+        for n, shape in shapes.items():
+            numel = _numel(shape)
+            per_rank = math.ceil(numel / max(world, 1))
+            pieces = [
+                _Piece(r * per_rank, min(per_rank, numel - r * per_rank),
+                       functools.partial(fragment, r, n), 0)
+                for r in range(world)
+                if r * per_rank < numel
+            ]  # fmt: skip
+            dtype = fragment(0, n).dtype
+            self._add(f"frozen.{n}", shape, dtype, pieces)
+
     def _build_stage0(self, module: Mapping[str, Any]) -> None:
         """Stage 0 (no partitioned optimizer): whole weights in ``module``; ``optimizer`` is a
         torch optimizer state dict (fp32) or, with bf16/fp16, DeepSpeed's wrapper holding the
@@ -326,7 +361,9 @@ class DeepSpeedCheckpoint:
         names = [
             n
             for n, t in module.items()
-            if isinstance(t, torch.Tensor) and f"buffer.{n}" not in self.tensors
+            if isinstance(t, torch.Tensor)
+            and f"buffer.{n}" not in self.tensors
+            and f"frozen.{n}" not in self.tensors
         ]
         for n in names:
             self._whole(f"module.{n}", module[n])
