@@ -160,3 +160,13 @@ def test_old_boolean_zero_form_is_stage_1() -> None:
     cfg = load_config({"train_batch_size": 8, "zero_optimization": True, "allgather_size": 1000})
     assert cfg.zero_optimization.stage == 1
     assert cfg.zero_optimization.allgather_bucket_size == 1000
+
+
+def test_deepspeed_checkpoint_writer_block_is_accepted_and_checked() -> None:
+    cfg, messages = _load(
+        {"train_batch_size": 8, "checkpoint": {"writer": {"type": "fast", "decoupled": True}}}
+    )
+    assert cfg.checkpoint.writer == "python"  # ds's own writer name, untouched
+    assert any("DeepSpeed's writer block" in m for m in messages)
+    with pytest.raises(ConfigError, match=r"checkpoint\.writer\.type"):
+        load_config({"train_batch_size": 8, "checkpoint": {"writer": {"type": "SLOW"}}})

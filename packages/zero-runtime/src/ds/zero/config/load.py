@@ -37,7 +37,7 @@ def load_config(source: ConfigSource) -> DsConfig:
         return source
     prepared = prepare(_read(source), lambda path: _known_keys(DsConfig, path))
     data = prepared.data
-    lines = list(prepared.problems)
+    lines = list(prepared.problems) + _deepspeed_writer(data, prepared.ignored)
     cfg: DsConfig | None = None
     try:
         cfg = DsConfig.model_validate(data)
@@ -55,6 +55,27 @@ def load_config(source: ConfigSource) -> DsConfig:
         )
     _warn_unimplemented(data)
     return cfg
+
+
+def _deepspeed_writer(data: dict[str, Any], ignored: list[str]) -> list[str]:
+    """DeepSpeed's ``checkpoint.writer`` is a block (``{"type": "FAST", ...}``); ds's is the name
+    of its writer ("python" or "aio"). DeepSpeed's block is checked as DeepSpeed checks it, then
+    set aside with a warning: ds writes with its default writer."""
+    ckpt = data.get("checkpoint")
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("writer"), dict):
+        return []
+    from ds.zero.config.sections import CheckpointWriterConfig
+
+    block = ckpt.pop("writer")
+    try:
+        CheckpointWriterConfig.model_validate(block)
+    except ValidationError as exc:
+        return [f"checkpoint.writer.{line}" for line in _lines(exc)]
+    ignored.append(
+        "checkpoint.writer (DeepSpeed's writer block; accepted, not acted on: ds writes with "
+        "checkpoint.writer='python' unless set to 'python' or 'aio')"
+    )
+    return []
 
 
 def _ignored_note(ignored: list[str]) -> str:
