@@ -33,3 +33,45 @@ def test_flags_override_config_file(tmp_path: Path) -> None:
 def test_bad_model_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([str(tmp_path / "nope")]) == 2
     assert "config.json" in capsys.readouterr().out
+
+
+def test_vllm_style_options_map_to_the_engine_config() -> None:
+    args = _parser().parse_args(
+        [
+            "m",
+            "--max-model-len",
+            "2048",
+            "--max-num-seqs",
+            "8",
+            "--max-num-batched-tokens",
+            "256",
+            "--kv-cache-memory-bytes",
+            "1.5GiB",
+            "--quantization",
+            "int4_sym",
+            "--enable-prefix-caching",
+            "--tokenizer",
+            "tok",
+            "--chat-template",
+            "t.jinja",
+            "--api-key",
+            "k",
+        ]
+    )
+    assert _config(args) == {
+        "kv_cache": {"memory_budget_bytes": int(1.5 * 2**30)},
+        "scheduler": {"max_running": 8, "token_budget": 256},
+        "max_model_len": 2048,
+        "quantization": {"scheme": "int4_sym"},
+        "prefix_caching": True,
+    }
+    assert (args.tokenizer, args.chat_template, args.api_key) == ("tok", "t.jinja", "k")
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["m", "--kv-cache-memory-bytes", "lots"])
+
+
+def test_bad_chat_template_exits_2(
+    tiny_dirs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(tiny_dirs["llama"]), "--chat-template", "no template here"]) == 2
+    assert "--chat-template" in capsys.readouterr().out
