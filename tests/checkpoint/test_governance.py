@@ -107,3 +107,31 @@ def test_config_policy_allows_what_the_config_lists(tmp_path: Path) -> None:
         assert approvals and approvals[-1]["payload"]["actor"] == "policy:config"
     finally:
         engine.ledger.close()
+
+
+def test_watched_environment_change_needs_approval_before_a_save(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("DS_TEST_WATCHED", "ring")
+    led = tmp_path / "run.jsonl"
+    engine = _engine(
+        tmp_path, ledger={"path": str(led), "approvals": {"watched_env": ["DS_TEST_WATCHED"]}}
+    )
+    try:
+        d = str(tmp_path / "ck")
+        engine.save_checkpoint(d, tag="a")
+        monkeypatch.setenv("DS_TEST_WATCHED", "tree")
+        with pytest.raises(ApprovalRequiredError, match="change_env"):
+            engine.save_checkpoint(d, tag="b")
+        b = engine.boundary
+        b.approve(b.request("change_env", "DS_TEST_WATCHED", "alice"), "bob")
+        engine.save_checkpoint(d, tag="b")
+        recs = [json.loads(line) for line in led.read_text().splitlines()]
+        change = [r for r in recs if r["kind"] == "env_change"]
+        assert change and change[0]["payload"] == {
+            "name": "DS_TEST_WATCHED",
+            "old": "ring",
+            "new": "tree",
+        }
+    finally:
+        engine.ledger.close()

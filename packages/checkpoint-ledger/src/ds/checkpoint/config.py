@@ -2,8 +2,8 @@
 
 ``checkpoint: {writer: "python" | "aio", async: bool, checksum: bool}``: ``aio`` writes through
 the asynchronous I/O handle of ds-ops-kernels and fails (naming it) when that is not installed.
-``ledger: {path, signing_key, fsync, recover_torn_tail}``: the signing key may also come from
-``$DS_LEDGER_SIGNING_KEY``. ``gate: {ddi_max, zomm_max, p99_step_latency_s_max, window,
+``ledger: {path, signing_key, fsync, recover_torn_tail, approvals}``: the signing key may also come from
+``$DS_LEDGER_SIGNING_KEY``. ``gate: {enabled, ddi_max, zomm_max, p99_step_latency_s_max, window,
 baseline_steps, warn_fraction}``: readiness thresholds.
 """
 
@@ -31,11 +31,15 @@ class LedgerConfig(BaseModel):
     signing_key: str | None = None
     fsync: bool = False
     recover_torn_tail: bool = False
+    # {policies: {operation: registered policy}, allow: [operation], watched_env: [name]}: read by
+    # the mutation boundary ds.initialize wires (docs/ledger.md, "Mutation boundaries").
+    approvals: dict[str, Any] | None = None
 
 
 class GateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    enabled: bool = True
     ddi_max: float = Field(12.0, gt=0)
     zomm_max: float = Field(1.08, gt=0)
     p99_step_latency_s_max: float = Field(0.45, gt=0)
@@ -75,7 +79,9 @@ def build_gate(config: Any = None, ledger: Any | None = None, events: Any | None
     from ds.checkpoint.gate import GateThresholds, ProductionDebtZeROGate
 
     cfg = parse_gate_config(config)
-    gate = ProductionDebtZeROGate(GateThresholds(**cfg.model_dump()), ledger=ledger)
+    gate = ProductionDebtZeROGate(
+        GateThresholds(**cfg.model_dump(exclude={"enabled"})), ledger=ledger
+    )
     if events is not None:
         gate.attach(events)
     return gate
