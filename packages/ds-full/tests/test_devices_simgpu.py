@@ -1,0 +1,37 @@
+"""Every rank of a simulated 8-GPU node trains on its own device: ds.initialize moves the CPU
+model to cuda:LOCAL_RANK (the simulated accelerator refuses a set_device to any other index)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.simgpu, pytest.mark.slow]
+
+CFG = {
+    "train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 1,
+    "steps_per_print": 10**6,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+    "zero_optimization": {"stage": 0},
+}
+
+
+def test_each_rank_lands_on_its_local_rank_device() -> None:
+    import ds.full as ds
+    from ds.full.simulate import RankContext, run_world
+
+    def train(ctx: RankContext) -> tuple[str, set[str]]:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))  # on the CPU
+        engine, *_ = ds.initialize(model=model, config=CFG)
+        x = torch.randn(2, 8, device=ctx.device)
+        engine.backward(engine(x).sum())
+        engine.step()
+        return ctx.accelerator.current_device_name(), {
+            str(p.device) for p in engine.module.parameters()
+        }
+
+    result = run_world(train, world_size=8)
+    for rank, (current, devices) in enumerate(result.values()):
+        assert current == f"cuda:{rank}"
+        assert devices == {f"cuda:{rank}"}
