@@ -161,3 +161,22 @@ def test_stale_temporaries_of_a_dead_writer_are_removed(tmp_path: Path) -> None:
     names = sorted(p.name for p in d.iterdir())
     # .old-a is stale (a is there); .old-gone was the only copy of gone: restored.
     assert names == ["a", "c", "gone", "latest"]
+
+
+def test_resume_after_a_crash_after_commit_records_it_and_asks_a_person(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    d = tmp_path / "ck"
+    ShardedCheckpointEngine().save(str(d), "t", shard_state({"w": torch.ones(4)}, 0, 1))
+    with TechnicalDueDiligenceLedger(str(path)) as led:
+        b = MutationBoundary(led, policies={"load_checkpoint": "recorded-checkpoint"})
+        eng = ShardedCheckpointEngine(ledger=led, boundary=b)
+        # The first thing a resumed run does is load: the unrecorded commit is recorded first,
+        # but the ledger never saw that save, so its policy does not approve the load.
+        with pytest.raises(ApprovalRequiredError, match="no record of saving"):
+            eng.load(str(d), "t", [LoadRequest("w", 0, 4)])
+        assert "checkpoint_recovered" in _kinds(path)
+        b.approve(b.request("load_checkpoint", str(d / "t"), "trainer"), "operator")
+        assert torch.equal(
+            eng.load(str(d), "t", [LoadRequest("w", 0, 4)]).tensors["w"].local, torch.ones(4)
+        )
+    assert _kinds(path).count("checkpoint_recovered") == 1

@@ -43,12 +43,14 @@ def checkpoint_heads(root: str, manifest: dict[str, Any]) -> tuple[list[TreeHead
     return heads, problems
 
 
-def find_save_record(ledger_path: str, manifest_sha: str, records: int) -> dict[str, Any] | None:
+def find_save_record(
+    ledger_path: str, manifest_sha: str, records: int, kinds: tuple[str, ...] = SAVE_KINDS
+) -> dict[str, Any] | None:
     with open(ledger_path, "rb") as f:
         lines = f.read().split(b"\n")[:records]
     for line in lines:
         rec = json.loads(line)
-        if rec["kind"] in SAVE_KINDS and rec["payload"].get("manifest_sha256") == manifest_sha:
+        if rec["kind"] in kinds and rec["payload"].get("manifest_sha256") == manifest_sha:
             return dict(rec)
     return None
 

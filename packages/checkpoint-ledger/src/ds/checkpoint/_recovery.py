@@ -126,12 +126,13 @@ def before_save(engine: Any, directory: str, tmp: str) -> None:
     crashed saves and record unrecorded commits."""
     if engine._boundary is not None and hasattr(engine._boundary, "check_env"):
         engine._boundary.check_env()  # a changed watched variable needs its approval first
-    seen: set[str] = engine.__dict__.setdefault("_recovered_dirs", set())
-    if directory in seen:
-        return
-    seen.add(directory)
-    clean_stale(directory, keep_tmp=tmp)
-    if engine._ledger is not None:
+    cleaned: set[str] = engine.__dict__.setdefault("_cleaned_dirs", set())
+    if directory not in cleaned:
+        cleaned.add(directory)
+        clean_stale(directory, keep_tmp=tmp)
+    recorded: set[str] = engine.__dict__.setdefault("_recorded_dirs", set())
+    if engine._ledger is not None and directory not in recorded:
+        recorded.add(directory)
         record_unrecorded(directory, engine._ledger)
 
 
@@ -150,7 +151,19 @@ def publish_head(ledger: Any, final: str) -> None:
 
 
 def require_load(engine: Any, directory: str, tag: str | None, requests: Sequence[Any]) -> None:
-    """With a mutation boundary, loading model (and optimizer) state needs approvals."""
+    """Before a load: record unrecorded commits (a resume after a crash right after a commit
+    starts here); with a mutation boundary, loading model (and optimizer) state needs approvals.
+    A ``checkpoint_recovered`` record does not satisfy the ``recorded-checkpoint`` policy: the
+    ledger never saw that save, so a person approves the load."""
+    if engine.rank == 0 and engine._ledger is not None:
+        recorded: set[str] = engine.__dict__.setdefault("_recorded_dirs", set())
+        where = os.path.abspath(directory)
+        if where not in recorded:
+            recorded.add(where)
+            try:
+                record_unrecorded(where, engine._ledger)
+            except Exception as exc:  # rank 0 alone: never diverge from the other ranks here
+                log.warning("could not record unrecorded checkpoints", error=str(exc))
     boundary = engine._boundary
     if boundary is None:
         return

@@ -131,7 +131,7 @@ def _recorded_checkpoint(intent: Record, b: MutationBoundary) -> str | None:
     from ds.checkpoint._verify import scan
 
     s = scan(path)
-    if find_save_record(path, sha, s.records) is None:
+    if find_save_record(path, sha, s.records, ("checkpoint_save",)) is None:
         return f"this run's ledger has no record of saving {intent.target} (manifest {sha[:12]})"
     return None
 
