@@ -35,3 +35,19 @@ def test_each_rank_lands_on_its_local_rank_device() -> None:
     for rank, (current, devices) in enumerate(result.values()):
         assert current == f"cuda:{rank}"
         assert devices == {f"cuda:{rank}"}
+
+
+def test_a_model_split_between_host_and_device_is_named() -> None:
+    import ds.full as ds
+    from ds.full.simulate import RankContext, run_world
+    from ds.interfaces.errors import ConfigError
+
+    def build(ctx: RankContext) -> str:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        model[0].to(ctx.device)
+        with pytest.raises(ConfigError) as err:
+            ds.initialize(model=model, config=CFG)
+        return str(err.value)
+
+    for rank, msg in enumerate(run_world(build, world_size=2).values()):
+        assert f"'1.weight' is on cpu but '0.weight' is on cuda:{rank}" in msg
