@@ -30,6 +30,8 @@ Example (what tests/simgpu does)::
 from __future__ import annotations
 
 import contextlib
+import functools
+import gc
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -81,6 +83,25 @@ class WorldResult:
 
 
 @contextlib.contextmanager
+def sim_kernels() -> Iterator[None]:
+    """While inside, the ``cpu`` and ``cuda`` kernel providers are the simulated ones
+    (:mod:`ds.full.sim_kernels`: native kernels cannot walk fake tensors)."""
+    from ds.full.sim_kernels import SimKernels
+    from ds.interfaces import registry
+
+    for kind in ("cpu", "cuda"):
+        # registry.get returns the factory's result, which ds.full then calls.
+        registry.register(
+            registry.KERNELS, kind, lambda kind=kind: functools.partial(SimKernels, kind)
+        )
+    try:
+        yield
+    finally:
+        for kind in ("cpu", "cuda"):
+            registry.unregister(registry.KERNELS, kind)
+
+
+@contextlib.contextmanager
 def _process_state(comm: StrictCommunicator, accel: SimGpuAccelerator) -> Iterator[None]:
     from ds import accel as accel_mod
     from ds import comm as comm_mod
@@ -113,31 +134,39 @@ def run_world(
     """Run ``fn`` on every rank of a simulated world and check the ranks' collectives agree."""
     world = SimWorld(world_size, local_size, capabilities)
     results: list[RankResult] = []
-    for rank in range(world_size):
-        sim = SimDevice(world.local_rank(rank), device_bytes)
-        accel = SimGpuAccelerator()
-        with world.rank(rank) as comm, sim, _process_state(comm, accel):
-            accel.set_device(sim.index)
-            value = fn(RankContext(rank, world_size, comm, sim, accel, world))
-            memory = sim.memory()
-        dev = memory.get(str(sim.device))
-        host = memory.get("cpu")
-        results.append(
-            RankResult(
-                rank,
-                value,
-                dev.peak if dev else 0,
-                dev.current if dev else 0,
-                host.peak if host else 0,
-                host.current if host else 0,
-                list(sim.host_syncs),
-                world.traffic(rank),
-                sim.copies,
-            )
-        )
+    with sim_kernels():
+        for rank in range(world_size):
+            results.append(_run_rank(fn, world, rank, device_bytes))
     if check:
         world.check()
     return WorldResult(world, results)
+
+
+def _run_rank(
+    fn: Callable[[RankContext], Any], world: SimWorld, rank: int, device_bytes: int
+) -> RankResult:
+    sim = SimDevice(world.local_rank(rank), device_bytes)
+    accel = SimGpuAccelerator()
+    with world.rank(rank) as comm, sim, _process_state(comm, accel):
+        accel.set_device(sim.index)
+        value = fn(RankContext(rank, world.world_size, comm, sim, accel, world))
+        memory = sim.memory()
+    # The rank's engine, hooks and modules form reference cycles; free them before the next
+    # rank so ranks do not pile up in memory.
+    gc.collect()
+    dev = memory.get(str(sim.device))
+    host = memory.get("cpu")
+    return RankResult(
+        rank,
+        value,
+        dev.peak if dev else 0,
+        dev.current if dev else 0,
+        host.peak if host else 0,
+        host.current if host else 0,
+        list(sim.host_syncs),
+        world.traffic(rank),
+        sim.copies,
+    )
 
 
 __all__ = ["RankContext", "RankResult", "WorldResult", "run_world"]

@@ -17,24 +17,11 @@ from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTenso
 from ds.interfaces.errors import CheckpointError
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.shard import ParamStatus, shard_of
+from ds.zero.state_codec import decode as _decode
+from ds.zero.state_codec import dtype_name as _dtype
+from ds.zero.state_codec import encode as _encode
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
-
-
-def _dtype(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return {"__tensor__": value.detach().cpu().tolist(), "dtype": _dtype(value.dtype)}
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict) and "__tensor__" in value:
-        return torch.tensor(value["__tensor__"], dtype=getattr(torch, value["dtype"]))
-    return value
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:

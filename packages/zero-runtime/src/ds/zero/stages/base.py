@@ -49,7 +49,23 @@ if TYPE_CHECKING:
     from ds.zero.config import ResolvedConfig
 
 
-_NORM_CHUNK = 1 << 20
+def _squared_norm(shards: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Sum of squares of every element of ``shards``, as a float64 scalar on ``device``.
+
+    Per-shard norms come from one ``torch._foreach_norm`` on the shards' own device (no host
+    sync, no full-size temporary); their squares are summed in float64. Shards on the host (an
+    offloaded optimizer) are summed there and the scalar is copied to ``device`` explicitly."""
+    import torch
+
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    by_device: dict[torch.device, list[torch.Tensor]] = {}
+    for g in shards:
+        by_device.setdefault(g.device, []).append(g)
+    for where, group in by_device.items():
+        norms = torch._foreach_norm(group)
+        part = torch.stack(norms).double().square().sum()
+        total += part if where == device else part.to(device)
+    return total
 
 
 @dataclass
@@ -130,20 +146,16 @@ class ZeroStrategy(abc.ABC):
 
     def prepare_step(self, loss_scale: float, clip: float, check_overflow: bool) -> StepReport:
         """Unscale gradients, detect overflow on any rank, compute the global norm and clip."""
-        import torch
 
         from ds.interfaces.comm import ReduceOp
 
         shards = [g for g in self.local_grad_shards() if g.numel()]
-        sq = torch.zeros((), dtype=torch.float64)
-        for g in shards:
-            # Chunked so that no full-size temporary is allocated; squares summed in float64.
-            for chunk in g.reshape(-1).split(_NORM_CHUNK):
-                sq += torch.linalg.vector_norm(chunk).double() ** 2
+        sq = _squared_norm(shards, self._norm_device(shards))
         # One float64 reduction carries the squared norm; inf/nan in any rank's gradients makes
         # the sum non-finite everywhere, which is the cross-rank overflow signal.
         if self.grads_partitioned and self.ctx.comm is not None and self.ctx.world_size > 1:
             self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.group))  # type: ignore[union-attr]
+        # The step's one host sync: overflow skips the step, and the norm is reported.
         total = float(sq)
         overflow = not math.isfinite(total)
         if overflow and not check_overflow:
@@ -158,6 +170,16 @@ class ZeroStrategy(abc.ABC):
             for g in shards:
                 g.mul_(factor)
         return StepReport(False, norm)
+
+    def _norm_device(self, shards: Sequence[torch.Tensor]) -> torch.device:
+        """Where the squared norm is summed and reduced: the model's device (the communicator's,
+        on every backend), whatever device the gradient shards live on."""
+        import torch
+
+        device = self.ctx.device
+        if device is None:
+            return shards[0].device if shards else torch.device("cpu")
+        return torch.device(device)
 
     @abc.abstractmethod
     def step(self) -> None:

@@ -1,0 +1,172 @@
+"""Kernel providers for the simulated GPU world: the real providers' contracts on fake tensors.
+
+Native kernels read tensor memory through DLPack, and fake tensors have none, so under
+:func:`ds.full.simulate.run_world` the ``cpu`` and ``cuda`` entries of ``ds.kernels`` are these:
+the same optimizer updates written as torch ops (they allocate what a fused kernel allocates:
+nothing), plus the placement rule each real provider imposes. The ``cpu`` provider refuses any
+tensor that is not on the host (a host kernel handed a device tensor is the bug it catches), the
+``cuda`` provider any tensor not on the rank's device. NVMe I/O handles check that buffers are
+host tensors and count the bytes each file would receive; reads return nothing (no values).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ds.interfaces.errors import KernelError
+from ds.interfaces.kernels import AdagradHyper, AdamHyper, LionHyper, QuantizedTensor
+
+
+class SimAsyncIO:
+    """``AsyncIOHandle`` that moves no bytes: it checks buffers and counts them per file."""
+
+    def __init__(self) -> None:
+        self.written: dict[str, int] = defaultdict(int)
+        self.read: dict[str, int] = defaultdict(int)
+        self._pending = 0
+
+    def _host(self, op: str, buffer: torch.Tensor) -> int:
+        if buffer.device.type != "cpu":
+            raise KernelError(
+                f"aio {op} got a buffer on {buffer.device}; file I/O reads and writes host "
+                "memory: copy device tensors to a (pinned) host buffer first"
+            )
+        return int(buffer.numel() * buffer.element_size())
+
+    def sync_pwrite(self, buffer: torch.Tensor, path: str, offset: int = 0) -> int:
+        n = self._host("write", buffer)
+        self.written[path] += n
+        return n
+
+    def sync_pread(self, buffer: torch.Tensor, path: str, offset: int = 0) -> int:
+        n = self._host("read", buffer)
+        self.read[path] += n
+        return n
+
+    def async_pwrite(self, buffer: torch.Tensor, path: str, offset: int = 0) -> None:
+        self.sync_pwrite(buffer, path, offset)
+        self._pending += 1
+
+    def async_pread(self, buffer: torch.Tensor, path: str, offset: int = 0) -> None:
+        self.sync_pread(buffer, path, offset)
+        self._pending += 1
+
+    def wait(self) -> int:
+        done, self._pending = self._pending, 0
+        return done
+
+    def new_pinned_buffer(self, num_bytes: int) -> torch.Tensor:
+        return torch.empty(num_bytes, dtype=torch.uint8)
+
+    def free_pinned_buffer(self, buffer: torch.Tensor) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class SimKernels:
+    """``KernelProvider`` on fake tensors for one device kind (``"cpu"`` or ``"cuda"``; None:
+    any device, no placement rule)."""
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+        self.handles: list[SimAsyncIO] = []
+
+    def name(self) -> str:
+        return f"sim-{self.kind or 'any'}"
+
+    def devices(self) -> Sequence[str]:
+        return [self.kind] if self.kind else ["cpu", "cuda"]
+
+    def info(self) -> dict[str, str]:
+        return {"simd": "simulated", "threads": "1"}
+
+    def _check(self, op: str, *tensors: torch.Tensor | None) -> None:
+        if self.kind is None:
+            return
+        for t in tensors:
+            if t is not None and t.device.type != self.kind:
+                raise KernelError(
+                    f"the {self.kind} kernel provider's {op} got a tensor on {t.device}: "
+                    f"{self.kind} kernels step {self.kind} tensors; keep the master, its "
+                    "gradient and its state on one device"
+                )
+
+    def adam_step(
+        self,
+        step: int,
+        hyper: AdamHyper,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        exp_avg: torch.Tensor,
+        exp_avg_sq: torch.Tensor,
+        low_precision_out: torch.Tensor | None = None,
+    ) -> None:
+        self._check("adam_step", params, grads, exp_avg, exp_avg_sq)
+        exp_avg.mul_(hyper.beta1).add_(grads, alpha=1 - hyper.beta1)
+        exp_avg_sq.mul_(hyper.beta2).addcmul_(grads, grads, value=1 - hyper.beta2)
+        params.addcdiv_(exp_avg, exp_avg_sq.sqrt().add_(hyper.eps), value=-hyper.lr)
+        if low_precision_out is not None:
+            low_precision_out.copy_(params)
+
+    def adagrad_step(
+        self,
+        step: int,
+        hyper: AdagradHyper,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        state_sum: torch.Tensor,
+        low_precision_out: torch.Tensor | None = None,
+    ) -> None:
+        self._check("adagrad_step", params, grads, state_sum)
+        state_sum.addcmul_(grads, grads)
+        params.addcdiv_(grads, state_sum.sqrt().add_(hyper.eps), value=-hyper.lr)
+        if low_precision_out is not None:
+            low_precision_out.copy_(params)
+
+    def lion_step(
+        self,
+        step: int,
+        hyper: LionHyper,
+        params: torch.Tensor,
+        grads: torch.Tensor,
+        exp_avg: torch.Tensor,
+        low_precision_out: torch.Tensor | None = None,
+    ) -> None:
+        self._check("lion_step", params, grads, exp_avg)
+        params.add_(exp_avg.lerp(grads, 1 - hyper.beta1).sign_(), alpha=-hyper.lr)
+        exp_avg.lerp_(grads, 1 - hyper.beta2)
+        if low_precision_out is not None:
+            low_precision_out.copy_(params)
+
+    def new_state(self, like: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
+        self._check("new_state", like)
+        return torch.zeros_like(like, memory_format=torch.contiguous_format)
+
+    def quantize(self, x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
+        self._check("quantize", x)
+        groups = -(-x.numel() // group_size)
+        return QuantizedTensor(
+            torch.empty(x.numel(), dtype=torch.int8, device=x.device),
+            torch.empty(groups, dtype=torch.float32, device=x.device),
+            None,
+            tuple(x.shape),
+            group_size,
+            scheme,
+        )
+
+    def dequantize(self, q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.empty(q.shape, dtype=dtype or torch.float32, device=q.data.device)
+
+    def aio_handle(self, *args: Any, **kwargs: Any) -> SimAsyncIO:
+        handle = SimAsyncIO()
+        self.handles.append(handle)
+        return handle
+
+
+__all__ = ["SimAsyncIO", "SimKernels"]

@@ -1,0 +1,247 @@
+"""Gradient reduction of stages 0-2: bucket by bucket as backward produces the gradients.
+
+Gradients are averaged over the data-parallel ranks: multiplied by ``pre`` before the sum and by
+``post`` after it (``prescale_gradients``: 1/world before; ``gradient_predivide_factor`` f: 1/f
+before, f/world after), in ``communication_data_type`` when it is set.
+
+* Stages 0-1 reduce at accumulation boundaries only: every bucket of the group's ``flat_grad`` is
+  all-reduced (or, at stage 1 with ``reduce_scatter``, its pieces reduced to their owners), and the
+  rank keeps what it steps.
+* Stage 2 reduces every synchronised micro-step: as each parameter's gradient arrives it is copied
+  (scaled, cast) into its bucket's buffer and ``param.grad`` is released; a full bucket is reduced
+  and each rank adds its piece into its fp32 partition gradient, with an explicit copy when that
+  partition lives on the host (``offload_optimizer.device="cpu"``).
+
+All-reduce versus reduce-to-owner is a backend capability
+(``CommCapabilities.reduce_to_owner_world``): measured on gloo, one all-reduce of a bucket beats
+reducing its pieces to their owners at world 2 (gloo's reduce moves half the bytes at under half
+the rate); on NCCL the owner reduction wins from world 2.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ds.interfaces.comm import ReduceOp
+from ds.zero.stages.groups import Bucket, Group
+from ds.zero.stages.pool import BufferPool
+
+
+def _noop() -> None:
+    return None
+
+
+class GradReducer:
+    def __init__(
+        self,
+        groups: list[Group],
+        *,
+        stage: int,
+        comm: Any,
+        pg: Any,
+        world: int,
+        overlap: bool,
+        reduce_to_owner: bool,
+        pre: float,
+        post: float,
+        comm_dtype: torch.dtype | None,
+        bucket_dtype: torch.dtype,
+        pool: BufferPool,
+        timed: Callable[[Callable[[], Any]], Any],
+    ) -> None:
+        self.groups = groups
+        self.stage = stage
+        self.comm = comm
+        self.pg = pg
+        self.world = world
+        self.overlap = overlap
+        self.reduce_to_owner = reduce_to_owner
+        self.pre, self.post = pre, post
+        self.comm_dtype = comm_dtype
+        self.bucket_dtype = bucket_dtype
+        self.pool = pool
+        self.timed = timed
+        self.reduce_now = False
+        self._pending: list[tuple[Any, Callable[[], None]]] = []
+
+    # -- micro-step ------------------------------------------------------------------------------
+    def begin(self, boundary: bool, no_sync: bool) -> None:
+        if self.stage >= 2:
+            self.reduce_now = not no_sync
+        else:
+            self.reduce_now = boundary and not no_sync
+            self.attach_grad_views()
+        if self.reduce_now:
+            for group in self.groups:
+                for bucket in group.buckets:
+                    bucket.pending = len(bucket.indices)
+                    bucket.launched = False
+                    bucket.filled.clear()
+
+    def attach_grad_views(self) -> None:
+        """Stages 0-1: someone (module.zero_grad(), a client) may have replaced param.grad. Put
+        the flat views back (keeping any gradient already there); with a separate accumulation
+        buffer, fold a gradient left in param.grad into it."""
+        for group in self.groups:
+            assert group.flat_grad is not None
+            for i, p in enumerate(group.flat.params):
+                view = group.flat.view(group.flat_grad, i)
+                grad = p.grad
+                if not group.grads_are_views:
+                    if grad is not None:
+                        view.copy_(grad)
+                        p.grad = None
+                    continue
+                if grad is None or grad.data_ptr() != view.data_ptr():
+                    if grad is not None:
+                        view.copy_(grad)
+                    else:
+                        view.zero_()
+                    p.grad = view
+
+    def on_grad(self, gi: int, pi: int, param: torch.Tensor) -> None:
+        """Post-accumulate-grad hook of parameter ``pi`` of group ``gi``."""
+        group = self.groups[gi]
+        if self.stage <= 1 and not group.grads_are_views:
+            # Accumulate in the accumulation dtype (fp32 for bf16 models), not in param.grad.
+            assert group.flat_grad is not None and param.grad is not None
+            group.flat.view(group.flat_grad, pi).add_(param.grad)
+            param.grad = None
+        if not self.reduce_now:
+            return
+        bucket = group.buckets[group.bucket_of[pi]]
+        if self.stage >= 2:
+            if bucket.buffer is None:
+                bucket.buffer = self.pool.take(
+                    bucket.stop - bucket.start, group.flat.flat.device, self.bucket_dtype
+                )
+            bucket.filled.append(pi)
+            off = group.flat.offsets[pi] - bucket.start
+            assert param.grad is not None
+            dst = bucket.buffer[off : off + param.numel()]
+            # One pass: cast to the communication dtype and apply the pre-reduction scale.
+            if self.pre != 1.0:
+                torch.mul(param.grad.reshape(-1), self.pre, out=dst)
+            else:
+                dst.copy_(param.grad.reshape(-1))
+            param.grad = None
+        bucket.pending -= 1
+        if bucket.pending == 0 and self.overlap:
+            self._launch(group, bucket)
+
+    def end_backward(self) -> None:
+        if not self.reduce_now:
+            return
+        for group in self.groups:
+            for bucket in group.buckets:
+                if not bucket.launched:
+                    self._launch(group, bucket)
+        pending, self._pending = self._pending, []
+        for handle, finish in pending:
+            if handle is not None:
+                self.timed(handle.wait)
+            finish()
+        # Buffers are reused within a backward (bucket after bucket) but not kept past it.
+        self.pool.clear()
+        if self.stage <= 1:
+            for group in self.groups:
+                if not group.master_grad_is_view:
+                    assert group.flat_grad is not None
+                    group.master_grad.copy_(group.flat_grad[group.lo : group.hi])
+        self.reduce_now = False
+
+    # -- one bucket ------------------------------------------------------------------------------
+    def _launch(self, group: Group, bucket: Bucket) -> None:
+        bucket.launched = True
+        target: torch.Tensor | None = None  # stages 0-1: where the reduced values go back
+        if self.stage >= 2:
+            if bucket.buffer is None:  # no parameter of the bucket got a gradient
+                bucket.buffer = self.pool.take(
+                    bucket.stop - bucket.start, group.flat.flat.device, self.bucket_dtype
+                )
+            _zero_gaps(group, bucket, bucket.buffer)
+            data = bucket.buffer
+        else:
+            assert group.flat_grad is not None
+            data = group.flat_grad[bucket.start : bucket.stop]
+            comm_dtype = self.comm_dtype or data.dtype
+            if self.comm is not None and comm_dtype != data.dtype:
+                # Reduce a copy in the communication dtype; the result is written back in _finish.
+                target = data
+                data = self.pool.take(data.numel(), data.device, comm_dtype)
+                if self.pre != 1.0:
+                    torch.mul(target, self.pre, out=data)
+                else:
+                    data.copy_(target)
+            elif self.comm is not None and self.pre != 1.0:
+                data.mul_(self.pre)
+        finish = functools.partial(self._finish, group, bucket, data, target)
+        if self.comm is None:
+            self._pending.append((None, finish))
+            return
+        comm = self.comm
+        handles: list[Any] = []
+        if self.reduce_to_owner:
+            for owner, lo, hi in group.flat.owners(bucket.start, bucket.stop):
+                piece = data[lo - bucket.start : hi - bucket.start]
+                handles.append(
+                    self.timed(
+                        functools.partial(comm.reduce, piece, owner, ReduceOp.SUM, self.pg, True)
+                    )
+                )
+        else:
+            handles.append(
+                self.timed(functools.partial(comm.all_reduce, data, ReduceOp.SUM, self.pg, True))
+            )
+        for h in handles[:-1]:
+            self._pending.append((h, _noop))
+        self._pending.append((handles[-1], finish))
+
+    def _finish(
+        self, group: Group, bucket: Bucket, data: torch.Tensor, target: torch.Tensor | None
+    ) -> None:
+        post = self.post
+        if self.stage >= 2:
+            lo, hi = max(bucket.start, group.lo), min(bucket.stop, group.hi)
+            if lo < hi:
+                piece = data[lo - bucket.start : hi - bucket.start]
+                dst = group.master_grad[lo - group.lo : hi - group.lo]
+                if piece.device != dst.device:
+                    # The partition gradient lives on the host (optimizer offload): an explicit
+                    # device-to-host copy, never device values added into a host tensor.
+                    piece = piece.to(dst.device)
+                # Accumulated in fp32 whatever dtype the reduction ran in.
+                dst.add_(piece, alpha=post)
+            self.pool.give(data)
+            bucket.buffer = None
+            return
+        if self.world == 1:
+            return
+        # Stage 1 steps (and norms/clipping read) only the owned piece; stage 0 needs everything.
+        lo, hi = bucket.start, bucket.stop
+        if self.stage >= 1:
+            lo, hi = max(lo, group.lo), min(hi, group.hi)
+        if lo < hi:
+            piece = data[lo - bucket.start : hi - bucket.start]
+            if target is not None:
+                torch.mul(piece, post, out=target[lo - bucket.start : hi - bucket.start])
+            elif post != 1.0:
+                piece.mul_(post)
+        if target is not None:
+            self.pool.give(data)
+
+
+def _zero_gaps(group: Group, bucket: Bucket, buf: torch.Tensor) -> None:
+    # Parameters without a gradient this backward (unused) and the padding contribute zeros.
+    pos = 0
+    for pi in sorted(bucket.filled):
+        off = group.flat.offsets[pi] - bucket.start
+        if off > pos:
+            buf[pos:off].zero_()
+        pos = max(pos, off + group.flat.params[pi].numel())
+    if pos < buf.numel():
+        buf[pos:].zero_()
