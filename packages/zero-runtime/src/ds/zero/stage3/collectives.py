@@ -37,7 +37,7 @@ import torch
 
 from ds.interfaces.comm import Communicator, ReduceOp
 from ds.interfaces.errors import CommError
-from ds.zero.stage3.pool import BufferPool
+from ds.zero.stage3.pool import BufferPool, address
 from ds.zero.stage3.shard import ParamStatus, ShardState, shard_of
 
 
@@ -270,12 +270,12 @@ class Collectives:
 
     def _give(self, t: torch.Tensor | None) -> None:
         if self.pool is not None and t is not None and t.numel():
-            self.pool.give(t.data_ptr())
+            self.pool.give(address(t))
 
     def release_param(self, p: torch.nn.Parameter) -> None:
         """Drop a gathered parameter's full data, handing its buffer back to the pool."""
         s = shard_of(p)
-        ptr = p.data.data_ptr() if p.data.numel() else 0
+        ptr = address(p.data) if p.data.numel() else 0
         p.data = torch.empty(0, dtype=s.dtype, device=self.device_of(s))
         s.status = ParamStatus.NOT_AVAILABLE
         if self.pool is not None and ptr:

@@ -29,7 +29,7 @@ import torch
 
 from ds.interfaces.comm import ReduceOp
 from ds.zero.stage3.collectives import Collectives, p2p_tag
-from ds.zero.stage3.pool import BufferPool
+from ds.zero.stage3.pool import BufferPool, address
 from ds.zero.stage3.shard import ShardState
 
 
@@ -76,7 +76,7 @@ class _PeerSum:
         total = self.recvs[0].add_(self.out)
         for i in range(1, len(self.recvs)):
             total.add_(self.recvs[i])
-        ptrs = [t.data_ptr() for t in self.recvs[1:]]
+        ptrs = [address(t) for t in self.recvs[1:]]
         # No reference may survive here (a loop variable would): the pool reuses a buffer only
         # once nothing else holds it.
         self.recvs = []
@@ -271,12 +271,12 @@ class GradReducer:
         if f.first and s.grad is None and exact:
             s.grad = f.out.div_(self.world)
             if self.pool.owns(f.out):
-                self.pool.forget(f.out.data_ptr())  # the partition keeps it
+                self.pool.forget(address(f.out))  # the partition keeps it
         elif s.grad is None:
             s.grad = torch.div(f.out, self.world, out=self._partition(s, f.out.device))
         else:
             s.grad.add_(f.out / self.world)  # divide first: the same rounding as the first
-        ptrs = {t.data_ptr() for t in (f.inp, f.out) if self.pool.owns(t)}
+        ptrs = {address(t) for t in (f.inp, f.out) if self.pool.owns(t)}
         del f.inp, f.out
         for ptr in ptrs:
             self.pool.give(ptr, settle_s=0.002)
@@ -293,7 +293,7 @@ class GradReducer:
             else:
                 s.grad.add_(part / self.world)  # divide first: the same rounding as the first
         del part
-        ptrs = [b.inp.data_ptr(), b.out.data_ptr()]
+        ptrs = [address(b.inp), address(b.out)]
         b.inp = b.out = None  # type: ignore[assignment]
         for ptr in ptrs:
             self.pool.give(ptr, settle_s=0.002)

@@ -136,10 +136,16 @@ class Stage3Optimizer:
             # No autograd on masters: they are stepped in place by optimizers and kernels.
             m = torch.nn.Parameter(src, requires_grad=False)
             self._masters[s.ds_id] = m
-            if m.data_ptr() != s.shard.data_ptr():
+            if not self.shares_shard(s):
                 # GatheredParameters(modifier_rank=...) edits must reach the master copy too.
                 s.extra["on_shard_written"] = self._on_shard_written
         return m
+
+    def shares_shard(self, s: Any) -> bool:
+        """Whether ``s``'s master is its shard itself (fp32 shard where the masters live).
+        Compared by storage identity, not addresses (simulated tensors have none)."""
+        m = self._masters.get(s.ds_id)
+        return m is not None and m.data.untyped_storage() is s.shard.untyped_storage()
 
     def _on_shard_written(self, s: Any, values: torch.Tensor) -> None:
         n = values.numel()
@@ -165,7 +171,7 @@ class Stage3Optimizer:
                 self._swap.handle.wait()
                 s.extra["on_shard_written"] = self._on_shard_written
                 # The master lives on NVMe; only the working partition stays in memory.
-                if m.data.data_ptr() != s.shard.data_ptr():
+                if not self.shares_shard(s):
                     m.data = torch.empty(0)
 
     # -- step ----------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ class Stage3Optimizer:
     def _write_back(self, s: Any, master: torch.Tensor) -> None:
         if self.part.swapper is not None and s.swapped:
             self.part.swapper.write_back(s, master.to(s.dtype))
-        elif master.data_ptr() != s.shard.data_ptr():
+        elif master.untyped_storage() is not s.shard.untyped_storage():
             s.shard.copy_(master)
 
     def _step_torch(self) -> None:

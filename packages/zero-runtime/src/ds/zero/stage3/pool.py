@@ -30,6 +30,19 @@ def _use_count(t: torch.Tensor) -> int:
     return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
 
 
+def address(t: torch.Tensor) -> int:
+    """``t``'s first element as a key: its data pointer, or for a tensor without data (the GPU
+    simulation's fake tensors report 0) its storage's identity plus its offset."""
+    ptr = t.data_ptr() if not _no_data(t) else 0
+    if ptr or t.numel() == 0:
+        return int(ptr)
+    return int(t.untyped_storage()._cdata) + t.storage_offset() * t.element_size()
+
+
+def _no_data(t: torch.Tensor) -> bool:
+    return type(t) is not torch.Tensor and type(t).__name__ == "FakeTensor"
+
+
 # What a tensor that is the only holder of its storage reports (the query itself adds to it).
 _SOLE = _use_count(torch.empty(1))
 
@@ -84,7 +97,7 @@ class BufferPool:
             self.stats.peak_allocated_bytes = max(
                 self.stats.peak_allocated_bytes, self.stats.allocated_bytes
             )
-        self._out[buf.data_ptr()] = buf
+        self._out[address(buf)] = buf
         return buf[:numel]
 
     def give(self, data_ptr: int, settle_s: float = 0.0) -> None:
@@ -137,7 +150,7 @@ class BufferPool:
         self.stats.free_bytes += nbytes
 
     def owns(self, t: torch.Tensor) -> bool:
-        return t.numel() > 0 and t.data_ptr() in self._out
+        return t.numel() > 0 and address(t) in self._out
 
     def forget(self, data_ptr: int) -> None:
         """Stop tracking a handed-out buffer without reusing it (its holder keeps it)."""

@@ -202,7 +202,7 @@ class Stage3Strategy(ZeroStrategy):
             if s.grad is not None:
                 rep.gradient_bytes += s.grad.numel() * s.grad.element_size()
             m = self.opt._masters[s.ds_id].data
-            if m.data_ptr() != s.shard.data_ptr():
+            if not self.opt.shares_shard(s):
                 rep.master_weight_bytes += m.numel() * m.element_size()
             st = self.opt.optimizer.state.get(self.opt._masters[s.ds_id], {})
             for v in st.values():
