@@ -20,6 +20,9 @@ def test_feature_report_lists_distributions_providers_and_integrations() -> None
     assert "cpu" in report["providers"][registry.ACCELERATORS]
     hf = report["integrations"]["ds-hf"]
     assert hf["usable"] == (hf["installed"] and all(hf["frameworks"].values()))
+    assert report["kernels"]["cpu"] == {"devices": ["cpu"]}
+    assert report["kernels"]["cuda"]["devices"] == ["cuda"]
+    assert report["kernels"]["cuda"]["optimizer_backend"] in ("triton", "torch")
 
 
 def test_initialize_entry_points_resolve_to_ds_full() -> None:

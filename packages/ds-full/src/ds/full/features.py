@@ -41,7 +41,7 @@ def version() -> str:
 def feature_report() -> dict[str, Any]:
     """A JSON-ready summary: ``distributions`` (name -> version or None), ``providers`` (group ->
     registered names), ``integrations`` (ds-hf / ds-lightning -> usable, and the framework
-    versions they found)."""
+    versions they found), ``kernels`` (kernel provider -> devices it serves, optimizer backend)."""
     dists = {d: _version(d) for d in DISTRIBUTIONS}
     groups = sorted(set(registry.PROVIDING_DISTRIBUTION))
     providers = {g: sorted(registry.list_providers(g)) for g in groups}
@@ -58,7 +58,26 @@ def feature_report() -> dict[str, Any]:
         "distributions": dists,
         "providers": providers,
         "integrations": integrations,
+        "kernels": _kernels(),
     }
+
+
+def _kernels() -> dict[str, Any]:
+    """Each kernel provider's devices (ds.full steps a model on device type D with the provider
+    named D, see docs/ops.md) and, where it has one, its optimizer backend."""
+    out: dict[str, Any] = {}
+    for name in sorted(registry.list_providers(registry.KERNELS)):
+        try:
+            provider = registry.get(registry.KERNELS, name)()
+        except Exception as exc:  # a broken plug-in is reported, not fatal to the report
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        entry: dict[str, Any] = {"devices": list(provider.devices())}
+        backend = getattr(provider, "backend", None)
+        if isinstance(backend, str):
+            entry["optimizer_backend"] = backend
+        out[name] = entry
+    return out
 
 
 __all__ = ["feature_report", "version"]
