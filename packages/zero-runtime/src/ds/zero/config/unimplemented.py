@@ -10,7 +10,6 @@ from __future__ import annotations
 TOP_LEVEL: frozenset[str] = frozenset(
     {
         "autotuning",
-        "comet",
         "data_efficiency",
         "data_types",
         "dataloader_drop_last",
@@ -19,7 +18,6 @@ TOP_LEVEL: frozenset[str] = frozenset(
         "disable_python_gc",
         "dump_state",
         "expert_parallel",
-        "flops_profiler",
         "hybrid_engine",
         "log_level",
         "memory_breakdown",
@@ -27,11 +25,9 @@ TOP_LEVEL: frozenset[str] = frozenset(
         "sequence_parallel_size",
         "seq_parallel_communication_data_type",
         "tensor_parallel",
-        "tensorboard",
         "torch_autocast",
         "use_data_before_expert_parallelism",
         "vocabulary_size",
-        "wandb",
         "weight_quantization",
         "zero_force_ds_cpu_optimizer",
     }
