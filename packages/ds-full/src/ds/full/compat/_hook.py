@@ -19,13 +19,17 @@ start, so it must cost next to nothing until ``deepspeed`` is actually imported.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.metadata
-import importlib.util
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing itself is not imported at start-up either
+if TYPE_CHECKING:
+    from typing import Any
+
+# importlib.abc, importlib.util and importlib.metadata are not imported here: together they cost tens of
+# milliseconds, and this module runs at every interpreter start of an enabled environment. The
+# finder and loader only need the protocol methods; the distribution class is built on first use.
 
 SHIM = "ds.full.compat.deepspeed"
 API_LEVEL = "0.19.8"  # the DeepSpeed release whose API and config acceptance ds follows
@@ -33,6 +37,8 @@ _announced = False
 
 
 def _ds_version() -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("ds-full")
     except importlib.metadata.PackageNotFoundError:
@@ -59,7 +65,7 @@ def announce() -> None:
     )
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _AliasLoader:
     """Makes ``deepspeed.x`` the very module object ``ds.full.compat.deepspeed.x``."""
 
     def __init__(self, target: str) -> None:
@@ -72,23 +78,27 @@ class _AliasLoader(importlib.abc.Loader):
         return None  # already executed under its own name
 
 
-class _Distribution(importlib.metadata.Distribution):
-    def read_text(self, filename: str) -> str | None:
-        if filename in ("METADATA", "PKG-INFO"):
-            return (
-                "Metadata-Version: 2.1\n"
-                "Name: deepspeed\n"
-                f"Version: {served_version()}\n"
-                "Summary: NOT DeepSpeed: the deepspeed API served by ds "
-                f"(ds-full {_ds_version()}) in this process; see ds docs/integrations.md\n"
-                "Author: the ds project\n"
-            )
-        return None
+def _distribution() -> Any:
+    import importlib.metadata
+    import pathlib
 
-    def locate_file(self, path: Any) -> Any:
-        import pathlib
+    class _Distribution(importlib.metadata.Distribution):
+        def read_text(self, filename: str) -> str | None:
+            if filename in ("METADATA", "PKG-INFO"):
+                return (
+                    "Metadata-Version: 2.1\n"
+                    "Name: deepspeed\n"
+                    f"Version: {served_version()}\n"
+                    "Summary: NOT DeepSpeed: the deepspeed API served by ds "
+                    f"(ds-full {_ds_version()}) in this process; see ds docs/integrations.md\n"
+                    "Author: the ds project\n"
+                )
+            return None
 
-        return pathlib.Path(__file__).parent / str(path)
+        def locate_file(self, path: Any) -> Any:
+            return pathlib.Path(__file__).parent / str(path)
+
+    return _Distribution()
 
 
 def _is_ours(finder: Any) -> bool:
@@ -96,7 +106,7 @@ def _is_ours(finder: Any) -> bool:
     return bool(getattr(finder, "_ds_deepspeed_api_finder", False))
 
 
-class DeepSpeedApiFinder(importlib.abc.MetaPathFinder):
+class DeepSpeedApiFinder:
     _ds_deepspeed_api_finder = True
 
     def __init__(self, *, shadow: bool = False) -> None:
@@ -129,6 +139,8 @@ class DeepSpeedApiFinder(importlib.abc.MetaPathFinder):
                 return None
         else:
             return None
+        import importlib.util
+
         target_name = SHIM + fullname[len("deepspeed") :]
         if importlib.util.find_spec(target_name) is None:
             return None
@@ -146,7 +158,7 @@ class DeepSpeedApiFinder(importlib.abc.MetaPathFinder):
             if self.real_deepspeed_spec() is not None:
                 return iter(())
         announce()
-        return iter((_Distribution(),))
+        return iter((_distribution(),))
 
 
 def active() -> DeepSpeedApiFinder | None:

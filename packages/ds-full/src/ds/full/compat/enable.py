@@ -25,12 +25,14 @@ def pth_path(site_dir: str | None = None) -> Path:
 def pth_line(hook_file: str) -> str:
     # One ``import`` line (site.py executes those); it loads the hook by path, under its package
     # name, so enabling costs no import of ds.full (or torch) in processes that never use it.
+    # importlib.machinery is already loaded at start-up (importlib.util would pull contextlib).
     code = (
         "try:\n"
-        " import importlib.util as u\n"
-        f" s = u.spec_from_file_location('ds.full.compat._hook', {hook_file!r})\n"
-        " m = u.module_from_spec(s); s.loader.exec_module(m)\n"
-        " sys.modules.setdefault('ds.full.compat._hook', m); m.activate()\n"
+        " import importlib.machinery as im\n"
+        " n = 'ds.full.compat._hook'\n"
+        f" m = type(sys)(n); m.__file__ = {hook_file!r}\n"
+        " im.SourceFileLoader(n, m.__file__).exec_module(m)\n"
+        " sys.modules.setdefault(n, m); m.activate()\n"
         "except Exception as e:\n"
         " print('ds: the deepspeed API hook could not start:', e, file=sys.stderr)\n"
     )
