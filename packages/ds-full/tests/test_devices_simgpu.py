@@ -8,6 +8,17 @@ import torch
 
 pytestmark = [pytest.mark.simgpu, pytest.mark.slow]
 
+
+@pytest.fixture(autouse=True)
+def _no_process_group() -> None:
+    """Earlier tests in this process may have made a real (gloo) group; the simulation makes its
+    own world and refuses to start beside one."""
+    from ds import comm
+
+    if comm.is_initialized():
+        comm.destroy_process_group()
+
+
 CFG = {
     "train_micro_batch_size_per_gpu": 2,
     "gradient_accumulation_steps": 1,
