@@ -11,7 +11,6 @@ TOP_LEVEL: frozenset[str] = frozenset(
     {
         "autotuning",
         "data_efficiency",
-        "data_types",
         "dataloader_drop_last",
         "datastates_ckpt",
         "disable_allgather",
@@ -66,6 +65,10 @@ NESTED_DEFAULTS: dict[tuple[str, ...], object] = {
     ("checkpoint", "load_universal"): False,
     ("checkpoint", "use_node_local_storage"): False,
     ("zero_optimization", "offload_optimizer", "ratio"): 1.0,
+    # data_types.grad_accum_dtype is honoured (stages 0-1 accumulate in it); the rest is not yet.
+    ("data_types", "param_dtype"): None,
+    ("data_types", "buffer_dtype"): None,
+    ("data_types", "keep_in_fp32_modules"): "auto",
 }
 
 # Gradient-reduction keys stages 0-2 honour but stage 3 does not act on yet (warned at stage 3).
@@ -73,4 +76,5 @@ STAGE3_DEFAULTS: dict[tuple[str, ...], object] = {
     ("prescale_gradients",): False,
     ("gradient_predivide_factor",): 1.0,
     ("communication_data_type",): None,
+    ("data_types", "grad_accum_dtype"): None,
 }

@@ -48,6 +48,7 @@ class Group:
     flat_grad: torch.Tensor | None  # stages 0-1: gradients of the whole group
     grads_are_views: bool  # stages 0-1: param.grad are views into flat_grad
     master_grad_is_view: bool  # master_grad is flat_grad[lo:hi]
+    grad_views: list[torch.Tensor] = field(default_factory=list)  # flat_grad per parameter
     buckets: list[Bucket] = field(default_factory=list)
     bucket_of: dict[int, int] = field(default_factory=dict)
 
@@ -72,12 +73,14 @@ def build_group(
             master = host(master)
     flat_grad: torch.Tensor | None = None
     grads_are_views = False
+    views: list[torch.Tensor] = []
     if stage <= 1:
         flat_grad = torch.zeros(fg.padded, dtype=accum_dtype, device=fg.flat.device)
         grads_are_views = accum_dtype == fg.dtype
+        views = [fg.view(flat_grad, i) for i in range(len(fg.params))]
         if grads_are_views:
-            for i, p in enumerate(fg.params):
-                p.grad = fg.view(flat_grad, i)
+            for p, view in zip(fg.params, views):
+                p.grad = view
     master_grad_is_view = (
         flat_grad is not None
         and flat_grad.dtype == torch.float32
@@ -102,6 +105,7 @@ def build_group(
         flat_grad,
         grads_are_views,
         master_grad_is_view,
+        views if flat_grad is not None else [],
     )
     for b, (start, stop, indices) in enumerate(build_buckets(fg, bucket_numel)):
         group.buckets.append(Bucket(start, stop, indices))

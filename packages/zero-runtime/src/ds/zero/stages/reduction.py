@@ -88,15 +88,14 @@ class GradReducer:
         buffer, fold a gradient left in param.grad into it."""
         for group in self.groups:
             assert group.flat_grad is not None
-            for i, p in enumerate(group.flat.params):
-                view = group.flat.view(group.flat_grad, i)
+            for p, view in zip(group.flat.params, group.grad_views):
                 grad = p.grad
                 if not group.grads_are_views:
                     if grad is not None:
                         view.copy_(grad)
                         p.grad = None
                     continue
-                if grad is None or grad.data_ptr() != view.data_ptr():
+                if grad is not view:
                     if grad is not None:
                         view.copy_(grad)
                     else:
@@ -109,7 +108,7 @@ class GradReducer:
         if self.stage <= 1 and not group.grads_are_views:
             # Accumulate in the accumulation dtype (fp32 for bf16 models), not in param.grad.
             assert group.flat_grad is not None and param.grad is not None
-            group.flat.view(group.flat_grad, pi).add_(param.grad)
+            group.grad_views[pi].add_(param.grad)
             param.grad = None
         if not self.reduce_now:
             return

@@ -1,0 +1,8 @@
+"""The simulated-GPU tests import their shared helpers from this directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
