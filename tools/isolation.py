@@ -31,6 +31,7 @@ DISTS: dict[str, tuple[str, str]] = {
     "ds-checkpoint-ledger": ("packages/checkpoint-ledger", "ds.checkpoint"),
     "ds-launcher": ("packages/launcher", "ds.launcher"),
     "ds-monitor": ("packages/monitor", "ds.monitor"),
+    "ds-autotune": ("packages/autotune", "ds.autotune"),
     "ds-hf": ("integrations/hf", "ds.integrations.hf"),
     "ds-lightning": ("integrations/lightning", "ds.integrations.lightning"),
     "ds-full": ("packages/ds-full", "ds.full"),
@@ -105,6 +106,7 @@ def check_full(work: Path, wheels: dict[str, Path]) -> None:
         "ds-checkpoint-ledger",
         "ds-launcher",
         "ds-monitor",
+        "ds-autotune",
     }
     if not expected <= present:
         raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")

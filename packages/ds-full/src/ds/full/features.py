@@ -17,6 +17,7 @@ DISTRIBUTIONS = (
     "ds-checkpoint-ledger",
     "ds-launcher",
     "ds-monitor",
+    "ds-autotune",
     "ds-full",
     "ds-hf",
     "ds-lightning",

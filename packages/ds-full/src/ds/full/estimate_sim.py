@@ -1,0 +1,107 @@
+"""Per-rank memory of a training configuration, measured on the simulated GPU world.
+
+``simulate_memory`` builds the model on chosen ranks of a simulated world of ``world_size`` ranks
+(each on its own fake ``cuda:local_rank``), runs ``ds.initialize`` with the given config and one
+training step on a batch of token ids, and reads the bytes the simulation saw: the device's
+model-state bytes left after the step (parameters, gradients kept, masters, optimizer state,
+persistent buffers), its peak during the step (plus activations and transient buffers), its peak
+while the model and the engine were built (the whole model is built before it is partitioned;
+``ds.zero.Init`` is not simulated yet) and the host's. Ranks of one world hold the same state up to the partitioning remainder, so measuring
+rank 0 and the last rank bounds the rest; the collectives are not replayed (``check=False``).
+
+Registered as ``ds.initialize: simulate_memory`` for ds-autotune's ``ds estimate``.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ds.accel.sim import SimDevice, SimGpuAccelerator
+from ds.comm.backends.sim import SimWorld
+from ds.full.simulate import _process_state, sim_kernels
+from ds.interfaces.comm import GLOO_CAPABILITIES, NCCL_CAPABILITIES
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    rank: int
+    device_states: int  # device bytes held after the step (model states + persistent buffers)
+    device_peak: int  # device peak during the training step
+    device_init_peak: int  # device peak while building the model and the engine
+    host_states: int
+    host_peak: int
+
+
+def simulate_memory(
+    build_model: Callable[[torch.device], torch.nn.Module],
+    config: dict[str, Any],
+    world_size: int,
+    *,
+    ranks: Sequence[int] | None = None,
+    micro_batch: int = 1,
+    seq_len: int = 16,
+    local_size: int | None = None,
+    device_bytes: int = 2**50,
+    backend: str = "nccl",
+) -> list[RankMemory]:
+    """Memory of ``ranks`` (default: the first and the last) training ``build_model(device)``
+    with ``config``. ``build_model`` makes the model on the given (fake) device."""
+    caps = GLOO_CAPABILITIES if backend in ("gloo", "mpi") else NCCL_CAPABILITIES
+    world = SimWorld(world_size, local_size, caps)
+    with sim_kernels():  # fake tensors have no memory for the native or Triton kernels to walk
+        return _simulate(build_model, config, world, ranks, micro_batch, seq_len, device_bytes)
+
+
+def _simulate(
+    build_model: Callable[[torch.device], torch.nn.Module],
+    config: dict[str, Any],
+    world: SimWorld,
+    ranks: Sequence[int] | None,
+    micro_batch: int,
+    seq_len: int,
+    device_bytes: int,
+) -> list[RankMemory]:
+    import ds.full as ds
+
+    world_size = world.world_size
+    chosen = sorted(set(ranks if ranks is not None else (0, world_size - 1)))
+    out = []
+    for rank in chosen:
+        sim = SimDevice(world.local_rank(rank), device_bytes)
+        accel = SimGpuAccelerator()
+        with world.rank(rank) as comm, sim, _process_state(comm, accel):
+            accel.set_device(sim.index)
+            model = build_model(sim.device)
+            engine, *_ = ds.initialize(model=model, config=dict(config))
+            init_peak = sim.device_bytes().peak
+            sim.reset_peak()  # the step's peak from here: states + activations + buffers
+            ids = torch.zeros(micro_batch, seq_len, dtype=torch.long, device=sim.device)
+            result = engine(input_ids=ids, labels=ids)
+            loss = result.loss if hasattr(result, "loss") else result
+            engine.backward(loss)
+            engine.step()
+            del result, loss, ids
+            gc.collect()
+            mem = sim.memory()
+            dev, host = mem.get(str(sim.device)), mem.get("cpu")
+            out.append(
+                RankMemory(
+                    rank,
+                    dev.current if dev else 0,
+                    dev.peak if dev else 0,
+                    init_peak,
+                    host.current if host else 0,
+                    host.peak if host else 0,
+                )
+            )
+            release = getattr(engine, "destroy", None)
+            if release is not None:
+                release()
+            del engine, model
+            gc.collect()
+    return out
