@@ -8,7 +8,8 @@ each parameter's full tensor is copied out of the ``(world, S)`` view when the g
 on; gradients go the opposite way, one ``reduce_scatter_tensor`` per bucket (see ``grads.py``).
 Buckets hold at most ``bucket_numel`` elements (``stage3_prefetch_bucket_size``) and one dtype.
 
-Host tensors (gloo) take another route, measured on gloo: in-place point-to-point exchanges over
+Host tensors on a backend whose capabilities prefer point-to-point exchanges (gloo) take
+another route, measured on gloo: in-place point-to-point exchanges over
 the world group and in-place all-reduces over a sub-group (gloo's all-gather and reduce-scatter
 stage every call through full-size temporaries of their own). No NCCL run ever takes it: NCCL
 cannot move host tensors.
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 
-from ds.interfaces.comm import Communicator, ReduceOp
+from ds.interfaces.comm import Communicator, ReduceOp, comm_capabilities
 from ds.interfaces.errors import CommError
 from ds.zero.stage3.pool import BufferPool, address
 from ds.zero.stage3.shard import ParamStatus, ShardState, shard_of
@@ -98,9 +99,11 @@ class Collectives:
         self.context = ""  # what the caller is doing, for the order-error message
         # Full-size buffers for gathered parameters; None allocates fresh ones.
         self.pool: BufferPool | None = None
-        # In-place collectives for host tensors (see the module docstring). None: decided per
-        # tensor (host tensors use them); True/False forces them on/off.
+        # In-place collectives for host tensors (see the module docstring), a gloo choice: taken
+        # when the backend's capabilities say point-to-point exchanges beat its all-gather.
+        # None: decided per tensor (host tensors on such a backend); True/False forces them.
         self.all_reduce = all_reduce
+        self.p2p = comm is None or comm_capabilities(comm, group).p2p_gather
         self.gathers = 0  # gather calls
         self.gathered_params = 0  # parameters those calls moved
         self.collectives = 0  # collectives launched by gathers (buckets or exchanges)
@@ -260,7 +263,7 @@ class Collectives:
     def use_all_reduce(self, t: torch.Tensor, device: torch.device | None = None) -> bool:
         """Whether ``t`` (to be moved on ``device``) takes the host-tensor route."""
         if self.all_reduce is None:
-            return (device or t.device).type == "cpu"
+            return self.p2p and (device or t.device).type == "cpu"
         return self.all_reduce
 
     def _take(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
