@@ -85,6 +85,16 @@ class OptimizerFactory:
         assert self.config is not None
         return self._from_config(self.config, groups)
 
+    def _steps_on_device(self, groups: list[dict[str, Any]]) -> bool:
+        """Whether the kernel provider serves the accelerator the groups live on (the ``cuda``
+        provider's one fused launch per flat buffer), rather than the per-chunk Python loop of
+        the flat optimizers. Host tensors without offload keep the flat optimizers."""
+        if self.kernels is None:
+            return False
+        served = set(self.kernels.devices())
+        kinds = {p.device.type for g in groups for p in g["params"]}
+        return bool(kinds) and "cpu" not in kinds and kinds <= served
+
     def _from_config(
         self, cfg: OptimizerConfig, groups: list[dict[str, Any]]
     ) -> torch.optim.Optimizer:
@@ -96,7 +106,9 @@ class OptimizerFactory:
         bias_correction = bool(params.pop("bias_correction", True))
         if "betas" in params:
             params["betas"] = tuple(params["betas"])
-        if self.offload:
+        if self.offload or (
+            kind in ("adam", "adamw", "adagrad", "lion") and self._steps_on_device(groups)
+        ):
             from ds.zero.optim.provider import ProviderAdagrad, ProviderAdam, ProviderLion
 
             assert self.kernels is not None
