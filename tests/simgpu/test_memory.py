@@ -43,3 +43,15 @@ def test_model_state_bytes_match_the_zero_model(stage: int) -> None:
         assert 0 <= held - expected <= 1024, (rank, held, PAPER[stage], EXTRA[stage])
         # and the peak of the step stays within the states plus one set of transients
         assert result.ranks[rank].device_peak < 2 * expected + 8 * PSI
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stage 3 (ds.zero.stage3) holds more than 16Psi/N on each device after a step",
+)
+def test_stage3_model_state_bytes_match_the_zero_model() -> None:
+    cfg = config(3, "fp16")
+    cfg["gradient_accumulation_steps"] = 1
+    result = train(cfg, steps=1, inspect=_states)
+    for held in result.values():
+        assert 0 <= held - PAPER[3] <= 1024, (held, PAPER[3])

@@ -63,3 +63,23 @@ def test_stage_on_eight_simulated_gpus(stage: int, precision: str, offload: str)
         # unbatched point-to-point sends.
         assert traffic.get("all_gather_into_tensor", 0) > 0
         assert "send" not in traffic and "recv" not in traffic
+
+
+STAGE3 = [
+    ("fp32", {}),
+    ("bf16", {"offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}}),
+    ("fp16", {"offload_optimizer": {"device": "nvme", "nvme_path": "/tmp/ds-simgpu-nvme"}}),
+]
+
+
+def _params_on(ctx: Any, engine: Any) -> dict[str, Any]:
+    engine.synchronize_parameters()
+    return {"steps": engine.global_steps, "device": str(ctx.device)}
+
+
+@pytest.mark.parametrize(("precision", "zero"), STAGE3, ids=["fp32", "bf16-offload", "fp16-nvme"])
+def test_stage3_on_eight_simulated_gpus(precision: str, zero: dict[str, Any]) -> None:
+    result = train(config(3, precision, **zero), inspect=_params_on)
+    for rank, got in enumerate(result.values()):
+        assert got == {"steps": 2, "device": f"cuda:{rank}"}
+    assert len(device_syncs(result)) <= 2, device_syncs(result)
