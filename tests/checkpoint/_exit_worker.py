@@ -3,7 +3,9 @@
 ZeRO's overlapped reduction leaves gloo work queued behind the caller; here 64 asynchronous
 all-reduces of tensors made in Python are issued and only the first is waited on, which widens
 the exit race the main job hits about once in four runs to most runs. ``EXIT_PATH=example`` ends
-through train_gpt.py's ``shutdown``; ``EXIT_PATH=plain`` just returns (the old ending).
+through train_gpt.py's ``shutdown``; ``EXIT_PATH=plain`` just returns (the old ending);
+``EXIT_PATH=full`` joins through ``ds.full.init_distributed`` and just returns, so its exit hook
+must leave the group.
 """
 
 import importlib.util
@@ -16,7 +18,12 @@ import torch
 from ds import comm as dist
 
 ROOT = Path(__file__).resolve().parents[2]
-dist.init_distributed()
+if os.environ.get("EXIT_PATH") == "full":
+    import ds.full
+
+    ds.full.init_distributed()
+else:
+    dist.init_distributed()
 tensors = [torch.ones(1 << 14) for _ in range(64)]
 works = [dist.all_reduce(t, async_op=True) for t in tensors]
 works[0].wait()

@@ -36,7 +36,51 @@ def init_distributed(dist_backend: str | None = None, **kwargs: Any) -> Any:
 
     accelerator = kwargs.pop("accelerator", None) or rank_accelerator()
     bind_rank_device(accelerator)
-    return comm.init_distributed(dist_backend=dist_backend, accelerator=accelerator, **kwargs)
+    out = comm.init_distributed(dist_backend=dist_backend, accelerator=accelerator, **kwargs)
+    _leave_at_exit()
+    return out
+
+
+_exit_hook_registered = False
+
+
+def _leave_at_exit() -> None:
+    """Destroy the process group at exit, before the interpreter finalizes.
+
+    Left to finalization, gloo's worker threads may drop the last reference to a finished
+    collective's tensor after Python stopped handing out the GIL; the thread is ended mid-way
+    through gloo's ``noexcept`` run loop and the process aborts ("terminate called without an
+    active exception", exit 134). Destroying the group in an ``atexit`` hook joins those threads
+    while the interpreter is whole. It runs in a helper thread with a bounded wait, so a group
+    stuck on a dead peer cannot hang the exit. A script that destroys the group itself is left
+    alone.
+    """
+    global _exit_hook_registered
+    if _exit_hook_registered:
+        return
+    _exit_hook_registered = True
+    import atexit
+
+    atexit.register(_destroy_group, 10.0)
+
+
+def _destroy_group(timeout_s: float) -> None:
+    import threading
+
+    import torch.distributed as tdist
+
+    if not (tdist.is_available() and tdist.is_initialized()):
+        return
+
+    def destroy() -> None:
+        try:
+            tdist.destroy_process_group()
+        except Exception as exc:  # exiting anyway; say why the group was not left cleanly
+            log.warning(f"destroying the process group at exit failed: {exc}")
+
+    t = threading.Thread(target=destroy, name="ds-destroy-process-group", daemon=True)
+    t.start()
+    t.join(timeout_s)
 
 
 def rank_accelerator() -> Any:
