@@ -159,6 +159,7 @@ def main() -> int:
                 "loss first -> last": f"{losses[0]:.3f} -> {losses[-1]:.3f}",
                 "median step time": f"{statistics.median(step_times) * 1e3:.1f} ms",
                 "throughput": f"{tokens / train_s:,.0f} tokens/s",
+                "model FLOP/s, MFU": _mfu(model, tokens / train_s, world),
                 "initialize": f"{init_s:.2f} s",
                 "optimizer state / rank": f"{mem.optimizer_state_bytes / 2**20:.2f} MiB",
                 "gradients / rank": f"{mem.gradient_bytes / 2**20:.2f} MiB",
@@ -168,6 +169,7 @@ def main() -> int:
                 "readiness score": f"{report.score:.1f} / 100 ({'pass' if report.passed else 'fail'})"
                 if report
                 else "n/a",
+                "gate terms": _gate_terms(report) if report else "n/a",
             },
             report,
         )
@@ -216,6 +218,29 @@ def _progress(enabled: bool, total: int):  # type: ignore[no-untyped-def]
         bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}")
 
     return update
+
+
+def _mfu(model: torch.nn.Module, tokens_per_s: float, world: int) -> str:
+    """Training FLOP/s by the dense rule (6 per parameter per token) and MFU against the
+    device's peak (DS_PEAK_TFLOPS per device where the peak is not known, as on a CPU)."""
+    from ds.monitor.peak import peak_flops
+
+    p = next(model.parameters())
+    rate = 6.0 * sum(x.numel() for x in model.parameters()) * tokens_per_s
+    peak = peak_flops(p.device, p.dtype)
+    mfu = f"{100.0 * rate / (peak * world):.2f}%" if peak else "n/a (set DS_PEAK_TFLOPS)"
+    return f"{rate / 1e9:.2f} GFLOP/s, MFU {mfu}"
+
+
+def _gate_terms(report) -> str:  # type: ignore[no-untyped-def]
+    m = report.metrics
+    text = (
+        f"DDI {m.get('ddi', 0.0):.2f} (offload {m.get('ddi.offload', 0.0):.3f}, gather "
+        f"{m.get('ddi.allgather_stall', 0.0):.3f}, sync {m.get('ddi.sync_wait', 0.0):.3f}, "
+        f"drift {m.get('ddi.latency_degradation', 0.0):.3f}), "
+        f"P99 {m.get('p99_step_latency_s', 0.0) * 1e3:.0f} ms"
+    )
+    return text + (f", ZOMM {m['zomm']:.3f}" if "zomm" in m else "")
 
 
 def _summary(rows: dict[str, object], report) -> None:  # type: ignore[no-untyped-def]
