@@ -177,6 +177,34 @@ def fake_cuda_runtime() -> Iterator[None]:
                 _patch.remove()
 
 
+def _set_data_following_device(self: torch.Tensor, value: torch.Tensor) -> None:
+    torch._C.TensorBase.data.__set__(self, value)  # type: ignore[attr-defined]
+    device = getattr(value, "fake_device", None)
+    if device is not None:
+        self.fake_device = device  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def data_follows_device() -> Iterator[None]:
+    """``param.data = t`` moves a fake tensor to ``t``'s device, as it does a real one.
+
+    A FakeTensor keeps the device it reports in a Python attribute that ``.data =`` leaves
+    alone, so ``p.data = p.data.to("cuda:3")`` (how ZeRO-3 shards move) would leave ``p`` claiming
+    its old device. While inside, FakeTensor's ``data`` setter also takes the new device."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    base = torch._C.TensorBase.data  # type: ignore[attr-defined]
+    previous = FakeTensor.__dict__.get("data")
+    FakeTensor.data = property(base.__get__, _set_data_following_device)  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        if previous is None:
+            del FakeTensor.data
+        else:
+            FakeTensor.data = previous  # type: ignore[method-assign]
+
+
 @contextlib.contextmanager
 def autograd_context() -> Iterator[None]:
     """Backward in the calling thread (see the module docstring)."""

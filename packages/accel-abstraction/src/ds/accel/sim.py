@@ -38,7 +38,12 @@ from typing import Any
 
 import torch
 
-from ds.accel._fake_cuda import MAX_DEVICES, autograd_context, fake_cuda_runtime
+from ds.accel._fake_cuda import (
+    MAX_DEVICES,
+    autograd_context,
+    data_follows_device,
+    fake_cuda_runtime,
+)
 from ds.accel._sim_observer import DeviceStats, HostSync, Observations, Observer
 from ds.accel._streams import HostEvent, NullStream
 from ds.interfaces.accelerator import AcceleratorCapabilities
@@ -87,6 +92,7 @@ class SimDevice:
         stack = contextlib.ExitStack()
         stack.enter_context(fake_cuda_runtime())
         stack.enter_context(autograd_context())
+        stack.enter_context(data_follows_device())
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         observer = Observer(self.obs, mode)  # replaces the mode's memo (see Observer)
         stack.enter_context(mode)

@@ -1,0 +1,56 @@
+"""Activation checkpointing and ``ds.zero.Init`` on eight simulated GPUs."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import pytest
+import torch
+from _world import DIM, DTYPES, MLP, WORLD, config, device_syncs, train
+
+import ds.full as ds
+from ds.full.simulate import RankContext, run_world
+
+pytestmark = [pytest.mark.simgpu, pytest.mark.slow]
+
+
+def test_activation_checkpointing_recomputes_on_the_device() -> None:
+    cfg = config(2, "bf16")
+    cfg["activation_checkpointing"] = {"partition_activations": False}
+    result = train(cfg, model=partial(MLP, checkpointed=True))
+    assert result.values() == [2] * WORLD
+    assert len(device_syncs(result)) <= 2
+
+
+def _init_body(ctx: RankContext, *, steps: int) -> Any:
+    from ds.zero import Init
+
+    cfg = config(3, "bf16")
+    with Init(comm=ctx.comm, config_dict_or_path=cfg):
+        model = MLP()
+    shards = {str(p.ds_shard.shard.device) for p in model.parameters()}
+    if steps:
+        engine, *_ = ds.initialize(model=model, config=cfg)
+        for _ in range(steps * engine.gradient_accumulation_steps()):
+            x = torch.randn(2, DIM).to(DTYPES["bf16"]).to(ctx.device)
+            engine.backward(engine(x))
+            engine.step()
+        engine.destroy()
+    return shards
+
+
+def test_zero_init_builds_shards_on_the_ranks_device() -> None:
+    result = run_world(partial(_init_body, steps=0), WORLD)
+    for rank, shards in enumerate(result.values()):
+        assert shards == {f"cuda:{rank}"}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a model built under ds.zero.Init fails its first stage-3 forward in the simulation: "
+    "ds.zero.stage3.linear hands F.linear a weight of the wrong shape (b must be 2D); not yet "
+    "told apart whether stage 3's gather or the fake tensors' .data model is at fault",
+)
+def test_zero_init_model_trains_at_stage3() -> None:
+    run_world(partial(_init_body, steps=1), WORLD)
