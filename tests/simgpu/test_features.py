@@ -54,3 +54,30 @@ def test_zero_init_builds_shards_on_the_ranks_device() -> None:
 )
 def test_zero_init_model_trains_at_stage3() -> None:
     run_world(partial(_init_body, steps=1), WORLD)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_checkpoint_save_and_load_on_the_device(stage: int) -> None:
+    cfg = config(stage, "bf16")
+    cfg["gradient_accumulation_steps"] = 1
+
+    def body(ctx: RankContext) -> Any:
+        engine, *_ = ds.initialize(model=MLP(), config=cfg)
+
+        def one_step() -> None:
+            x = torch.randn(2, DIM).to(DTYPES["bf16"]).to(ctx.device)
+            engine.backward(engine(x))
+            engine.step()
+
+        one_step()
+        engine.save_checkpoint("/sim/ckpt", tag="a")
+        one_step()
+        path, _ = engine.load_checkpoint("/sim/ckpt", tag="a")
+        one_step()  # the loaded state trains on, on the device
+        steps = engine.global_steps
+        engine.destroy()
+        return path, steps, {str(p.device) for p in engine.module.parameters()}
+
+    result = run_world(body, WORLD)
+    for rank, (path, steps, devices) in enumerate(result.values()):
+        assert path is not None and steps == 2 and devices == {f"cuda:{rank}"}

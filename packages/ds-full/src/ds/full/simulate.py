@@ -102,6 +102,25 @@ def sim_kernels() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def sim_checkpoints() -> Iterator[None]:
+    """While inside, the ``default`` checkpoint engine is the simulated one
+    (:mod:`ds.full.sim_checkpoint`), one store shared by the world's ranks."""
+    from ds.full.sim_checkpoint import SimCheckpointEngine, SimCheckpointStore
+    from ds.interfaces import registry
+
+    store = SimCheckpointStore()
+    registry.register(
+        registry.CHECKPOINT_ENGINES,
+        "default",
+        lambda: functools.partial(SimCheckpointEngine, store),
+    )
+    try:
+        yield
+    finally:
+        registry.unregister(registry.CHECKPOINT_ENGINES, "default")
+
+
+@contextlib.contextmanager
 def _process_state(comm: StrictCommunicator, accel: SimGpuAccelerator) -> Iterator[None]:
     from ds import accel as accel_mod
     from ds import comm as comm_mod
@@ -134,7 +153,7 @@ def run_world(
     """Run ``fn`` on every rank of a simulated world and check the ranks' collectives agree."""
     world = SimWorld(world_size, local_size, capabilities)
     results: list[RankResult] = []
-    with sim_kernels():
+    with sim_kernels(), sim_checkpoints():
         for rank in range(world_size):
             results.append(_run_rank(fn, world, rank, device_bytes))
     if check:
