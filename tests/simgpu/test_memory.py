@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from _world import PSI, WORLD, config, train
 
 pytestmark = [pytest.mark.simgpu, pytest.mark.slow]
