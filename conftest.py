@@ -55,3 +55,27 @@ def _isolate_distributed_env():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def _group_exists() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_process_group():
+    """A test that starts a process group in the pytest process must end it.
+
+    A group left behind makes every later in-process world (the simulated GPU world refuses to
+    start over a real group) fail far from the cause; this names the test that leaked it.
+    """
+    existed = _group_exists()
+    yield
+    if not existed and _group_exists():
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+        pytest.fail("the test left a torch.distributed process group initialised; destroy it")

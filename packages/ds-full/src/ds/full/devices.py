@@ -82,15 +82,13 @@ def _same(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index or 0) == (b.index or 0)
 
 
-def place_model(model: torch.nn.Module, device: torch.device) -> bool:
-    """Move a CPU model to ``device``; True when it was moved.
-
-    Raises ConfigError, naming the tensor and both devices, for a model split over two devices
-    or one on another accelerator device than this rank's.
+def check_placement(model: torch.nn.Module, device: torch.device) -> None:
+    """Raise ConfigError, naming the tensor and both devices, for a model split over two devices
+    or one on another accelerator device than this rank's; nothing is moved or allocated.
     """
     tensors = [*model.named_parameters(), *model.named_buffers()]
     if not tensors:
-        return False
+        return
     first_name, first = tensors[0]
     for name, t in tensors[1:]:
         if not _same(t.device, first.device):
@@ -99,13 +97,23 @@ def place_model(model: torch.nn.Module, device: torch.device) -> bool:
                 f"on {first.device}; build the model on one device (the CPU, or {device})"
             )
     where = first.device
-    if _same(where, device):
+    if where.type != "cpu" and not _same(where, device):
+        raise ConfigError(
+            f"parameter {first_name!r} is on {where} but this rank's device is {device} (local "
+            f"rank {local_rank()}); build the model on the CPU or on {device}, or leave the "
+            "placement to ds.initialize"
+        )
+
+
+def place_model(model: torch.nn.Module, device: torch.device) -> bool:
+    """Move a CPU model to ``device``; True when it was moved.
+
+    Refuses (see :func:`check_placement`) a model split over two devices or one on another
+    accelerator device than this rank's.
+    """
+    check_placement(model, device)
+    tensors = [*model.parameters(), *model.buffers()]
+    if not tensors or _same(tensors[0].device, device):
         return False
-    if where.type == "cpu":
-        model.to(device)
-        return True
-    raise ConfigError(
-        f"parameter {first_name!r} is on {where} but this rank's device is {device} (local rank "
-        f"{local_rank()}); build the model on the CPU or on {device}, or leave the placement to "
-        "ds.initialize"
-    )
+    model.to(device)
+    return True

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ds.full import governance
-from ds.full.devices import bind_rank_device, place_model
+from ds.full.devices import bind_rank_device, check_placement, place_model
 from ds.full.signals import signal_bus_for
 from ds.interfaces import registry
 from ds.interfaces.errors import ConfigError
@@ -130,6 +130,8 @@ def initialize(
     # The rank's device before the process group and before anything is allocated.
     accelerator = rank_accelerator()
     device = bind_rank_device(accelerator)
+    # Refuse a model placed where this rank cannot train it before a process group exists.
+    check_placement(model, device)
     init_distributed(
         distributed_port=distributed_port,
         dist_init_required=dist_init_required,

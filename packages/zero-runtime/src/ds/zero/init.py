@@ -27,9 +27,11 @@ from ds.zero.stage3.shard import ParamStatus, meta_replacement, partition_param,
 def _default_comm() -> Communicator | None:
     from ds.interfaces.registry import get, has_provider
 
-    if not has_provider("ds.comm_backends", "torch"):
+    # ds.comm's current communicator (a simulated world routes through its own), else torch's.
+    name = "current" if has_provider("ds.comm_backends", "current") else "torch"
+    if not has_provider("ds.comm_backends", name):
         return None
-    comm: Communicator = get("ds.comm_backends", "torch")()
+    comm: Communicator = get("ds.comm_backends", name)()
     return comm if comm.is_initialized() else None
 
 
