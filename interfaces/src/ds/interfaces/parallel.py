@@ -1,0 +1,81 @@
+"""What the training engine needs to know about a device mesh (data x sequence x tensor parallel).
+
+The mesh itself is built by ds-parallel; the engine sees only this contract, so ds-zero-runtime
+never imports ds-parallel and ``ds.full`` wires the two.
+
+Rank layout: tensor-parallel ranks are adjacent (they exchange the most traffic), then sequence,
+then data: ``global_rank = (dp_index * sp + sp_index) * tp + tp_index``.
+
+Which groups the engine uses:
+
+* ``"dp"``: the ranks holding the same model shard and the same sequence shard. Batch sizes are
+  counted over it (``train_batch_size = micro * accumulation * dp``).
+* ``"dp_sp"``: ZeRO reduces gradients and partitions state over it. Sequence-parallel ranks see
+  different tokens of the same samples with identical (replicated) weights, so their gradients
+  are averaged with the data-parallel ones.
+* ``"tp"``: a parameter marked with :data:`TP_DIM_ATTR` is one slice of a larger weight split
+  over this group; the global gradient norm adds the slices once each and counts replicated
+  parameters once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+#: Attribute set on a parameter that holds one tensor-parallel slice: the dimension it is split on.
+TP_DIM_ATTR = "ds_tp_dim"
+
+DIMS = ("dp", "sp", "tp", "dp_sp")
+
+
+@dataclass(frozen=True)
+class MeshShape:
+    """Sizes of the mesh's dimensions; ``dp * sp * tp`` is the world size."""
+
+    dp: int = 1
+    sp: int = 1
+    tp: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.sp * self.tp
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """``(dp_index, sp_index, tp_index)`` of a global rank."""
+        tp_index = rank % self.tp
+        sp_index = (rank // self.tp) % self.sp
+        dp_index = rank // (self.tp * self.sp)
+        return dp_index, sp_index, tp_index
+
+    def rank_of(self, dp_index: int, sp_index: int, tp_index: int) -> int:
+        return (dp_index * self.sp + sp_index) * self.tp + tp_index
+
+
+@runtime_checkable
+class ParallelMesh(Protocol):
+    """One rank's view of the mesh: its groups (communicator handles) and their global ranks."""
+
+    shape: MeshShape
+    rank: int
+
+    def group(self, dim: str) -> Any:
+        """The process group of ``dim`` ("dp", "sp", "tp" or "dp_sp") that holds this rank."""
+        ...
+
+    def ranks(self, dim: str) -> tuple[int, ...]:
+        """Global ranks of this rank's ``dim`` group, in group-rank order."""
+        ...
+
+    def index(self, dim: str) -> int:
+        """This rank's position in its ``dim`` group."""
+        ...
+
+
+def tp_dim(param: Any) -> int | None:
+    """The dimension a parameter is split on across the tensor-parallel group, or None."""
+    value = getattr(param, TP_DIM_ATTR, None)
+    return None if value is None else int(value)
+
+
+__all__ = ["DIMS", "TP_DIM_ATTR", "MeshShape", "ParallelMesh", "tp_dim"]

@@ -1,0 +1,1 @@
+"""Device mesh, tensor parallelism (AutoTP) and Ulysses sequence parallelism."""
