@@ -22,6 +22,7 @@ from ds.interfaces.comm import Communicator
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
+from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.interfaces.telemetry import EventBus, StepMetrics
 from ds.zero.comm_stats import CommStats
 from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
@@ -59,15 +60,24 @@ class ZeroEngine:
         collate_fn: Callable[[list[Any]], Any] | None = None,
         events: EventBus | None = None,
         dist_init_required: bool | None = None,
+        mesh: ParallelMesh | None = None,
     ) -> None:
         t0 = time.perf_counter()
         cfg: DsConfig = load_config(config)
         distributed = comm is not None and comm.is_initialized()
         self.comm = comm if distributed else None
+        # With a mesh, ZeRO reduces and partitions over the data x sequence parallel ranks only
+        # (see ds.interfaces.parallel); batch sizes count the data-parallel ranks.
+        self.mesh = mesh if distributed else None
+        if self.mesh is not None:
+            if group is not None:
+                raise ConfigError("pass either group= or mesh= to the engine, not both")
+            group = self.mesh.group("dp_sp")
         self.group = group
         self.rank = comm.get_rank(group) if distributed and comm else 0
         self.world_size = comm.get_world_size(group) if distributed and comm else 1
-        self.config: ResolvedConfig = resolve(cfg, self.world_size, hidden_size=_hidden_size(model))
+        self.dp_size = self.mesh.shape.dp if self.mesh is not None else self.world_size
+        self.config: ResolvedConfig = resolve(cfg, self.dp_size, hidden_size=_hidden_size(model))
         self.ds_config = cfg
         self.events = events or EventBus()
         self.checkpoint_engine = checkpoint_engine
@@ -85,7 +95,7 @@ class ZeroEngine:
 
         offload = self.config.zero.offload_optimizer_device == "cpu"
         factory = OptimizerFactory(cfg.optimizer, optimizer, offload, kernels)
-        groups = factory.initial_groups(_param_groups(model, model_parameters))
+        groups = factory.initial_groups(_split_tp(_param_groups(model, model_parameters), mesh))
         names = {id(p): n for n, p in model.named_parameters()}
         ctx = StrategyContext(
             module=model,
@@ -101,6 +111,8 @@ class ZeroEngine:
             device=_device_of(model),
             stats=self.comm_stats,
             accelerator=accelerator,
+            tp_group=self.mesh.group("tp") if self.mesh and self.mesh.shape.tp > 1 else None,
+            tp_size=self.mesh.shape.tp if self.mesh else 1,
         )
         self.strategy: ZeroStrategy = strategy_class(self.config.stage)(ctx)
         self.optimizer = self.strategy.optimizer
@@ -147,9 +159,17 @@ class ZeroEngine:
         # Ranks must start from identical weights; rank 0's initialisation wins (as in DDP).
         if self.comm is None:
             return
+        # ``src`` is a global rank: the first rank of the reduction group (rank 0 without a mesh).
+        src = self.mesh.ranks("dp_sp")[0] if self.mesh is not None else 0
         with torch.no_grad():
             for t in list(self.module.parameters()) + list(self.module.buffers()):
-                self.comm.broadcast(t.data, src=0, group=self.group)
+                self.comm.broadcast(t.data, src=src, group=self.group)
+            if self.mesh is not None and self.mesh.shape.tp > 1:
+                # Replicated parameters must also agree across the tensor-parallel ranks.
+                tp_src = self.mesh.ranks("tp")[0]
+                for t in list(self.module.parameters()) + list(self.module.buffers()):
+                    if tp_dim(t) is None:
+                        self.comm.broadcast(t.data, src=tp_src, group=self.mesh.group("tp"))
 
     def _build_scheduler(self, client: Any) -> Any:
         cfg = self.ds_config.scheduler
@@ -232,7 +252,7 @@ class ZeroEngine:
 
     @property
     def dp_world_size(self) -> int:
-        return self.world_size  # ds is data-parallel only: every rank is a data-parallel rank
+        return self.dp_size  # the ranks that see different samples (the mesh's dp dimension)
 
     @property
     def device(self) -> torch.device:
@@ -469,11 +489,13 @@ class ZeroEngine:
         collate_fn: Callable[[list[Any]], Any] | None = None,
         num_workers: int = 0,
     ) -> ShardedLoader:
+        # Ranks of one sequence- or tensor-parallel group read the same samples.
+        dp_rank = self.mesh.index("dp") if self.mesh is not None else self.rank
         return ShardedLoader(
             dataset,
             batch_size or self.config.train_micro_batch_size_per_gpu,
-            self.rank,
-            self.world_size,
+            dp_rank,
+            self.dp_size,
             shuffle=shuffle,
             seed=self.ds_config.seed or 0,
             drop_last=bool(self.ds_config.dataloader_drop_last),
@@ -610,6 +632,23 @@ class ZeroEngine:
 
     def destroy(self) -> None:
         self.strategy.release()
+
+
+def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[dict[str, Any]]:
+    """With tensor parallelism, each group splits in two: replicated parameters, then the
+    tensor-parallel slices (marked ``ds_tp``), so the global gradient norm can count each slice
+    once and each replicated parameter once (see ZeroStrategy.prepare_step)."""
+    if mesh is None or mesh.shape.tp == 1:
+        return groups
+    out: list[dict[str, Any]] = []
+    for g in groups:
+        rep = [p for p in g["params"] if tp_dim(p) is None]
+        sliced = [p for p in g["params"] if tp_dim(p) is not None]
+        if rep:
+            out.append(dict(g, params=rep))
+        if sliced:
+            out.append(dict(g, params=sliced, ds_tp=True))
+    return out
 
 
 def _param_groups(

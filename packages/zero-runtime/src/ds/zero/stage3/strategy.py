@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
+from ds.interfaces.parallel import tp_dim
 from ds.zero.stage3.collectives import Collectives
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.partitioner import Stage3Limits, Stage3Partitioner
@@ -172,6 +173,13 @@ class Stage3Strategy(ZeroStrategy):
 
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         return [g for g in (shard_of(p).grad for p in self.partitioner.params) if g is not None]
+
+    def tp_sliced(self) -> Sequence[bool]:
+        return [
+            tp_dim(p) is not None
+            for p in self.partitioner.params
+            if shard_of(p).grad is not None
+        ]
 
     def step(self) -> None:
         self.opt.step()

@@ -89,6 +89,9 @@ class StrategyContext:
     stats: CommStats | None = None  # collects time spent in collectives for telemetry
     # Pins offloaded host buffers when the model lives on a device with pinned-memory copies.
     accelerator: Accelerator | None = None
+    # Tensor parallelism: the group whose ranks hold different slices of the same weights.
+    tp_group: Any = None
+    tp_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,10 @@ class ZeroStrategy(abc.ABC):
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         """The reduced gradients this rank holds (its partitions, or everything at stage 0)."""
 
+    def tp_sliced(self) -> Sequence[bool]:
+        """Per entry of :meth:`local_grad_shards`: True when it holds tensor-parallel slices."""
+        return [False] * len(self.local_grad_shards())
+
     @property
     def grads_partitioned(self) -> bool:
         """True when ranks hold disjoint gradient shards (norms and overflow need a reduction)."""
@@ -149,12 +156,26 @@ class ZeroStrategy(abc.ABC):
 
         from ds.interfaces.comm import ReduceOp
 
-        shards = [g for g in self.local_grad_shards() if g.numel()]
-        sq = _squared_norm(shards, self._norm_device(shards))
+        every = list(self.local_grad_shards())
+        shards = [g for g in every if g.numel()]
+        device = self._norm_device(shards)
+        tp = self.ctx.tp_group is not None and self.ctx.tp_size > 1 and self.ctx.comm is not None
+        if tp:
+            # Replicated parameters are identical on every tensor-parallel rank: each adds
+            # 1/tp of their square so that the sum over the group counts them once, and every
+            # slice once.
+            flags = list(self.tp_sliced())
+            rep = [g for g, f in zip(every, flags, strict=True) if not f and g.numel()]
+            sliced = [g for g, f in zip(every, flags, strict=True) if f and g.numel()]
+            sq = _squared_norm(rep, device) / self.ctx.tp_size + _squared_norm(sliced, device)
+        else:
+            sq = _squared_norm(shards, device)
         # One float64 reduction carries the squared norm; inf/nan in any rank's gradients makes
         # the sum non-finite everywhere, which is the cross-rank overflow signal.
         if self.grads_partitioned and self.ctx.comm is not None and self.ctx.world_size > 1:
             self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.group))  # type: ignore[union-attr]
+        if tp:
+            self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.tp_group))  # type: ignore[union-attr]
         # The step's one host sync: overflow skips the step, and the norm is reported.
         total = float(sq)
         overflow = not math.isfinite(total)

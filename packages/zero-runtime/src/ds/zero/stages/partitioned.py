@@ -103,6 +103,7 @@ class PartitionedStrategy(ZeroStrategy):
         bucket_dtype = comm_dtype if (self.comm is not None and comm_dtype) else torch.float32
         self.pool = BufferPool()
         self.groups: list[Group] = []
+        self._tp_flags: list[bool] = []  # per group: holds tensor-parallel slices
         opt_groups: list[dict[str, Any]] = []
         bucket_numel = max(1, cfg.reduce_bucket_size)
         for user_group in ctx.param_groups:
@@ -119,7 +120,8 @@ class PartitionedStrategy(ZeroStrategy):
                 host=self._host,
             )
             self.groups.append(group)
-            hyper = {k: v for k, v in user_group.items() if k != "params"}
+            hyper = {k: v for k, v in user_group.items() if k not in ("params", "ds_tp")}
+            self._tp_flags.append(bool(user_group.get("ds_tp")))
             opt_groups.append({**hyper, "params": [group.master]})
         self._optimizer = ctx.optimizer_factory(opt_groups)
         self.reducer = GradReducer(
@@ -189,6 +191,9 @@ class PartitionedStrategy(ZeroStrategy):
     # -- step ------------------------------------------------------------------------------------
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         return [g.master_grad for g in self.groups]
+
+    def tp_sliced(self) -> Sequence[bool]:
+        return self._tp_flags
 
     def step(self) -> None:
         # The optimizer writes the partitions the previous all-gather reads and fills.
