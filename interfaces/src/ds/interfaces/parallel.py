@@ -26,6 +26,11 @@ from typing import Any, Protocol, runtime_checkable
 #: Attribute set on a parameter that holds one tensor-parallel slice: the dimension it is split on.
 TP_DIM_ATTR = "ds_tp_dim"
 
+#: Attribute set on a sliced parameter whose split dimension packs several equal segments (GPT-2's
+#: fused q,k,v: 3) that are each split over the group; a slice is then the concatenation of each
+#: segment's piece. Absent means 1 (one plain contiguous slice).
+TP_FUSED_ATTR = "ds_tp_fused"
+
 DIMS = ("dp", "sp", "tp", "dp_sp")
 
 
@@ -78,4 +83,17 @@ def tp_dim(param: Any) -> int | None:
     return None if value is None else int(value)
 
 
-__all__ = ["DIMS", "TP_DIM_ATTR", "MeshShape", "ParallelMesh", "tp_dim"]
+def tp_fused(param: Any) -> int:
+    """How many equal segments a sliced parameter's split dimension packs (1 when not fused)."""
+    return int(getattr(param, TP_FUSED_ATTR, 1) or 1)
+
+
+__all__ = [
+    "DIMS",
+    "TP_DIM_ATTR",
+    "TP_FUSED_ATTR",
+    "MeshShape",
+    "ParallelMesh",
+    "tp_dim",
+    "tp_fused",
+]
