@@ -22,6 +22,7 @@ from ds.interfaces.comm import ReduceOp
 from ds.parallel.sequence import sequence_parallel_loss, shard_batch, use_ulysses_attention
 
 VOCAB = 96
+LR = 3e-3
 
 
 def make_config(model: str, kv_heads: int) -> Any:
@@ -127,7 +128,7 @@ def train_case(model: str, comm: Any, group: Any, steps: int = 10) -> dict:
     ref = build(model, 2)
     sp_model = copy.deepcopy(ref)
     use_ulysses_attention(sp_model, comm, group, core="sdpa")
-    opts = [torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01) for m in (ref, sp_model)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=LR, weight_decay=0.01) for m in (ref, sp_model)]
     ref_losses, sp_losses = [], []
     # Two batches in turn (one padded and unevenly split, one odd-length) so the loss falls.
     batches = [make_batch(100, 11, padded=True), make_batch(101, 13, padded=False)]

@@ -1,4 +1,7 @@
-"""Ulysses SP=2 on a real gloo world equals single-process transformers (fp32, 1e-5 relative)."""
+"""Ulysses SP=2 on a real gloo world equals single-process transformers (fp32, 1e-5 relative).
+
+One world per model (about 30 s on two loaded cores, hence ``slow``) serves all of its tests.
+"""
 
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ def world(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["nomask", "padded", "kv1"])
 def test_forward_backward_matches_single_process(world: Any, case: str) -> None:
     _, result = world
@@ -75,6 +79,7 @@ def test_forward_backward_matches_single_process(world: Any, case: str) -> None:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_ten_adamw_steps_match_single_process(world: Any) -> None:
     """Losses and the final weights (all parameters as one vector) after 10 AdamW steps."""
     _, result = world
