@@ -54,6 +54,8 @@ class AutoTPResult:
 
 def tp_group_of(mesh_or_tp_group: Any, comm: Any) -> TPGroup:
     """A mesh (its "tp" group) or a group handle (None: the whole world) as a TPGroup."""
+    if isinstance(mesh_or_tp_group, TPGroup):
+        return mesh_or_tp_group
     if hasattr(mesh_or_tp_group, "shape") and callable(getattr(mesh_or_tp_group, "group", None)):
         mesh = mesh_or_tp_group
         return TPGroup(comm, mesh.group("tp"), int(mesh.shape.tp), int(mesh.index("tp")))
@@ -127,13 +129,14 @@ def _resolve(model: nn.Module, plan: dict[str, Placement], tp: int) -> dict[str,
     return out
 
 
-def _weight_dim(p: Placement) -> int | None:
+def _weight_dim(p: Placement) -> tuple[int, int] | None:
+    """(split dim, packed segments) of the placement's weight; None when it stays whole."""
     if p.style in (COLWISE, COLWISE_GATHER):
-        return (1 if p.transposed else 0) + 10 * p.fused
+        return (1 if p.transposed else 0), p.fused
     if p.style == ROWWISE:
-        return 0 if p.transposed else 1
+        return (0 if p.transposed else 1), 1
     if p.style == VOCAB_EMBEDDING:
-        return 0
+        return 0, 1
     return None
 
 
