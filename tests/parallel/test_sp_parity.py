@@ -6,14 +6,15 @@ One world per model (about 30 s on two loaded cores, hence ``slow``) serves all 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _sp_launch import run_ranks
 
 pytest.importorskip("transformers")
 
@@ -21,35 +22,8 @@ WORKER = Path(__file__).resolve().parent / "_sp_worker.py"
 TOL = 1e-5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run_world(model: str, out: Path, world: int = 2, timeout: float = 120.0) -> dict[str, Any]:
-    port = _free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), model, str(r), str(world), str(port), str(out)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"rank {r} failed ({p.returncode}):\n{log[-6000:]}"
+def run_world(model: str, out: Path, world: int = 2) -> dict[str, Any]:
+    run_ranks(WORKER, world, [model], [str(out)], timeout=120)
     return json.loads((out / f"{model}.json").read_text())
 
 
