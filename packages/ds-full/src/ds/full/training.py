@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ds.full import governance
+from ds.full import governance, parallel
 from ds.full.devices import bind_rank_device, check_placement, place_model
 from ds.full.signals import signal_bus_for
 from ds.interfaces import registry
@@ -119,7 +119,11 @@ def initialize(
     if model is None:
         raise ConfigError("initialize() needs model=: the torch.nn.Module to train")
     if mpu is not None:
-        raise ConfigError("mpu= (model parallelism) is not supported by ds; leave it unset")
+        raise ConfigError(
+            "mpu= (a Megatron-style model-parallel unit) is not supported by ds; set "
+            "tensor_parallel.autotp_size / sequence_parallel_size in the config instead and leave "
+            "mpu unset"
+        )
     source = config if config is not None else config_params
     if source is None and args is not None:
         source = getattr(args, "deepspeed_config", None) or getattr(args, "ds_config", None)
@@ -141,6 +145,9 @@ def initialize(
     from ds import comm as dist
 
     communicator = dist.get_communicator()
+    # Tensor/sequence parallel layouts change the model in place (AutoTP slices its linears on
+    # the host, before the move, so a rank's device only ever holds its slices).
+    mesh = parallel.build(cfg, communicator, model)
     place_model(model, device)  # a CPU model moves; split or foreign placements are errors
 
     kernels = _kernels_for(cfg.zero_optimization, device)
@@ -176,6 +183,7 @@ def initialize(
         training_data=training_data,
         collate_fn=collate_fn,
         events=events,
+        mesh=mesh,
     )
     if "activation_checkpointing" in cfg.model_fields_set:
         from ds.zero import checkpointing  # the section drives ds.zero.checkpointing.checkpoint

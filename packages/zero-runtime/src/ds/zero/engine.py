@@ -73,6 +73,15 @@ class ZeroEngine:
             if group is not None:
                 raise ConfigError("pass either group= or mesh= to the engine, not both")
             group = self.mesh.group("dp_sp")
+        tp, sp = cfg.model_parallel_sizes()
+        have = (self.mesh.shape.tp, self.mesh.shape.sp) if self.mesh is not None else (1, 1)
+        if (tp, sp) != have:
+            raise ConfigError(
+                f"the config asks for tensor_parallel.autotp_size={tp} and "
+                f"sequence_parallel_size={sp} but the engine got a mesh of tp={have[0]}, "
+                f"sp={have[1]}; build it with ds.full.initialize (which builds the mesh and "
+                "applies AutoTP/Ulysses from the config) or pass a matching mesh="
+            )
         self.group = group
         self.rank = comm.get_rank(group) if distributed and comm else 0
         self.world_size = comm.get_world_size(group) if distributed and comm else 1

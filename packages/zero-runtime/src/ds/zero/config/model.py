@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from ds.interfaces.errors import ConfigError
 from ds.zero.config.ledger_sections import DsCheckpointConfig, GateSection, LedgerSection
 from ds.zero.config.sections import (
     ActivationCheckpointingConfig,
@@ -218,6 +219,28 @@ class DsConfig(Section):
         if self.bf16.enabled is True:
             return "bf16"
         return "fp32"
+
+    def model_parallel_sizes(self) -> tuple[int, int]:
+        """``(tp, sp)``: ``tensor_parallel.autotp_size`` (or ``tensor_parallel.tp.tp_size``) and
+        ``sequence_parallel_size``, 1 when unset. Raises ConfigError for a non-positive size."""
+        tp_cfg = self.tensor_parallel
+        tp: Any = None
+        if tp_cfg is not None:
+            nested = tp_cfg.tp if isinstance(tp_cfg.tp, dict) else {}
+            tp = tp_cfg.autotp_size or nested.get("tp_size")
+        out = []
+        for name, value in (
+            ("tensor_parallel.autotp_size", tp),
+            ("sequence_parallel_size", self.sequence_parallel_size),
+        ):
+            if value is None:
+                value = 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{name} must be a positive integer, got {value!r}; use 1 to disable it"
+                )
+            out.append(value)
+        return out[0], out[1]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""Model parallelism in ``ds.initialize``: the device mesh, AutoTP and Ulysses from the config.
+
+``tensor_parallel.autotp_size`` (or DeepSpeed's ``tensor_parallel.tp.tp_size``) and
+``sequence_parallel_size`` choose the mesh; what is left of the world is data parallel. The
+sizes are checked against the world and the model's head counts before the model is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ds.interfaces.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ParallelSizes:
+    tp: int = 1
+    sp: int = 1
+
+    @property
+    def active(self) -> bool:
+        return self.tp > 1 or self.sp > 1
+
+
+def sizes(cfg: Any) -> ParallelSizes:
+    """The tensor- and sequence-parallel sizes a config asks for (1 when unset)."""
+    found = ParallelSizes(*cfg.model_parallel_sizes())
+    if found.active:
+        _refuse_unsupported(cfg, found)
+    return found
+
+
+def _refuse_unsupported(cfg: Any, found: ParallelSizes) -> None:
+    what = f"tensor_parallel.autotp_size={found.tp}, sequence_parallel_size={found.sp}"
+    pipeline = cfg.pipeline
+    if isinstance(pipeline, dict) and int(pipeline.get("stages", 1) or 1) > 1:
+        raise ConfigError(
+            f"pipeline.stages={pipeline['stages']} with {what}: pipeline parallelism does not "
+            "compose with tensor/sequence parallelism in ds yet; remove the pipeline section"
+        )
+    expert = cfg.expert_parallel
+    if isinstance(expert, dict) and expert and expert.get("enabled", True):
+        raise ConfigError(
+            f"expert_parallel with {what}: expert parallelism is not available in ds yet; "
+            "remove the expert_parallel section"
+        )
+
+
+def build(cfg: Any, communicator: Any, model: torch.nn.Module) -> Any:
+    """Build the mesh and make ``model`` tensor/sequence parallel in place; None without either.
+
+    Collective: every rank calls it with the same config.
+    """
+    want = sizes(cfg)
+    if not want.active:
+        return None
+    from ds.parallel.mesh import build_mesh, mesh_shape_from_config
+
+    world = int(communicator.get_world_size()) if communicator.is_initialized() else 1
+    shape = mesh_shape_from_config(world, want.tp, want.sp)
+    config = getattr(model, "config", None)
+    if want.sp > 1:
+        from ds.parallel.sequence import check_model_config
+
+        if config is None:
+            raise ConfigError(
+                f"sequence_parallel_size={want.sp} needs a transformers model (one with .config) "
+                "whose attention goes through transformers' AttentionInterface; wrap other "
+                "models' attention in ds.parallel.sequence.DistributedAttention yourself"
+            )
+        check_model_config(config, want.sp)
+    mesh = build_mesh(communicator, shape)
+    if want.tp > 1:
+        from ds.parallel.tp import autotp
+
+        partition = cfg.tensor_parallel.partition_config if cfg.tensor_parallel else None
+        autotp(model, mesh, communicator, partition_config=partition)
+    if want.sp > 1:
+        from ds.parallel.sequence import use_ulysses_attention
+
+        # The Ulysses wrapper passes no mask (causal over the full sequence after the
+        # all-to-all); eager attention applies no causal mask without one, so it runs on sdpa.
+        current = getattr(config, "_attn_implementation", None) or "sdpa"
+        core = "sdpa" if current.removeprefix("ulysses_") == "eager" else None
+        use_ulysses_attention(model, communicator, mesh.group("sp"), core=core)
+    return mesh
+
+
+__all__ = ["ParallelSizes", "build", "sizes"]

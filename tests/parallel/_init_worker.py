@@ -1,0 +1,88 @@
+"""One rank of ``ds.initialize`` on a tensor/sequence-parallel mesh, 10 steps of a tiny model.
+
+argv: kind tp sp stage rank world port out. Rank 0 writes the losses and the reassembled
+weights to ``out/result.pt``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _tp_models import batch, model
+
+STEPS = 10
+MICRO = 2
+SEQ = 16
+
+
+def config(tp: int, sp: int, stage: int) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 0.5,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
+        "zero_optimization": {"stage": stage},
+        "tensor_parallel": {"autotp_size": tp},
+        "sequence_parallel_size": sp,
+        "steps_per_print": 1000,
+    }
+
+
+def main() -> None:
+    kind, tp, sp, stage, rank, world, port, out = sys.argv[1:9]
+    tp, sp, stage, rank, world = int(tp), int(sp), int(stage), int(rank), int(world)
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=port,
+    )
+    torch.set_num_threads(1)
+    import ds.full as ds
+    from ds import comm as dist
+
+    net = model(kind)
+    engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage))
+    mesh = engine.mesh
+    dp_index = mesh.index("dp")
+    dp = mesh.shape.dp
+    comm = dist.get_communicator()
+    losses = []
+    for step in range(STEPS):
+        ids = batch(step, size=MICRO * dp, seq=SEQ)[dp_index * MICRO : (dp_index + 1) * MICRO]
+        if sp > 1:
+            from ds.parallel.sequence import sequence_parallel_loss, shard_batch
+
+            part = shard_batch({"input_ids": ids, "labels": ids}, mesh.index("sp"), sp)
+            logits = engine(input_ids=part["input_ids"], position_ids=part["position_ids"]).logits
+            result = sequence_parallel_loss(logits, part["shift_labels"], comm, mesh.group("sp"))
+            loss, reported = result.loss, result.global_loss
+        else:
+            loss = engine(input_ids=ids, labels=ids).loss
+            reported = loss.detach()
+        engine.backward(loss)
+        engine.step()
+        # The data-parallel mean of the reported loss is the global batch's loss.
+        value = reported.detach().clone()
+        comm.all_reduce(value, group=mesh.group("dp"))
+        losses.append(float(value) / dp)
+    from ds.parallel.tp import gather_full_state_dict
+
+    engine.strategy.synchronize_parameters()  # stages 1-2 gather the last step's weights lazily
+    weights = gather_full_state_dict(engine.module, comm, mesh)
+    if rank == 0:
+        torch.save({"losses": losses, "weights": weights}, Path(out) / "result.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
