@@ -38,8 +38,14 @@ def config(kind: str, **overrides: Any) -> Any:
     return cls(**{**common, **kw, **overrides})
 
 
+PAD = 3  # "<kind>_pad" models use it as pad_token_id; every batch holds it
+
+
 def model(kind: str, seed: int = 0, **overrides: Any) -> torch.nn.Module:
     import transformers as tf
+
+    if kind.endswith("_pad"):
+        kind, overrides = kind[: -len("_pad")], {"pad_token_id": PAD, **overrides}
 
     torch.manual_seed(seed)
     cfg = config(kind, **overrides)
@@ -50,4 +56,6 @@ def model(kind: str, seed: int = 0, **overrides: Any) -> torch.nn.Module:
 
 def batch(step: int, size: int = 2, seq: int = 16) -> torch.Tensor:
     g = torch.Generator().manual_seed(1000 + step)
-    return torch.randint(0, VOCAB, (size, seq), generator=g)
+    ids = torch.randint(0, VOCAB, (size, seq), generator=g)
+    ids[0, 1] = PAD
+    return ids

@@ -110,6 +110,14 @@ def parity(comm: Any, kind: str) -> dict[str, Any]:
     res["losses"] = losses
     res["ref_state"] = {k: v.detach().clone() for k, v in ref.state_dict().items()}
     res["state"] = gather_full_state_dict(tp_model, comm, None)
+    # The reassembled state loads into a plain transformers model of another seed and gives the
+    # trained reference's logits (the checkpoint-export path).
+    fresh = models.model(kind, seed=99)
+    fresh.load_state_dict(res["state"])
+    ids = models.batch(99)
+    with torch.no_grad():
+        res["export_logits"] = fresh(input_ids=ids).logits
+        res["ref_export_logits"] = ref(input_ids=ids).logits
     return res
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.parallel import TP_DIM_ATTR, TP_FUSED_ATTR, tp_dim, tp_fused
-from ds.parallel.tp import TPGroup, autotp, plan_for, unshard
+from ds.parallel.tp import TPGroup, autotp, check_heads, plan_for, unshard
 from ds.parallel.tp.layers import shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "parallel"))
@@ -198,3 +198,13 @@ def test_tp_size_one_changes_nothing() -> None:
     before = copy.deepcopy(m)
     autotp(m, TPGroup(None, None, 1, 0), None)
     assert _unchanged(before, m)
+
+
+def test_heads_are_checked_from_a_config_before_any_model_exists() -> None:
+    cfg = models.config("qwen2", num_attention_heads=4, num_key_value_heads=2)
+    check_heads(cfg, 2)
+    with pytest.raises(ConfigError, match="num_key_value_heads=2 does not divide by"):
+        check_heads(cfg, 4)
+    check_heads(models.config("gpt2"), 4)  # n_head=4
+    with pytest.raises(ConfigError, match=r"num_attention_heads=4 .*autotp_size=8"):
+        check_heads(models.config("gpt2"), 8)

@@ -63,14 +63,17 @@ def tp_group_of(mesh_or_tp_group: Any, comm: Any) -> TPGroup:
     return TPGroup(comm, group, int(comm.get_world_size(group)), int(comm.get_rank(group)))
 
 
-def _text_config(model: nn.Module) -> Any:
-    config = getattr(model, "config", None)
+def _text_config(model: Any) -> Any:
+    # a model, or a transformers config itself (checked before any model is allocated)
+    config = model if not isinstance(model, nn.Module) else getattr(model, "config", None)
     getter = getattr(config, "get_text_config", None)
     return getter() if callable(getter) else config
 
 
-def check_heads(model: nn.Module, tp_size: int) -> None:
-    """Attention and key/value head counts must divide by the TP size (GQA included)."""
+def check_heads(model_or_config: Any, tp_size: int) -> None:
+    """Attention and key/value head counts must divide by the TP size (GQA included). Takes the
+    model or its transformers config, so a launcher can refuse before allocating the model."""
+    model = model_or_config
     config = _text_config(model)
     if config is None or tp_size == 1:
         return
