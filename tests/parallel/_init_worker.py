@@ -36,6 +36,8 @@ def config(tp: int, sp: int, stage: int) -> dict:
 
 def main() -> None:
     kind, tp, sp, stage, rank, world, port, out = sys.argv[1:9]
+    # "resume": save after half the steps, rebuild the engine and model, load, finish.
+    resume = sys.argv[9:] == ["resume"]
     tp, sp, stage, rank, world = int(tp), int(sp), int(stage), int(rank), int(world)
     os.environ.update(
         RANK=str(rank),
@@ -57,6 +59,11 @@ def main() -> None:
     comm = dist.get_communicator()
     losses = []
     for step in range(STEPS):
+        if resume and step == STEPS // 2:
+            engine.save_checkpoint(str(Path(out) / "ckpt"))
+            engine, _, _, _ = ds.initialize(model=model(kind, seed=7), config=config(tp, sp, stage))
+            engine.load_checkpoint(str(Path(out) / "ckpt"))
+            mesh = engine.mesh
         ids = batch(step, size=MICRO * dp, seq=SEQ)[dp_index * MICRO : (dp_index + 1) * MICRO]
         if sp > 1:
             from ds.parallel.sequence import sequence_parallel_loss, shard_batch

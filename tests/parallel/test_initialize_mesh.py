@@ -1,6 +1,6 @@
 """``ds.initialize`` with ``tensor_parallel.autotp_size`` / ``sequence_parallel_size``: 10 steps of
 ZeRO on a TP, SP, TP x DP or SP x DP mesh equal one process training the whole model on the
-whole batch (fp32, losses and final weights within 1e-5 relative)."""
+whole batch (fp32; losses and each final weight tensor within 1e-5 relative error)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ from _tp_models import batch, model  # noqa: E402
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
 
-def _world(kind: str, tp: int, sp: int, stage: int, world: int, out: Path) -> dict:
+def _world(kind: str, tp: int, sp: int, stage: int, world: int, out: Path, *extra: str) -> dict:
     port = str(free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
     cmd = [sys.executable, str(HERE / "_init_worker.py"), kind, str(tp), str(sp), str(stage)]
     procs = [
         subprocess.Popen(
-            [*cmd, str(r), str(world), port, str(out)],
+            [*cmd, str(r), str(world), port, str(out), *extra],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -72,7 +72,17 @@ def _assert_same(got: dict, want: dict) -> None:
     )
     assert set(got["weights"]) == set(want["weights"])
     for name, w in want["weights"].items():
-        torch.testing.assert_close(got["weights"][name], w, rtol=1e-5, atol=1e-6, msg=name)
+        # Relative error of each tensor (norm of the difference over the norm): Adam turns
+        # last-bit differences of near-zero gradients (the TP/SP reductions sum in another
+        # order) into steps of up to lr on single elements, so elementwise bounds are noise.
+        if name.endswith("k_proj.bias"):
+            # Its exact gradient is zero (adding q.b_k to every score of a query leaves the
+            # softmax unchanged): Adam steps on rounding noise of either run, up to lr a step.
+            lr = config(1, 1, 0)["optimizer"]["params"]["lr"]
+            torch.testing.assert_close(got["weights"][name], w, rtol=0, atol=lr * STEPS)
+            continue
+        err = float(torch.linalg.vector_norm(got["weights"][name] - w))
+        assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
 
 
 CASES = [
@@ -92,3 +102,11 @@ def test_mesh_training_matches_one_process(
 ) -> None:
     got = _world(kind, tp, sp, stage, world, tmp_path)
     _assert_same(got, _reference(kind, world // (tp * sp)))
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_tp_checkpoint_resumes_exactly(stage: int, tmp_path: Path) -> None:
+    # Saved after 5 steps at TP=2, loaded into a differently initialised model: the last 5
+    # steps continue as if nothing happened.
+    got = _world("llama", 2, 1, stage, 2, tmp_path, "resume")
+    _assert_same(got, _reference("llama", 1))

@@ -19,7 +19,7 @@ import torch
 from ds.interfaces.accelerator import Accelerator
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.comm import Communicator
-from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.errors import CheckpointError, ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.interfaces.parallel import ParallelMesh, tp_dim
@@ -552,6 +552,17 @@ class ZeroEngine:
             }
         )
         state.rank_objects.update(_rng_state(self.accelerator))
+        suffix = self._tp_suffix()
+        if suffix:
+            # Each tensor-parallel rank holds other slices under the same names: its tensors
+            # are stored under its own keys (the layout's TP size is part of the key).
+            state.tensors = {
+                k + suffix: ShardedTensor(
+                    TensorMeta(t.meta.name + suffix, t.meta.shape, t.meta.dtype), t.offset, t.local
+                )
+                for k, t in state.tensors.items()
+            }
+            state.objects["tensor_parallel_size"] = self.mesh.shape.tp  # type: ignore[union-attr]
         handle = ckpt.save(save_dir, tag, state, async_save=self.ds_config.checkpoint.async_save)
         gather16 = self.ds_config.zero_optimization.gather_16bit_weights_on_model_save
         if not self.ds_config.checkpoint.async_save or (self.config.stage == 3 and gather16):
@@ -603,6 +614,17 @@ class ZeroEngine:
             log.warning("no checkpoint found", directory=load_dir)
             return None, {}
         meta = dict(ckpt.metadata(load_dir, tag))
+        suffix = self._tp_suffix()
+        saved_tp = sorted({k.rpartition("@tp")[2].partition("of")[2] for k in meta if "@tp" in k})
+        if saved_tp != ([suffix.partition("of")[2]] if suffix else []):
+            have = self.mesh.shape.tp if self.mesh is not None else 1
+            raise CheckpointError(
+                f"checkpoint {tag!r} in {load_dir} was saved at tensor_parallel size "
+                f"{saved_tp[0] if saved_tp else 1} but this engine runs at {have}; load it with "
+                "the tensor-parallel size it was saved with"
+            )
+        if suffix:
+            meta = {k[: -len(suffix)]: v for k, v in meta.items() if k.endswith(suffix)}
         requests = self.strategy.load_requests(meta)
         if not load_optimizer_states:
             requests = [r for r in requests if not r.name.startswith("optim.")]
@@ -610,7 +632,18 @@ class ZeroEngine:
             key = f"buffer.{name}"
             if key in meta:
                 requests.append(LoadRequest(key, 0, buf.numel()))
+        if suffix:
+            requests = [LoadRequest(r.name + suffix, r.offset, r.numel) for r in requests]
         state: ShardedStateDict = ckpt.load(load_dir, tag, requests, rank_objects=True)
+        if suffix:
+            state.tensors = {
+                k[: -len(suffix)]: ShardedTensor(
+                    TensorMeta(t.meta.name[: -len(suffix)], t.meta.shape, t.meta.dtype),
+                    t.offset,
+                    t.local,
+                )
+                for k, t in state.tensors.items()
+            }
         if not load_optimizer_states:
             state.objects.pop("optimizer.scalar_state", None)
         self.strategy.load_state_dict(state)
@@ -638,6 +671,12 @@ class ZeroEngine:
             _set_rng_state(state.rank_objects, self.accelerator)
         path = os.path.join(load_dir, tag)
         return path, dict(obj.get("client_state") or {})
+
+    def _tp_suffix(self) -> str:
+        """``@tp<index>of<size>`` on a tensor-parallel mesh, else empty."""
+        if self.mesh is None or self.mesh.shape.tp == 1:
+            return ""
+        return f"@tp{self.mesh.index('tp')}of{self.mesh.shape.tp}"
 
     def destroy(self) -> None:
         self.strategy.release()
