@@ -1,7 +1,8 @@
 """One rank of ``ds.initialize`` on a tensor/sequence-parallel mesh, 10 steps of a tiny model.
 
-argv: kind tp sp stage rank world port out. Rank 0 writes the losses and the reassembled
-weights to ``out/result.pt``.
+Several scenarios run one after another in the same world (process start-up is most of a small
+run's cost). Rank 0 writes each one's losses and reassembled weights to
+``out/<scenario>/result.pt``.
 """
 
 from __future__ import annotations
@@ -34,23 +35,7 @@ def config(tp: int, sp: int, stage: int) -> dict:
     }
 
 
-def main() -> None:
-    kind, tp, sp, stage, rank, world, port, out = sys.argv[1:9]
-    # "resume": save after half the steps, rebuild the engine and model, load, finish.
-    resume = sys.argv[9:] == ["resume"]
-    tp, sp, stage, rank, world = int(tp), int(sp), int(stage), int(rank), int(world)
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=port,
-    )
-    torch.set_num_threads(1)
-    import ds.full as ds
-    from ds import comm as dist
-
+def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, resume: bool) -> dict:
     net = model(kind)
     engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage))
     mesh = engine.mesh
@@ -60,9 +45,9 @@ def main() -> None:
     losses = []
     for step in range(STEPS):
         if resume and step == STEPS // 2:
-            engine.save_checkpoint(str(Path(out) / "ckpt"))
+            engine.save_checkpoint(str(out / "ckpt"))
             engine, _, _, _ = ds.initialize(model=model(kind, seed=7), config=config(tp, sp, stage))
-            engine.load_checkpoint(str(Path(out) / "ckpt"))
+            engine.load_checkpoint(str(out / "ckpt"))
             mesh = engine.mesh
         ids = batch(step, size=MICRO * dp, seq=SEQ)[dp_index * MICRO : (dp_index + 1) * MICRO]
         if sp > 1:
@@ -85,8 +70,32 @@ def main() -> None:
 
     engine.strategy.synchronize_parameters()  # stages 1-2 gather the last step's weights lazily
     weights = gather_full_state_dict(engine.module, comm, mesh)
-    if rank == 0:
-        torch.save({"losses": losses, "weights": weights}, Path(out) / "result.pt")
+    return {"losses": losses, "weights": weights}
+
+
+def main() -> None:
+    # argv: rank world port out scenario...; a scenario is kind:tp:sp:stage[:resume]
+    # ("resume": save after half the steps, rebuild the engine and model, load, finish).
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=port,
+    )
+    torch.set_num_threads(1)
+    import ds.full as ds
+    from ds import comm as dist
+
+    for scenario in sys.argv[5:]:
+        kind, tp, sp, stage, *flag = scenario.split(":")
+        where = out / scenario.replace(":", "-")
+        where.mkdir(parents=True, exist_ok=True)
+        result = train(ds, dist, kind, int(tp), int(sp), int(stage), where, flag == ["resume"])
+        if rank == 0:
+            torch.save(result, where / "result.pt")
     dist.barrier()
     dist.destroy_process_group()
 

@@ -19,16 +19,16 @@ from _init_worker import MICRO, SEQ, STEPS, config  # noqa: E402
 from _tp_launch import free_port  # noqa: E402
 from _tp_models import batch, model  # noqa: E402
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(420)]
 
 
-def _world(kind: str, tp: int, sp: int, stage: int, world: int, out: Path, *extra: str) -> dict:
+def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
     port = str(free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
-    cmd = [sys.executable, str(HERE / "_init_worker.py"), kind, str(tp), str(sp), str(stage)]
     procs = [
         subprocess.Popen(
-            [*cmd, str(r), str(world), port, str(out), *extra],
+            [sys.executable, str(HERE / "_init_worker.py"), str(r), str(world), port, str(out)]
+            + scenarios,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -38,14 +38,17 @@ def _world(kind: str, tp: int, sp: int, stage: int, world: int, out: Path, *extr
     texts = []
     try:
         for p in procs:
-            texts.append(p.communicate(timeout=200)[0].decode(errors="replace"))
+            texts.append(p.communicate(timeout=400)[0].decode(errors="replace"))
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
     for rank, (p, text) in enumerate(zip(procs, texts)):
         assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
-    return torch.load(out / "result.pt", weights_only=False)
+    return {
+        s: torch.load(out / s.replace(":", "-") / "result.pt", weights_only=False)
+        for s in scenarios
+    }
 
 
 def _reference(kind: str, dp: int) -> dict:
@@ -85,28 +88,40 @@ def _assert_same(got: dict, want: dict) -> None:
         assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
 
 
-CASES = [
-    # kind, tp, sp, stage, world
-    pytest.param("llama", 2, 1, 0, 2, id="llama-tp2-zero0"),
-    pytest.param("qwen2", 2, 1, 2, 2, id="qwen2-tp2-zero2"),
-    pytest.param("llama", 1, 2, 1, 2, id="llama-sp2-zero1"),
-    pytest.param("qwen2", 1, 2, 2, 2, id="qwen2-sp2-zero2"),
-    pytest.param("llama", 2, 1, 1, 4, id="llama-tp2xdp2-zero1", marks=pytest.mark.slow),
-    pytest.param("qwen2", 1, 2, 2, 4, id="qwen2-sp2xdp2-zero2", marks=pytest.mark.slow),
+# kind:tp:sp:stage[:resume]; "resume" saves after 5 steps, loads into a differently initialised
+# model and finishes: the last 5 steps continue as if nothing happened.
+WORLD2 = [
+    "llama:2:1:0",
+    "qwen2:2:1:2",
+    "llama:1:2:1",
+    "qwen2:1:2:2",
+    "llama:2:1:1:resume",
+    "llama:2:1:2:resume",
 ]
+WORLD4 = ["llama:2:1:1", "qwen2:1:2:2"]
 
 
-@pytest.mark.parametrize(("kind", "tp", "sp", "stage", "world"), CASES)
-def test_mesh_training_matches_one_process(
-    kind: str, tp: int, sp: int, stage: int, world: int, tmp_path: Path
-) -> None:
-    got = _world(kind, tp, sp, stage, world, tmp_path)
-    _assert_same(got, _reference(kind, world // (tp * sp)))
+@pytest.fixture(scope="module")
+def world2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return _world(2, tmp_path_factory.mktemp("world2"), WORLD2)
 
 
-@pytest.mark.parametrize("stage", [1, 2])
-def test_tp_checkpoint_resumes_exactly(stage: int, tmp_path: Path) -> None:
-    # Saved after 5 steps at TP=2, loaded into a differently initialised model: the last 5
-    # steps continue as if nothing happened.
-    got = _world("llama", 2, 1, stage, 2, tmp_path, "resume")
-    _assert_same(got, _reference("llama", 1))
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return _world(4, tmp_path_factory.mktemp("world4"), WORLD4)
+
+
+def _check(results: dict[str, dict], scenario: str, world: int) -> None:
+    kind, tp, sp, _stage, *_ = scenario.split(":")
+    _assert_same(results[scenario], _reference(kind, world // (int(tp) * int(sp))))
+
+
+@pytest.mark.parametrize("scenario", WORLD2)
+def test_world_of_two_matches_one_process(world2: dict[str, dict], scenario: str) -> None:
+    _check(world2, scenario, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", WORLD4)
+def test_world_of_four_matches_one_process(world4: dict[str, dict], scenario: str) -> None:
+    _check(world4, scenario, 4)
