@@ -161,6 +161,44 @@ def train_case(model: str, comm: Any, group: Any, steps: int = 10) -> dict:
     }
 
 
+def saved_activation_bytes(model: Any, fn: Any) -> int:
+    """Bytes autograd keeps for backward during ``fn()``, parameters excluded (each distinct
+    storage once): the activation memory a training step holds at its peak."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def activation_case(comm: Any, group: Any, seq: int = 512) -> dict:
+    """Saved activations of one forward on the full sequence (one process) and on this rank's
+    shard under Ulysses, same model and batch."""
+    ref = build("llama", 2)
+    sp_model = copy.deepcopy(ref)
+    use_ulysses_attention(sp_model, comm, group, core="sdpa")
+    batch = make_batch(7, seq, padded=False)
+    shard = shard_batch(batch, comm.get_rank(group), comm.get_world_size(group))
+    full = saved_activation_bytes(ref, lambda: ref(**batch).loss)
+
+    def sp_forward() -> Any:
+        out = sp_model(input_ids=shard["input_ids"], position_ids=shard["position_ids"])
+        return sequence_parallel_loss(out.logits, shard["shift_labels"], comm, group).loss
+
+    return {
+        "seq": seq,
+        "full_bytes": full,
+        "sp_bytes": saved_activation_bytes(sp_model, sp_forward),
+    }
+
+
 def main() -> None:
     model, rank, world, port, out_dir = sys.argv[1:6]
     torch.set_num_threads(1)
@@ -176,6 +214,7 @@ def main() -> None:
         if model == "llama":
             # One kv head for two SP ranks: each rank gets a replica of it.
             result["kv1"] = fwd_bwd_case(model, 1, 12, True, comm, group)
+            result["activations"] = activation_case(comm, group)
         if int(rank) == 0:
             Path(out_dir, f"{model}.json").write_text(json.dumps(result, indent=1))
     finally:
