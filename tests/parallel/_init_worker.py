@@ -35,9 +35,20 @@ def config(tp: int, sp: int, stage: int) -> dict:
     }
 
 
-def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, resume: bool) -> dict:
+def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: str) -> dict:
+    resume = flag == "resume"
     net = model(kind)
-    engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage))
+    if flag == "deepspeed":
+        # DeepSpeed's spelling: tp_model_init before initialize, groups read back.
+        import ds.full.compat.deepspeed as deepspeed
+
+        net = deepspeed.tp_model_init(net, tp_size=tp, dtype=torch.float32)
+        engine, _, _, _ = deepspeed.initialize(model=net, config=config(tp, sp, stage))
+        groups = deepspeed.utils.groups
+        sizes = (groups._get_model_parallel_world_size(), groups._get_data_parallel_world_size())
+        assert sizes == (tp, engine.mesh.shape.dp), sizes
+    else:
+        engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage))
     mesh = engine.mesh
     dp_index = mesh.index("dp")
     dp = mesh.shape.dp
@@ -74,8 +85,9 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, resume: 
 
 
 def main() -> None:
-    # argv: rank world port out scenario...; a scenario is kind:tp:sp:stage[:resume]
-    # ("resume": save after half the steps, rebuild the engine and model, load, finish).
+    # argv: rank world port out scenario...; a scenario is kind:tp:sp:stage[:flag]
+    # ("resume": save after half the steps, rebuild the engine and model, load, finish;
+    # "deepspeed": through the DeepSpeed names, deepspeed.tp_model_init then initialize).
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     os.environ.update(
         RANK=str(rank),
@@ -93,7 +105,7 @@ def main() -> None:
         kind, tp, sp, stage, *flag = scenario.split(":")
         where = out / scenario.replace(":", "-")
         where.mkdir(parents=True, exist_ok=True)
-        result = train(ds, dist, kind, int(tp), int(sp), int(stage), where, flag == ["resume"])
+        result = train(ds, dist, kind, int(tp), int(sp), int(stage), where, "".join(flag))
         if rank == 0:
             torch.save(result, where / "result.pt")
     dist.barrier()

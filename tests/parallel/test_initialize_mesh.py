@@ -88,8 +88,9 @@ def _assert_same(got: dict, want: dict) -> None:
         assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
 
 
-# kind:tp:sp:stage[:resume]; "resume" saves after 5 steps, loads into a differently initialised
-# model and finishes: the last 5 steps continue as if nothing happened.
+# kind:tp:sp:stage[:flag]; "resume" saves after 5 steps, loads into a differently initialised
+# model and finishes: the last 5 steps continue as if nothing happened. "deepspeed" goes through
+# deepspeed.tp_model_init and deepspeed.initialize of the compatibility shim.
 WORLD2 = [
     "llama:2:1:0",
     "qwen2:2:1:2",
@@ -97,6 +98,7 @@ WORLD2 = [
     "qwen2:1:2:2",
     "llama:2:1:1:resume",
     "llama:2:1:2:resume",
+    "qwen2:2:1:1:deepspeed",
 ]
 WORLD4 = ["llama:2:1:1", "qwen2:1:2:2"]
 

@@ -14,6 +14,14 @@ import torch
 
 from ds.interfaces.errors import ConfigError
 
+# The mesh of the last ds.initialize (or tp_model_init) in this process: what the DeepSpeed names
+# in ``deepspeed.utils.groups`` report.
+_current: Any = None
+
+
+def current_mesh() -> Any:
+    return _current
+
 
 @dataclass(frozen=True)
 class ParallelSizes:
@@ -72,7 +80,19 @@ def build(cfg: Any, communicator: Any, model: torch.nn.Module) -> Any:
                 "models' attention in ds.parallel.sequence.DistributedAttention yourself"
             )
         check_model_config(config, want.sp)
+    global _current
+    prepared = getattr(model, "_ds_mesh", None)
+    if prepared is not None:  # tp_model_init already built the mesh and split the model
+        if (prepared.shape.tp, prepared.shape.sp) != (want.tp, want.sp):
+            raise ConfigError(
+                f"the model was split by tp_model_init for tp={prepared.shape.tp} but the config "
+                f"asks for tensor_parallel.autotp_size={want.tp}, sequence_parallel_size="
+                f"{want.sp}; make them agree"
+            )
+        _current = prepared
+        return prepared
     mesh = build_mesh(communicator, shape)
+    _current = mesh
     if want.tp > 1:
         from ds.parallel.tp import autotp
 
@@ -89,4 +109,24 @@ def build(cfg: Any, communicator: Any, model: torch.nn.Module) -> Any:
     return mesh
 
 
-__all__ = ["ParallelSizes", "build", "sizes"]
+def tp_model_init(model: torch.nn.Module, tp_size: int, communicator: Any) -> torch.nn.Module:
+    """Split ``model`` over ``tp_size`` tensor-parallel ranks now (DeepSpeed's
+    ``deepspeed.tp_model_init``); ``ds.initialize`` then uses this mesh."""
+    from ds.parallel.mesh import build_mesh, mesh_shape_from_config
+    from ds.parallel.tp import autotp
+
+    global _current
+    if not communicator.is_initialized():
+        raise ConfigError(
+            "tp_model_init needs the process group: call deepspeed.init_distributed() (or "
+            "ds.init_distributed()) first"
+        )
+    shape = mesh_shape_from_config(int(communicator.get_world_size()), int(tp_size), 1)
+    mesh = build_mesh(communicator, shape)
+    autotp(model, mesh, communicator)
+    model._ds_mesh = mesh  # type: ignore[assignment]
+    _current = mesh
+    return model
+
+
+__all__ = ["ParallelSizes", "build", "current_mesh", "sizes", "tp_model_init"]

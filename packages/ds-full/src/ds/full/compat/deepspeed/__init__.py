@@ -20,6 +20,7 @@ from ds.full.compat.deepspeed import (
     pipe,
     profiling,
     runtime,
+    sequence,
     utils,
     zero,
 )
@@ -104,6 +105,19 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
     return parser
 
 
+def tp_model_init(
+    model: Any, tp_size: int, dtype: Any = None, config: Any = None, **kw: Any
+) -> Any:
+    """``deepspeed.tp_model_init``: split ``model`` over ``tp_size`` ranks now (AutoTP); pass the
+    same size as ``tensor_parallel.autotp_size`` to ``deepspeed.initialize``."""
+    from ds import comm as dist
+    from ds.full.parallel import tp_model_init as _tp_model_init
+
+    if dtype is not None:
+        model = model.to(dtype)
+    return _tp_model_init(model, tp_size, dist.get_communicator())
+
+
 def is_compile_supported() -> bool:
     return False
 
@@ -124,6 +138,8 @@ __all__ = [
     "pipe",
     "profiling",
     "runtime",
+    "sequence",
+    "tp_model_init",
     "utils",
     "zero",
 ]

@@ -52,14 +52,12 @@ def safe_get_full_fp32_param(param: torch.nn.Parameter) -> torch.Tensor | None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "zero_to_fp32":
-        from ds.full.compat.deepspeed.utils import zero_to_fp32
+    if name in ("zero_to_fp32", "groups"):
+        # import_module, not ``from . import``: a failing import then raises instead of
+        # re-entering this hook.
+        import importlib
 
-        return zero_to_fp32
-    if name == "groups":
-        from ds.full.compat.deepspeed.utils import groups
-
-        return groups
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"deepspeed.utils.{name} has no ds equivalent")
 
 

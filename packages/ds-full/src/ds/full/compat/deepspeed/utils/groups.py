@@ -1,9 +1,17 @@
-"""``deepspeed.utils.groups``: ds trains data-parallel only, so every rank is in one data-parallel
-group and the model-, expert- and sequence-parallel worlds have size 1."""
+"""``deepspeed.utils.groups``: the groups of the mesh ``ds.initialize`` (or ``tp_model_init``) built
+in this process; without one every rank is data parallel and the model-, expert- and
+sequence-parallel worlds have size 1."""
 
 from __future__ import annotations
 
 from typing import Any
+
+
+
+def current_mesh() -> Any:
+    from ds.full.parallel import current_mesh as mesh
+
+    return mesh()
 
 
 def _world() -> int:
@@ -18,32 +26,61 @@ def _rank() -> int:
     return comm.get_rank() if comm.is_initialized() else 0
 
 
+def _size(dim: str) -> int | None:
+    mesh = current_mesh()
+    return None if mesh is None else len(mesh.ranks(dim))
+
+
 def _get_data_parallel_world_size() -> int:
-    return _world()
+    return _size("dp") or _world()
 
 
 def _get_data_parallel_rank() -> int:
-    return _rank()
+    mesh = current_mesh()
+    return mesh.index("dp") if mesh is not None else _rank()
 
 
 def _get_data_parallel_group() -> Any:
-    return None  # the default (world) group
+    mesh = current_mesh()
+    return mesh.group("dp") if mesh is not None else None  # None: the world group
 
 
 def _get_sequence_parallel_world_size() -> int:
-    return 1
+    return _size("sp") or 1
 
 
 def _get_sequence_parallel_rank() -> int:
-    return 0
+    mesh = current_mesh()
+    return mesh.index("sp") if mesh is not None else 0
 
 
 def _get_sequence_parallel_group() -> Any:
-    return None
+    mesh = current_mesh()
+    return mesh.group("sp") if mesh is not None else None
+
+
+def _get_sequence_data_parallel_group() -> Any:
+    mesh = current_mesh()
+    return mesh.group("dp_sp") if mesh is not None else None
 
 
 def _get_model_parallel_world_size() -> int:
-    return 1
+    return _size("tp") or 1
+
+
+def _get_model_parallel_rank() -> int:
+    mesh = current_mesh()
+    return mesh.index("tp") if mesh is not None else 0
+
+
+def _get_model_parallel_group() -> Any:
+    mesh = current_mesh()
+    return mesh.group("tp") if mesh is not None else None
+
+
+_get_tensor_model_parallel_world_size = _get_model_parallel_world_size
+_get_tensor_model_parallel_rank = _get_model_parallel_rank
+_get_tensor_model_parallel_group = _get_model_parallel_group
 
 
 def _get_expert_parallel_world_size(group_name: str = "") -> int:
