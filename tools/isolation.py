@@ -32,6 +32,7 @@ DISTS: dict[str, tuple[str, str]] = {
     "ds-launcher": ("packages/launcher", "ds.launcher"),
     "ds-monitor": ("packages/monitor", "ds.monitor"),
     "ds-autotune": ("packages/autotune", "ds.autotune"),
+    "ds-parallel": ("packages/parallel", "ds.parallel.mesh"),
     "ds-hf": ("integrations/hf", "ds.integrations.hf"),
     "ds-lightning": ("integrations/lightning", "ds.integrations.lightning"),
     "ds-full": ("packages/ds-full", "ds.full"),
@@ -107,6 +108,7 @@ def check_full(work: Path, wheels: dict[str, Path]) -> None:
         "ds-launcher",
         "ds-monitor",
         "ds-autotune",
+        "ds-parallel",
     }
     if not expected <= present:
         raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")

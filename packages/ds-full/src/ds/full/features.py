@@ -18,6 +18,7 @@ DISTRIBUTIONS = (
     "ds-launcher",
     "ds-monitor",
     "ds-autotune",
+    "ds-parallel",
     "ds-full",
     "ds-hf",
     "ds-lightning",
