@@ -56,6 +56,21 @@ class MeshShape:
     def rank_of(self, dp_index: int, sp_index: int, tp_index: int) -> int:
         return (dp_index * self.sp + sp_index) * self.tp + tp_index
 
+    def groups(self, dim: str) -> list[tuple[int, ...]]:
+        """Every group of ``dim`` as global ranks in group-rank order, in creation order."""
+        r, dp, sp, tp = self.rank_of, range(self.dp), range(self.sp), range(self.tp)
+        if dim == "tp":
+            return [tuple(r(d, s, t) for t in tp) for d in dp for s in sp]
+        if dim == "sp":
+            return [tuple(r(d, s, t) for s in sp) for d in dp for t in tp]
+        if dim == "dp":
+            return [tuple(r(d, s, t) for d in dp) for s in sp for t in tp]
+        if dim == "dp_sp":
+            return [tuple(r(d, s, t) for d in dp for s in sp) for t in tp]
+        from ds.interfaces.errors import ConfigError
+
+        raise ConfigError(f"unknown mesh dimension {dim!r}; use one of {', '.join(DIMS)}")
+
 
 @runtime_checkable
 class ParallelMesh(Protocol):

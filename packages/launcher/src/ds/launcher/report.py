@@ -227,8 +227,22 @@ def render_text(data: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ds report", description="Print environment diagnostics.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--config",
+        help="a ds/DeepSpeed JSON config: add the device mesh (tp x sp x dp groups) it gives",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="world size for --config (default: $WORLD_SIZE inside a job, else tp x sp)",
+    )
     args = p.parse_args(argv)
     data = collect()
+    if args.config:
+        from ds.launcher.report_mesh import mesh_report
+
+        data["parallel mesh"] = mesh_report(args.config, args.world_size)
     if args.json:
         print(json.dumps(data, indent=2, default=str))
     else:

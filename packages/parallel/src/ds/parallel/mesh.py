@@ -43,31 +43,7 @@ def mesh_shape_from_config(world_size: int, tp: int = 1, sp: int = 1) -> MeshSha
 
 def group_ranks(shape: MeshShape, dim: str) -> list[tuple[int, ...]]:
     """Every group of ``dim`` as global ranks in group-rank order, in creation order."""
-    rank_of = shape.rank_of
-    if dim == "tp":
-        return [
-            tuple(rank_of(d, s, t) for t in range(shape.tp))
-            for d in range(shape.dp)
-            for s in range(shape.sp)
-        ]
-    if dim == "sp":
-        return [
-            tuple(rank_of(d, s, t) for s in range(shape.sp))
-            for d in range(shape.dp)
-            for t in range(shape.tp)
-        ]
-    if dim == "dp":
-        return [
-            tuple(rank_of(d, s, t) for d in range(shape.dp))
-            for s in range(shape.sp)
-            for t in range(shape.tp)
-        ]
-    if dim == "dp_sp":
-        return [
-            tuple(rank_of(d, s, t) for d in range(shape.dp) for s in range(shape.sp))
-            for t in range(shape.tp)
-        ]
-    raise ConfigError(f"unknown mesh dimension {dim!r}; use one of {', '.join(DIMS)}")
+    return shape.groups(dim)
 
 
 class Mesh:

@@ -160,6 +160,11 @@ class ZeroEngine:
                 train_batch_size=self.config.train_batch_size,
                 micro_batch=self.config.train_micro_batch_size_per_gpu,
                 gradient_accumulation_steps=self.config.gradient_accumulation_steps,
+                mesh=(
+                    f"dp={mesh.shape.dp} sp={mesh.shape.sp} tp={mesh.shape.tp}"
+                    if self.mesh is not None
+                    else None
+                ),
                 init_s=round(self.init_time_s, 3),
             )
 
