@@ -82,7 +82,10 @@ class UlyssesAttention:
     ) -> tuple[torch.Tensor, Any]:
         sp = self.sp_size
         if sp == 1:
-            return self.core(module, query, key, value, attention_mask, *args, **kwargs)
+            result: tuple[torch.Tensor, Any] = self.core(
+                module, query, key, value, attention_mask, *args, **kwargs
+            )
+            return result
         heads, kv_heads = query.shape[1], key.shape[1]
         copies = kv_replication(heads, kv_heads, sp)
         if copies > 1:
