@@ -50,9 +50,11 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
     else:
         engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage))
     mesh = engine.mesh
-    dp_index = mesh.index("dp")
-    dp = mesh.shape.dp
     comm = dist.get_communicator()
+    # Without a mesh (tp = sp = 1) every rank is data parallel over the world.
+    dp_index = mesh.index("dp") if mesh else comm.get_rank()
+    dp = mesh.shape.dp if mesh else comm.get_world_size()
+    dp_group = mesh.group("dp") if mesh else None
     losses = []
     for step in range(STEPS):
         if resume and step == STEPS // 2:
@@ -75,13 +77,20 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
         engine.step()
         # The data-parallel mean of the reported loss is the global batch's loss.
         value = reported.detach().clone()
-        comm.all_reduce(value, group=mesh.group("dp"))
+        comm.all_reduce(value, group=dp_group)
         losses.append(float(value) / dp)
     from ds.parallel.tp import gather_full_state_dict
 
     engine.strategy.synchronize_parameters()  # stages 1-2 gather the last step's weights lazily
+    report = engine.memory_report()
+    memory = {
+        "parameter": report.parameter_bytes,
+        "optimizer": report.optimizer_state_bytes,
+        "master": report.master_weight_bytes,
+        "local_numel": sum(p.numel() for p in engine.module.parameters()),
+    }
     weights = gather_full_state_dict(engine.module, comm, mesh)
-    return {"losses": losses, "weights": weights}
+    return {"losses": losses, "weights": weights, "memory": memory}
 
 
 def main() -> None:

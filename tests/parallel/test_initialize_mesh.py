@@ -92,6 +92,7 @@ def _assert_same(got: dict, want: dict) -> None:
 # model and finishes: the last 5 steps continue as if nothing happened. "deepspeed" goes through
 # deepspeed.tp_model_init and deepspeed.initialize of the compatibility shim.
 WORLD2 = [
+    "llama:1:1:0",
     "llama:2:1:0",
     "qwen2:2:1:2",
     "llama:1:2:1",
@@ -127,3 +128,14 @@ def test_world_of_two_matches_one_process(world2: dict[str, dict], scenario: str
 @pytest.mark.parametrize("scenario", WORLD4)
 def test_world_of_four_matches_one_process(world4: dict[str, dict], scenario: str) -> None:
     _check(world4, scenario, 4)
+
+
+def test_tp2_halves_the_sliced_state_per_rank(world2: dict[str, dict]) -> None:
+    # The engine's own accounting, TP=2 against plain data parallelism at the same world and
+    # stage: parameter and optimizer bytes shrink by exactly the fraction of elements a rank
+    # keeps (slices halve; norms stay whole), which for this model is just over half.
+    one, two = world2["llama:1:1:0"]["memory"], world2["llama:2:1:0"]["memory"]
+    kept = two["local_numel"] / one["local_numel"]
+    assert 0.5 < kept < 0.52, kept
+    for key in ("parameter", "optimizer"):
+        assert two[key] == pytest.approx(kept * one[key], rel=1e-9), key
