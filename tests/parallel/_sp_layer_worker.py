@@ -18,7 +18,12 @@ import torch.nn.functional as F
 from ds.interfaces import registry
 from ds.interfaces.comm import ReduceOp
 from ds.interfaces.errors import ConfigError
-from ds.parallel.sequence import DistributedAttention, UlyssesAttention, sequence_parallel_loss
+from ds.parallel.sequence import (
+    DistributedAttention,
+    UlyssesAttention,
+    UlyssesDataLoaderAdapter,
+    sequence_parallel_loss,
+)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -125,6 +130,28 @@ def loss_case(comm: Any, group: Any, rank: int, sp: int) -> dict:
     }
 
 
+def gathered_loader(comm: Any, group: Any, rank: int, sp: int) -> dict:
+    """DeepSpeed's adapter mode: each rank's loader has its own batches (rank 1's one token
+    longer); every rank yields its shard of the group's batches in group-rank order."""
+
+    def own_batches(r: int) -> list[dict[str, torch.Tensor]]:
+        seq = 6 + r
+        return [
+            {"input_ids": torch.arange(seq).expand(2, seq) + 1000 * r + 100 * i} for i in range(2)
+        ]
+
+    adapter = UlyssesDataLoaderAdapter(own_batches(rank), rank, sp, comm=comm, sp_group=group)
+    shards = list(adapter)
+    expected = [b for i in range(2) for b in (own_batches(r)[i] for r in range(sp))]
+    ok = len(shards) == len(adapter) == 2 * sp
+    for shard, want in zip(shards, expected):
+        parts: list[Any] = [None] * sp
+        comm.all_gather_object(parts, shard["input_ids"], group=group)
+        full = torch.cat(parts, dim=1)[:, : want["input_ids"].shape[1]]
+        ok = ok and torch.equal(full, want["input_ids"])
+    return {"ok": bool(ok), "yielded": len(shards)}
+
+
 def main() -> None:
     rank, world, port, out_dir = sys.argv[1:5]
     rank_i, sp = int(rank), int(world)
@@ -138,6 +165,7 @@ def main() -> None:
             "hf_kv2": hf_layout(comm, group, rank_i, sp, kv_heads=2),
             "hf_kv1": hf_layout(comm, group, rank_i, sp, kv_heads=1),
             "loss": loss_case(comm, group, rank_i, sp),
+            "gathered_loader": gathered_loader(comm, group, rank_i, sp),
         }
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, indent=1))
     finally:

@@ -45,3 +45,9 @@ def test_loss_counts_real_tokens_of_whole_sequence(ranks: list[dict[str, Any]]) 
         assert r["loss"]["sum_over_sp_rel"] < TOL
         assert r["loss"]["num_tokens"] == 7
     assert ranks[1]["loss"]["local_loss"] == 0.0  # no real token on rank 1: zero, not NaN
+
+
+@pytest.mark.multiprocess
+def test_adapter_gathers_each_ranks_batches_in_deepspeed_mode(ranks: list[dict[str, Any]]) -> None:
+    for r in ranks:
+        assert r["gathered_loader"] == {"ok": True, "yielded": 4}

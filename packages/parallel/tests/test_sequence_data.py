@@ -120,3 +120,5 @@ def test_adapter_over_a_dataloader() -> None:
     assert torch.equal(out[1]["shift_labels"][:, -1], torch.tensor([-100, -100]))
     with pytest.raises(ConfigError, match="sp_rank=-1"):
         UlyssesDataLoaderAdapter(loader, sp_rank=-1, sp_size=2)
+    with pytest.raises(ConfigError, match="both comm= and sp_group="):
+        UlyssesDataLoaderAdapter(loader, sp_rank=0, sp_size=2, sp_group=object())

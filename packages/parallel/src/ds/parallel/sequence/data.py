@@ -119,9 +119,18 @@ def shard_batch(
 
 
 class UlyssesDataLoaderAdapter:
-    """Wraps a data loader whose batches every rank of one sequence-parallel group receives alike
-    (shard the data over the data-parallel group only) and yields this rank's
-    :func:`shard_batch` of each."""
+    """Yields this rank's :func:`shard_batch` of each batch of ``loader``.
+
+    Two ways to feed it:
+
+    * default: every rank of one sequence-parallel group draws the same batches (shard the data
+      over the data-parallel group only); one shard per batch.
+    * ``comm`` and ``sp_group`` given (DeepSpeed's ``UlyssesSPDataLoaderAdapter``): each rank's
+      loader draws its own batches (sharded over data x sequence ranks); the group's batches are
+      exchanged with ``all_gather_object`` and this rank yields its shard of each in group-rank
+      order, so one batch of the loader gives ``sp_size`` micro-batches. Every rank's loader must
+      then yield the same number of batches.
+    """
 
     def __init__(
         self,
@@ -132,10 +141,16 @@ class UlyssesDataLoaderAdapter:
         pad_to_multiple: bool = True,
         pad_token_id: int = 0,
         device: torch.device | str | None = None,
+        comm: Any = None,
+        sp_group: Any = None,
     ) -> None:
         if not 0 <= sp_rank < sp_size:
             raise ConfigError(
                 f"sp_rank={sp_rank} is outside the sequence-parallel group of {sp_size}"
+            )
+        if (comm is None) != (sp_group is None):
+            raise ConfigError(
+                "pass both comm= and sp_group= (to gather the group's batches) or neither"
             )
         self.loader = loader
         self.sp_rank = sp_rank
@@ -143,25 +158,38 @@ class UlyssesDataLoaderAdapter:
         self.pad_to_multiple = pad_to_multiple
         self.pad_token_id = pad_token_id
         self.device = None if device is None else torch.device(device)
+        self.comm = comm
+        self.sp_group = sp_group
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        n = len(self.loader)  # type: ignore[arg-type]
+        return n * self.sp_size if self.comm is not None else n
+
+    def _shard(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        shard = shard_batch(
+            batch,
+            self.sp_rank,
+            self.sp_size,
+            pad_to_multiple=self.pad_to_multiple,
+            pad_token_id=self.pad_token_id,
+        )
+        if self.device is not None:
+            shard = {
+                k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in shard.items()
+            }
+        return shard
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for batch in self.loader:
-            shard = shard_batch(
-                batch,
-                self.sp_rank,
-                self.sp_size,
-                pad_to_multiple=self.pad_to_multiple,
-                pad_token_id=self.pad_token_id,
-            )
-            if self.device is not None:
-                shard = {
-                    k: v.to(self.device) if isinstance(v, torch.Tensor) else v
-                    for k, v in shard.items()
-                }
-            yield shard
+            if self.comm is None:
+                yield self._shard(batch)
+                continue
+            # Objects travel through the host; sequence lengths may differ between ranks.
+            host = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            group_batches: list[Any] = [None] * self.sp_size
+            self.comm.all_gather_object(group_batches, host, group=self.sp_group)
+            for other in group_batches:
+                yield self._shard(other)
 
 
 __all__ = ["IGNORE_INDEX", "UlyssesDataLoaderAdapter", "shard_batch"]
