@@ -95,13 +95,14 @@ WORLD2 = [
     "llama:1:1:0",
     "llama:2:1:0",
     "qwen2:2:1:2",
+    "llama:2:1:3",
     "llama:1:2:1",
     "qwen2:1:2:2",
     "llama:2:1:1:resume",
     "llama:2:1:2:resume",
     "qwen2:2:1:1:deepspeed",
 ]
-WORLD4 = ["llama:2:1:1", "qwen2:1:2:2"]
+WORLD4 = ["llama:2:1:1", "qwen2:2:1:3", "qwen2:1:2:2", "llama:1:2:3"]
 
 
 @pytest.fixture(scope="module")
