@@ -107,10 +107,12 @@ def grad_error(sp_model: Any, ref: Any) -> tuple[float, float]:
     return worst, smallest
 
 
-def fwd_bwd_case(model: str, kv: int, seq: int, padded: bool, comm: Any, group: Any) -> dict:
+def fwd_bwd_case(
+    model: str, kv: int, seq: int, padded: bool, comm: Any, group: Any, core: str = "sdpa"
+) -> dict:
     ref = build(model, kv)
     sp_model = copy.deepcopy(ref)
-    name = use_ulysses_attention(sp_model, comm, group, core="sdpa")
+    name = use_ulysses_attention(sp_model, comm, group, core=core)
     batch = make_batch(1, seq, padded)
     ref_loss = ref_step(ref, batch)
     sp_loss = sp_step(sp_model, batch, comm, group)
@@ -215,6 +217,8 @@ def main() -> None:
             # One kv head for two SP ranks: each rank gets a replica of it.
             result["kv1"] = fwd_bwd_case(model, 1, 12, True, comm, group)
             result["activations"] = activation_case(comm, group)
+            # Eager attention masks nothing without a mask: the wrapper supplies the causal one.
+            result["eager"] = fwd_bwd_case(model, 2, 12, True, comm, group, core="eager")
         if int(rank) == 0:
             Path(out_dir, f"{model}.json").write_text(json.dumps(result, indent=1))
     finally:

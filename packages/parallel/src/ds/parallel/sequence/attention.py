@@ -55,9 +55,13 @@ class UlyssesAttention:
         comm: Any,
         sp_group: Any,
         gathered_kwargs: tuple[str, ...] = (),
+        causal_mask: bool = False,
     ) -> None:
         self.core = core
         self.gathered_kwargs = gathered_kwargs
+        # Cores that apply no causal mask of their own when given none (eager) get an additive
+        # causal mask over the full sequence.
+        self.causal_mask = causal_mask
         self.comm = comm
         self.sp_group = sp_group
         self.sp_size = int(comm.get_world_size(sp_group))
@@ -111,6 +115,11 @@ class UlyssesAttention:
         q = self._a2a(query, 1, 2)
         k = self._a2a(key, 1, 2)
         v = self._a2a(value, 1, 2)
+        if self.causal_mask and attention_mask is None and getattr(module, "is_causal", True):
+            future = torch.ones(seq_full, seq_full, dtype=torch.bool, device=q.device).triu(1)
+            attention_mask = torch.zeros(
+                1, 1, seq_full, seq_full, dtype=q.dtype, device=q.device
+            ).masked_fill(future, torch.finfo(q.dtype).min)
         out, weights = self.core(module, q, k, v, attention_mask, *args, **kwargs)
         # core output [b, s, h/sp, d] -> [b, s/sp, h, d]
         return self._a2a(out, 1, 2), weights

@@ -19,8 +19,8 @@ def register_ulysses_attention(comm: Any, sp_group: Any, core: str = "sdpa") -> 
     ("sdpa", "flash_attention_2", ...) or "eager". The registry is process-wide, so registering
     again (another group) replaces the earlier function under the same name. No mask function is
     registered for the name, so transformers' models pass ``attention_mask=None`` and the core
-    applies its causal mask to the full sequence after the all-to-all (sdpa: ``is_causal`` when the
-    mask is None and more than one query).
+    applies its causal mask to the full sequence after the all-to-all (sdpa and flash: their causal
+    flag when the mask is None; eager, which has none, gets an additive causal mask built here).
     """
     from transformers import AttentionInterface
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -38,7 +38,8 @@ def register_ulysses_attention(comm: Any, sp_group: Any, core: str = "sdpa") -> 
         )
     gathered = FLASH_GATHERED_KWARGS if core.startswith("flash") else ()
     name = ulysses_name(core)
-    AttentionInterface.register(name, UlyssesAttention(core_fn, comm, sp_group, gathered))
+    wrapper = UlyssesAttention(core_fn, comm, sp_group, gathered, causal_mask=core == "eager")
+    AttentionInterface.register(name, wrapper)
     return name
 
 
