@@ -63,8 +63,43 @@ def replicated_grads_agree(model: torch.nn.Module, comm: Any, tp: Any) -> float:
     return worst
 
 
+class Counting:
+    """The communicator with its collectives counted (to check how many a step issues)."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.counts: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.comm, name)
+        if name not in ("all_reduce", "all_gather"):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.counts[name] = self.counts.get(name, 0) + 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
 def scenario_parity(rank: int, world: int, comm: Any, out: Path, kinds: str) -> dict[str, Any]:
-    return {kind: parity(comm, kind) for kind in kinds.split(",")}
+    res = {kind: parity(comm, kind) for kind in kinds.split(",")}
+    if "llama" in res:
+        res["llama"]["collectives"] = collectives_per_step(comm)
+    return res
+
+
+def collectives_per_step(comm: Any) -> dict[str, int]:
+    counting = Counting(comm)
+    m = models.model("llama")
+    autotp(m, None, counting)
+    ids = models.batch(0)
+    loss, _ = loss_of(m, ids)
+    forward = dict(counting.counts)
+    loss.backward()
+    return {f"forward_{k}": v for k, v in forward.items()} | {
+        f"step_{k}": v for k, v in counting.counts.items()
+    }
 
 
 def parity(comm: Any, kind: str) -> dict[str, Any]:

@@ -88,3 +88,16 @@ def test_reassembled_state_loads_into_a_plain_model(
 ) -> None:
     r = result(kind, tmp_path_factory)
     assert rel(r["export_logits"], r["ref_export_logits"]) <= RTOL
+
+
+def test_one_input_all_reduce_per_attention_and_per_mlp(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Llama, 2 layers: forward all-reduces o_proj, down_proj (each layer) and the embedding, and
+    all-gathers the LM head's logits; backward all-reduces the input gradient once per attention
+    (q, k, v share one copy), once per MLP (gate, up) and once for the LM head."""
+    c = result("llama", tmp_path_factory)["collectives"]
+    assert c["forward_all_reduce"] == 2 * 2 + 1
+    assert c["forward_all_gather"] == 1
+    assert c["step_all_reduce"] == (2 * 2 + 1) + (2 * 2 + 1)
+    assert c["step_all_gather"] == 1
