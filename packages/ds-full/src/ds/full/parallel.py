@@ -101,11 +101,7 @@ def build(cfg: Any, communicator: Any, model: torch.nn.Module) -> Any:
     if want.sp > 1:
         from ds.parallel.sequence import use_ulysses_attention
 
-        # The Ulysses wrapper passes no mask (causal over the full sequence after the
-        # all-to-all); eager attention applies no causal mask without one, so it runs on sdpa.
-        current = getattr(config, "_attn_implementation", None) or "sdpa"
-        core = "sdpa" if current.removeprefix("ulysses_") == "eager" else None
-        use_ulysses_attention(model, communicator, mesh.group("sp"), core=core)
+        use_ulysses_attention(model, communicator, mesh.group("sp"))
     return mesh
 
 

@@ -114,6 +114,13 @@ class Init:
         if module is not None and enabled:
             self.partition_module(module)
 
+    def _src(self) -> int:
+        """Global rank of the data-parallel group's first rank (broadcast takes global ranks)."""
+        group = self.coll.group
+        if group is None or self.coll.comm is None:
+            return 0
+        return int(self.coll.comm.get_global_rank(group, 0))
+
     # -- partitioning --------------------------------------------------------------------------
     def partition_module(self, module: torch.nn.Module) -> None:
         """Partition an already built module (``Init(module=m)`` form)."""
@@ -133,7 +140,7 @@ class Init:
                 p.data = p.data.to(self.device)  # one module's parameters whole at a time
             if self.coll.world > 1 and p.device.type != "meta" and self.coll.comm is not None:
                 # Rank 0's initialisation wins (as in DDP), whatever each rank's RNG produced.
-                self.coll.comm.broadcast(p.data, src=0, group=self.coll.group)
+                self.coll.comm.broadcast(p.data, src=self._src(), group=self.coll.group)
             s = partition_param(
                 p,
                 self.coll.rank,

@@ -65,6 +65,8 @@ class GradReducer:
         self.bucket_dtype = bucket_dtype
         self.pool = pool
         self.timed = timed
+        # reduce() takes the destination as a global rank; owners are ranks of ``pg``.
+        self.global_rank = _global_ranks(comm, pg, world)
         self.reduce_now = False
         self._pending: list[tuple[Any, Callable[[], None]]] = []
 
@@ -189,7 +191,9 @@ class GradReducer:
                 piece = data[lo - bucket.start : hi - bucket.start]
                 handles.append(
                     self.timed(
-                        functools.partial(comm.reduce, piece, owner, ReduceOp.SUM, self.pg, True)
+                        functools.partial(
+                            comm.reduce, piece, self.global_rank[owner], ReduceOp.SUM, self.pg, True
+                        )
                     )
                 )
         else:
@@ -244,3 +248,10 @@ def _zero_gaps(group: Group, bucket: Bucket, buf: torch.Tensor) -> None:
         pos = max(pos, off + group.flat.params[pi].numel())
     if pos < buf.numel():
         buf[pos:].zero_()
+
+
+def _global_ranks(comm: Any, pg: Any, world: int) -> list[int]:
+    """Global rank of each rank of ``pg`` (the world when ``pg`` is None)."""
+    if comm is None or pg is None:
+        return list(range(world))
+    return [int(comm.get_global_rank(pg, r)) for r in range(world)]

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 
-
 def current_mesh() -> Any:
     from ds.full.parallel import current_mesh as mesh
 

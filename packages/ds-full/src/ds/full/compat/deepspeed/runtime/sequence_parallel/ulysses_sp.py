@@ -26,12 +26,23 @@ class UlyssesSPAttentionHF:
 
 
 class UlyssesSPDataLoaderAdapter(_Adapter):
-    """DeepSpeed's signature: ``(dl, sp_rank, sp_group, sp_world_size, device)``."""
+    """DeepSpeed's signature and behaviour: ``(dl, sp_rank, sp_group, sp_world_size, device)``;
+    each rank draws its own batches, they are gathered over the SP group and every loader batch
+    yields ``sp_world_size`` micro-batches."""
 
     def __init__(
         self, dl: Any, sp_rank: int, sp_group: Any, sp_world_size: int, device: Any = None
     ) -> None:
-        super().__init__(dl, sp_rank, sp_world_size, device=device)
+        from ds import comm
+
+        super().__init__(
+            dl,
+            sp_rank,
+            sp_world_size,
+            device=device,
+            comm=comm.get_communicator(),
+            sp_group=sp_group,
+        )
 
 
 __all__ = ["UlyssesSPAttentionHF", "UlyssesSPDataLoaderAdapter"]
