@@ -90,6 +90,10 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
         "local_numel": sum(p.numel() for p in engine.module.parameters()),
     }
     weights = gather_full_state_dict(engine.module, comm, mesh)
+    if flag == "export":
+        engine.save_16bit_model(str(out / "export"), "model.safetensors")
+        if comm.get_rank() == 0:
+            engine.module.config.save_pretrained(str(out / "export"))
     return {"losses": losses, "weights": weights, "memory": memory}
 
 

@@ -45,10 +45,11 @@ def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
                 p.kill()
     for rank, (p, text) in enumerate(zip(procs, texts)):
         assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
-    return {
-        s: torch.load(out / s.replace(":", "-") / "result.pt", weights_only=False)
-        for s in scenarios
-    }
+    results = {}
+    for s in scenarios:
+        where = out / s.replace(":", "-")
+        results[s] = {**torch.load(where / "result.pt", weights_only=False), "dir": where}
+    return results
 
 
 def _reference(kind: str, dp: int) -> dict:
@@ -102,7 +103,7 @@ WORLD2 = [
     "llama:2:1:2:resume",
     "qwen2:2:1:1:deepspeed",
 ]
-WORLD4 = ["llama:2:1:1", "qwen2:2:1:3", "qwen2:1:2:2", "llama:1:2:3"]
+WORLD4 = ["llama:2:1:1", "qwen2:2:1:3", "qwen2:1:2:2", "llama:1:2:3", "qwen2:2:1:2:export"]
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +141,18 @@ def test_tp2_halves_the_sliced_state_per_rank(world2: dict[str, dict]) -> None:
     assert 0.5 < kept < 0.52, kept
     for key in ("parameter", "optimizer"):
         assert two[key] == pytest.approx(kept * one[key], rel=1e-9), key
+
+
+@pytest.mark.slow
+def test_tp2_x_dp2_exports_one_model_from_pretrained_loads(world4: dict[str, dict]) -> None:
+    import transformers
+
+    # save_16bit_model reassembles the slices; rank 0 of TP index 0 writes one safetensors file.
+    result = world4["qwen2:2:1:2:export"]
+    export = result["dir"] / "export"
+    assert sorted(p.name for p in export.iterdir()) == ["config.json", "model.safetensors"]
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(str(export)).float()
+    for name, w in loaded.state_dict().items():
+        torch.testing.assert_close(w, result["weights"][name], rtol=0, atol=0, msg=name)
+    ref = _reference("qwen2", 2)
+    _assert_same(result, ref)

@@ -91,6 +91,11 @@ class ParallelMesh(Protocol):
         """This rank's position in its ``dim`` group."""
         ...
 
+    def full_state_dict(self, module: Any) -> dict[str, Any]:
+        """``module``'s state dict with every tensor-parallel slice reassembled to its full shape
+        (host tensors, the unsplit model's names). Collective over the TP group."""
+        ...
+
 
 def tp_dim(param: Any) -> int | None:
     """The dimension a parameter is split on across the tensor-parallel group, or None."""

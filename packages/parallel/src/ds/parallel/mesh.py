@@ -55,11 +55,13 @@ class Mesh:
         rank: int,
         groups: dict[str, Any],
         ranks: dict[str, tuple[int, ...]],
+        comm: Any = None,
     ) -> None:
         self.shape = shape
         self.rank = rank
         self._groups = groups
         self._ranks = ranks
+        self._comm = comm
 
     def _check(self, dim: str) -> None:
         if dim not in self._groups:
@@ -89,6 +91,13 @@ class Mesh:
             "groups": {dim: list(self._ranks[dim]) for dim in DIMS},
         }
 
+    def full_state_dict(self, module: Any) -> dict[str, Any]:
+        """``module``'s state dict with tensor-parallel slices reassembled (on the host).
+        Collective over the TP group."""
+        from ds.parallel.tp.state import gather_full_state_dict
+
+        return gather_full_state_dict(module, self._comm, self)
+
     def __repr__(self) -> str:
         s = self.shape
         return f"Mesh(dp={s.dp}, sp={s.sp}, tp={s.tp}, rank={self.rank})"
@@ -113,7 +122,7 @@ def build_mesh(comm: Any, shape: MeshShape) -> Mesh:
             if rank in ranks:
                 groups[dim] = handle
                 mine[dim] = ranks
-    return Mesh(shape, rank, groups, mine)
+    return Mesh(shape, rank, groups, mine, comm)
 
 
 __all__ = ["Mesh", "build_mesh", "group_ranks", "mesh_shape_from_config"]

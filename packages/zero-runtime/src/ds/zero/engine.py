@@ -578,7 +578,8 @@ class ZeroEngine:
 
     def save_16bit_model(self, save_dir: str, save_filename: str = "pytorch_model.bin") -> bool:
         """Write the whole module's weights, in the model dtype, to ``save_dir/save_filename``
-        (``torch.save`` of a state dict; rank 0 writes). At stage 3 every rank must call it (it
+        (``torch.save`` of a state dict, or safetensors for a ``.safetensors`` name; rank 0
+        writes). With tensor parallelism the slices are reassembled first (every rank calls it). At stage 3 every rank must call it (it
         gathers one parameter at a time) and it needs
         ``stage3_gather_16bit_weights_on_model_save``; without it nothing is written and the
         result is False."""
@@ -590,13 +591,27 @@ class ZeroEngine:
                     "gather the stage-3 weights, or save a checkpoint and consolidate it offline"
                 )
                 return False
+            if self.mesh is not None and self.mesh.shape.tp > 1:
+                raise ConfigError(
+                    "save_16bit_model at ZeRO stage 3 with tensor parallelism is not available "
+                    "yet; save at stage 0-2, or gather with ds.parallel.tp.gather_full_state_dict "
+                    "inside deepspeed.zero.GatheredParameters"
+                )
             weights = self.strategy.consolidated_state_dict()  # type: ignore[attr-defined]
+        elif self.mesh is not None and self.mesh.shape.tp > 1:
+            # The slices reassembled: one file of the whole model, as without TP.
+            self.strategy.synchronize_parameters()
+            weights = self.mesh.full_state_dict(self.module)
         else:
             self.strategy.synchronize_parameters()
             weights = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-        if self.rank == 0:
+        if self.rank == 0 and (self.mesh is None or self.mesh.index("tp") == 0):
             os.makedirs(save_dir, exist_ok=True)
-            torch.save(weights, os.path.join(save_dir, save_filename))
+            path = os.path.join(save_dir, save_filename)
+            if save_filename.endswith(".safetensors"):
+                _save_safetensors(weights, path)
+            else:
+                torch.save(weights, path)
         return True
 
     def load_checkpoint(
@@ -685,6 +700,18 @@ class ZeroEngine:
 
     def destroy(self) -> None:
         self.strategy.release()
+
+
+def _save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:
+    try:
+        from safetensors.torch import save_file
+    except ImportError as exc:
+        raise ProviderNotFoundError(
+            f"{os.path.basename(path)} asks for safetensors, which is not installed; "
+            "pip install safetensors, or save under a .bin name"
+        ) from exc
+    # safetensors stores no aliases: tied weights are written once per name, as separate copies.
+    save_file({k: v.detach().contiguous().clone() for k, v in weights.items()}, path)
 
 
 def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[dict[str, Any]]:
