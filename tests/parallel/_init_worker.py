@@ -55,7 +55,7 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
     dp_index = mesh.index("dp") if mesh else comm.get_rank()
     dp = mesh.shape.dp if mesh else comm.get_world_size()
     dp_group = mesh.group("dp") if mesh else None
-    losses = []
+    losses, norms = [], []
     for step in range(STEPS):
         if resume and step == STEPS // 2:
             engine.save_checkpoint(str(out / "ckpt"))
@@ -75,6 +75,7 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
             reported = loss.detach()
         engine.backward(loss)
         engine.step()
+        norms.append(engine.get_global_grad_norm())
         # The data-parallel mean of the reported loss is the global batch's loss.
         value = reported.detach().clone()
         comm.all_reduce(value, group=dp_group)
@@ -94,7 +95,7 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
         engine.save_16bit_model(str(out / "export"), "model.safetensors")
         if comm.get_rank() == 0:
             engine.module.config.save_pretrained(str(out / "export"))
-    return {"losses": losses, "weights": weights, "memory": memory}
+    return {"losses": losses, "norms": norms, "weights": weights, "memory": memory}
 
 
 def main() -> None:

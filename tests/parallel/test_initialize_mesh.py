@@ -58,21 +58,30 @@ def _reference(kind: str, dp: int) -> dict:
     net = model(kind)
     params = config(1, 1, 0)["optimizer"]["params"]
     opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=0.0)
-    losses = []
+    losses, norms = [], []
     for step in range(STEPS):
         ids = batch(step, size=MICRO * dp, seq=SEQ)
         loss = net(input_ids=ids, labels=ids).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)))
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach()))
-    return {"losses": losses, "weights": {k: v.detach() for k, v in net.state_dict().items()}}
+    return {
+        "losses": losses,
+        "norms": norms,
+        "weights": {k: v.detach() for k, v in net.state_dict().items()},
+    }
 
 
 def _assert_same(got: dict, want: dict) -> None:
     torch.testing.assert_close(
         torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=1e-5, atol=1e-6
+    )
+    # The global gradient norm (clipping is active: it is above 0.5 every step) counts each
+    # tensor-parallel slice once and each replicated parameter once.
+    torch.testing.assert_close(
+        torch.tensor(got["norms"]), torch.tensor(want["norms"]), rtol=1e-5, atol=0
     )
     assert set(got["weights"]) == set(want["weights"])
     for name, w in want["weights"].items():
