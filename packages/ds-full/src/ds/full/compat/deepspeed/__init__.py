@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
     if name in ("DeepSpeedEngine", "DeepSpeedHybridEngine", "PipelineEngine"):
         if name != "DeepSpeedEngine":
             raise AttributeError(
-                f"deepspeed.{name} has no ds equivalent (ds trains data-parallel ZeRO only)"
+                f"deepspeed.{name} has no ds equivalent (hybrid and pipeline engines are not in ds yet)"
             )
         return _engine_class()
     raise AttributeError(f"module 'deepspeed' (ds compatibility shim) has no attribute {name!r}")
