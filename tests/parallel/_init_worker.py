@@ -22,9 +22,9 @@ MICRO = 2
 SEQ = 16
 
 
-def config(tp: int, sp: int, stage: int) -> dict:
+def config(tp: int, sp: int, stage: int, micro: int = MICRO) -> dict:
     return {
-        "train_micro_batch_size_per_gpu": MICRO,
+        "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": 0.5,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
@@ -37,6 +37,11 @@ def config(tp: int, sp: int, stage: int) -> dict:
 
 def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: str) -> dict:
     resume = flag == "resume"
+    # "to1" / "to2": save after half the steps at this TP size, finish at TP=1 / TP=2 from the
+    # checkpoint; the global batch stays MICRO rows (each rank's micro-batch follows dp).
+    reshard = {"to1": 1, "to2": 2}.get(flag)
+    world = int(os.environ["WORLD_SIZE"])
+    micro = MICRO * tp // world if reshard else MICRO
     net = model(kind)
     if flag == "deepspeed":
         # DeepSpeed's spelling: tp_model_init before initialize, groups read back.
@@ -48,7 +53,7 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
         sizes = (groups._get_model_parallel_world_size(), groups._get_data_parallel_world_size())
         assert sizes == (tp, engine.mesh.shape.dp), sizes
     else:
-        engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage))
+        engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage, micro))
     mesh = engine.mesh
     comm = dist.get_communicator()
     # Without a mesh (tp = sp = 1) every rank is data parallel over the world.
@@ -62,7 +67,17 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
             engine, _, _, _ = ds.initialize(model=model(kind, seed=7), config=config(tp, sp, stage))
             engine.load_checkpoint(str(out / "ckpt"))
             mesh = engine.mesh
-        ids = batch(step, size=MICRO * dp, seq=SEQ)[dp_index * MICRO : (dp_index + 1) * MICRO]
+        if reshard and step == STEPS // 2:
+            engine.save_checkpoint(str(out / "ckpt"))
+            tp, micro = reshard, MICRO * reshard // world
+            cfg = config(tp, sp, stage, micro)
+            engine, _, _, _ = ds.initialize(model=model(kind, seed=7), config=cfg)
+            engine.load_checkpoint(str(out / "ckpt"))
+            mesh = engine.mesh
+            dp_index = mesh.index("dp") if mesh else comm.get_rank()
+            dp = mesh.shape.dp if mesh else comm.get_world_size()
+            dp_group = mesh.group("dp") if mesh else None
+        ids = batch(step, size=micro * dp, seq=SEQ)[dp_index * micro : (dp_index + 1) * micro]
         if sp > 1:
             from ds.parallel.sequence import sequence_parallel_loss, shard_batch
 

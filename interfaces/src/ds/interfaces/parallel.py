@@ -108,12 +108,36 @@ def tp_fused(param: Any) -> int:
     return int(getattr(param, TP_FUSED_ATTR, 1) or 1)
 
 
+def split_slice(t: Any, dim: int, size: int, index: int, fused: int = 1) -> Any:
+    """Slice ``index`` of ``size`` of tensor ``t`` along ``dim``; with ``fused`` packed segments
+    (GPT-2's q, k, v), each segment is split and the pieces concatenated."""
+    if size == 1:
+        return t
+    import torch
+
+    segments = t.chunk(fused, dim=dim) if fused > 1 else (t,)
+    pieces = [seg.chunk(size, dim=dim)[index] for seg in segments]
+    return torch.cat(pieces, dim=dim) if fused > 1 else pieces[0]
+
+
+def join_slices(pieces: Any, dim: int, fused: int = 1) -> Any:
+    """The whole tensor from every slice in TP-rank order (inverse of :func:`split_slice`)."""
+    import torch
+
+    if fused == 1:
+        return torch.cat(list(pieces), dim=dim)
+    segments = [p.chunk(fused, dim=dim) for p in pieces]
+    return torch.cat([torch.cat([s[i] for s in segments], dim=dim) for i in range(fused)], dim=dim)
+
+
 __all__ = [
     "DIMS",
     "TP_DIM_ATTR",
     "TP_FUSED_ATTR",
     "MeshShape",
     "ParallelMesh",
+    "join_slices",
+    "split_slice",
     "tp_dim",
     "tp_fused",
 ]

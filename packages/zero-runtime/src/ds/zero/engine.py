@@ -19,11 +19,12 @@ import torch
 from ds.interfaces.accelerator import Accelerator
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.comm import Communicator
-from ds.interfaces.errors import CheckpointError, ConfigError, ProviderNotFoundError
+from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.interfaces.telemetry import EventBus, StepMetrics
+from ds.zero import tp_reshard
 from ds.zero.comm_stats import CommStats
 from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
 from ds.zero.config.load import ConfigSource
@@ -104,7 +105,10 @@ class ZeroEngine:
 
         offload = self.config.zero.offload_optimizer_device == "cpu"
         factory = OptimizerFactory(cfg.optimizer, optimizer, offload, kernels)
-        groups = factory.initial_groups(_split_tp(_param_groups(model, model_parameters), mesh))
+        split = _split_tp(_param_groups(model, model_parameters), mesh)
+        # Which of the user's parameter groups each engine group came from (TP splits them).
+        self._group_origin = [int(g.pop("ds_origin")) for g in split]
+        groups = factory.initial_groups(split)
         names = {id(p): n for n, p in model.named_parameters()}
         ctx = StrategyContext(
             module=model,
@@ -557,6 +561,7 @@ class ZeroEngine:
             }
         )
         state.rank_objects.update(_rng_state(self.accelerator))
+        state.objects["optimizer.group_origin"] = list(self._group_origin)
         suffix = self._tp_suffix()
         if suffix:
             # Each tensor-parallel rank holds other slices under the same names: its tensors
@@ -568,6 +573,10 @@ class ZeroEngine:
                 for k, t in state.tensors.items()
             }
             state.objects["tensor_parallel_size"] = self.mesh.shape.tp  # type: ignore[union-attr]
+            # What a load at another TP size needs to join the slices.
+            state.objects["tensor_parallel_layout"] = {
+                k: list(v) for k, v in tp_reshard.layout_of(self.module).items()
+            }
         handle = ckpt.save(save_dir, tag, state, async_save=self.ds_config.checkpoint.async_save)
         gather16 = self.ds_config.zero_optimization.gather_16bit_weights_on_model_save
         if not self.ds_config.checkpoint.async_save or (self.config.stage == 3 and gather16):
@@ -635,35 +644,52 @@ class ZeroEngine:
             return None, {}
         meta = dict(ckpt.metadata(load_dir, tag))
         suffix = self._tp_suffix()
-        saved_tp = sorted({k.rpartition("@tp")[2].partition("of")[2] for k in meta if "@tp" in k})
-        if saved_tp != ([suffix.partition("of")[2]] if suffix else []):
-            have = self.mesh.shape.tp if self.mesh is not None else 1
-            raise CheckpointError(
-                f"checkpoint {tag!r} in {load_dir} was saved at tensor_parallel size "
-                f"{saved_tp[0] if saved_tp else 1} but this engine runs at {have}; load it with "
-                "the tensor-parallel size it was saved with"
+        tp_size = self.mesh.shape.tp if self.mesh is not None else 1
+
+        def make_requests(logical: dict[str, TensorMeta]) -> list[LoadRequest]:
+            requests = self.strategy.load_requests(logical)
+            if not load_optimizer_states:
+                requests = [r for r in requests if not r.name.startswith("optim.")]
+            for name, buf in self.module.named_buffers():
+                if f"buffer.{name}" in logical:
+                    requests.append(LoadRequest(f"buffer.{name}", 0, buf.numel()))
+            return requests
+
+        if tp_reshard.saved_tp_size(meta) != tp_size:
+            # Another tensor-parallel layout: join the saved slices and cut this rank's.
+            saved_layout = ckpt.load(load_dir, tag, [], rank_objects=False).objects.get(
+                "tensor_parallel_layout"
             )
-        if suffix:
-            meta = {k[: -len(suffix)]: v for k, v in meta.items() if k.endswith(suffix)}
-        requests = self.strategy.load_requests(meta)
-        if not load_optimizer_states:
-            requests = [r for r in requests if not r.name.startswith("optim.")]
-        for name, buf in self.module.named_buffers():
-            key = f"buffer.{name}"
-            if key in meta:
-                requests.append(LoadRequest(key, 0, buf.numel()))
-        if suffix:
-            requests = [LoadRequest(r.name + suffix, r.offset, r.numel) for r in requests]
-        state: ShardedStateDict = ckpt.load(load_dir, tag, requests, rank_objects=True)
-        if suffix:
-            state.tensors = {
-                k[: -len(suffix)]: ShardedTensor(
-                    TensorMeta(t.meta.name[: -len(suffix)], t.meta.shape, t.meta.dtype),
-                    t.offset,
-                    t.local,
-                )
-                for k, t in state.tensors.items()
-            }
+            layout = {k: (int(v[0]), int(v[1])) for k, v in (saved_layout or {}).items()}
+            layout = layout or tp_reshard.layout_of(self.module)
+            state: ShardedStateDict = tp_reshard.read_resharded(
+                ckpt,
+                load_dir,
+                tag,
+                meta,
+                layout=layout,
+                shapes={n: tuple(p.shape) for n, p in self.module.named_parameters()},
+                tp_size=tp_size,
+                tp_index=self.mesh.index("tp") if self.mesh is not None else 0,
+                make_requests=make_requests,
+            )
+            _regroup(state.objects, self._group_origin)
+        else:
+            if suffix:
+                meta = {k[: -len(suffix)]: v for k, v in meta.items() if k.endswith(suffix)}
+            requests = make_requests(meta)
+            if suffix:
+                requests = [LoadRequest(r.name + suffix, r.offset, r.numel) for r in requests]
+            state = ckpt.load(load_dir, tag, requests, rank_objects=True)
+            if suffix:
+                state.tensors = {
+                    k[: -len(suffix)]: ShardedTensor(
+                        TensorMeta(t.meta.name[: -len(suffix)], t.meta.shape, t.meta.dtype),
+                        t.offset,
+                        t.local,
+                    )
+                    for k, t in state.tensors.items()
+                }
         if not load_optimizer_states:
             state.objects.pop("optimizer.scalar_state", None)
         self.strategy.load_state_dict(state)
@@ -702,6 +728,18 @@ class ZeroEngine:
         self.strategy.release()
 
 
+def _regroup(objects: dict[str, Any], origin: list[int]) -> None:
+    """Per-group optimizer objects of a checkpoint saved with other engine groups (another TP
+    size splits the user's groups differently): each group takes its user group's entry."""
+    for key in ("optimizer.scalar_state", "optimizer.param_groups"):
+        saved = objects.get(key)
+        if not saved:
+            continue
+        saved_origin = objects.get("optimizer.group_origin") or list(range(len(saved)))
+        first = {o: i for i, o in reversed(list(enumerate(saved_origin)))}
+        objects[key] = [saved[first[o]] for o in origin if o in first]
+
+
 def _save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:
     try:
         from safetensors.torch import save_file
@@ -719,15 +757,15 @@ def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[d
     tensor-parallel slices (marked ``ds_tp``), so the global gradient norm can count each slice
     once and each replicated parameter once (see ZeroStrategy.prepare_step)."""
     if mesh is None or mesh.shape.tp == 1:
-        return groups
+        return [dict(g, ds_origin=i) for i, g in enumerate(groups)]
     out: list[dict[str, Any]] = []
-    for g in groups:
+    for i, g in enumerate(groups):
         rep = [p for p in g["params"] if tp_dim(p) is None]
         sliced = [p for p in g["params"] if tp_dim(p) is not None]
         if rep:
-            out.append(dict(g, params=rep))
+            out.append(dict(g, params=rep, ds_origin=i))
         if sliced:
-            out.append(dict(g, params=sliced, ds_tp=True))
+            out.append(dict(g, params=sliced, ds_tp=True, ds_origin=i))
     return out
 
 

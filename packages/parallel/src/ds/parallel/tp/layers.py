@@ -21,16 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ds.interfaces.parallel import TP_DIM_ATTR, TP_FUSED_ATTR
+from ds.interfaces.parallel import TP_DIM_ATTR, TP_FUSED_ATTR, split_slice
 
 from ._collectives import TPGroup, copy_to_tp, gather_from_tp, reduce_from_tp
 
 
 def shard(t: torch.Tensor, dim: int, tp: TPGroup, fused: int = 1) -> torch.Tensor:
     """This rank's slice of ``t`` along ``dim``; with ``fused`` segments, each is split apart."""
-    segments = t.chunk(fused, dim=dim) if fused > 1 else (t,)
-    pieces = [seg.chunk(tp.size, dim=dim)[tp.rank] for seg in segments]
-    return torch.cat(pieces, dim=dim) if fused > 1 else pieces[0]
+    return split_slice(t, dim, tp.size, tp.rank, fused)  # type: ignore[no-any-return]
 
 
 def sliced_parameter(

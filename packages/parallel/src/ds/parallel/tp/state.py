@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ds.interfaces.parallel import tp_dim, tp_fused
+from ds.interfaces.parallel import join_slices, tp_dim, tp_fused
 
 from ._collectives import TPGroup
 from .autotp import tp_group_of
@@ -15,10 +15,7 @@ from .autotp import tp_group_of
 
 def unshard(pieces: list[torch.Tensor], dim: int, fused: int = 1) -> torch.Tensor:
     """The full tensor from every rank's slice, in TP-rank order (inverse of layers.shard)."""
-    if fused == 1:
-        return torch.cat(pieces, dim=dim)
-    segments = [p.chunk(fused, dim=dim) for p in pieces]
-    return torch.cat([torch.cat([s[i] for s in segments], dim=dim) for i in range(fused)], dim=dim)
+    return join_slices(pieces, dim, fused)  # type: ignore[no-any-return]
 
 
 def gather_tensor(t: torch.Tensor, tp: TPGroup, dim: int, fused: int = 1) -> torch.Tensor:
