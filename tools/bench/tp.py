@@ -145,15 +145,27 @@ def _stepper(model: Any, size: dict[str, int]) -> tuple[Any, Any]:
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     count = [0]
+    # This rank's seconds in forward, backward and the optimizer, summed over the steps (the
+    # split that explains the step-time ratio).
+    phases = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
 
     def step() -> float:
         ids = _batch(size, count[0])
         count[0] += 1
+        t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(input_ids=ids, labels=ids).loss
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         opt.step()
+        t3 = time.perf_counter()
+        phases["forward"] += t1 - t0
+        phases["backward"] += t2 - t1
+        phases["optimizer"] += t3 - t2
         return float(loss.detach())
+
+    step.phases = phases  # type: ignore[attr-defined]
 
     return step, opt
 
@@ -161,7 +173,9 @@ def _stepper(model: Any, size: dict[str, int]) -> tuple[Any, Any]:
 def _init(rank: int, world: int, port: str) -> Any:
     import torch
     import torch.distributed as tdist
-    import transformers  # noqa: F401  (imported before the memory baseline is read)
+
+    # Imported before the memory baseline is read, so RSS growth is the model's and the run's.
+    import transformers.models.llama.modeling_llama  # noqa: F401
 
     from ds.interfaces.registry import get
 
@@ -193,6 +207,7 @@ def _worker_time(args: argparse.Namespace, rank: int, world: int, port: str) -> 
     for fn in steppers.values():
         for _ in range(args.warmup):
             fn()
+        fn.phases.update(dict.fromkeys(fn.phases, 0.0))  # count the timed steps only
     times: dict[str, list[float]] = {k: [] for k in steppers}
     losses: dict[str, list[float]] = {k: [] for k in steppers}
     for r in range(args.repeats):
@@ -203,13 +218,14 @@ def _worker_time(args: argparse.Namespace, rank: int, world: int, port: str) -> 
                 t0 = time.perf_counter()
                 losses[name].append(steppers[name]())
                 t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
-                tdist.all_reduce(
-                    t, op=tdist.ReduceOp.MAX
-                )  # the step is as slow as its slowest rank
+                # The step is as slow as its slowest rank.
+                tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
                 times[name].append(float(t))
     if rank == 0:
         with open(args.worker_out, "w") as f:
-            json.dump({"loss0": loss0, "times": times, "losses": losses}, f)
+            n = max(1, args.steps * args.repeats)
+            phases = {k: {ph: v / n for ph, v in fn.phases.items()} for k, fn in steppers.items()}
+            json.dump({"loss0": loss0, "times": times, "losses": losses, "phases": phases}, f)
     tdist.destroy_process_group()
 
 
@@ -329,6 +345,9 @@ def main() -> int:
                 f"{(row['peak_rss'] - row['base_rss']) / 2**20:10.1f} | "
                 f"{row['state_bytes'] / 2**20:.2f}"
             )
+    for impl, ph in timed["phases"].items():
+        parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in ph.items())
+        print(f"rank 0 mean per step, {impl}: {parts}")
     print(f"load average: start {load_start}, end {load_end}")
     out = bench.report()
     data = json.loads(out.read_text())
@@ -336,6 +355,7 @@ def main() -> int:
         loss0=loss0,
         loss0_agree=ok,
         ratio_ds_torch=ds_med / torch_med,
+        phases_rank0_mean_s=timed["phases"],
         memory=mem,
         load_start=load_start,
         load_end=load_end,
