@@ -42,7 +42,12 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
     reshard = {"to1": 1, "to2": 2}.get(flag)
     world = int(os.environ["WORLD_SIZE"])
     micro = MICRO * tp // world if reshard else MICRO
-    net = model(kind)
+    # "save" / "load": the first / last half of a run split across two worlds through the
+    # checkpoint in $DS_TEST_CKPT; every step's global batch is $DS_TEST_ROWS rows.
+    across = flag in ("save", "load")
+    if across:
+        micro = int(os.environ["DS_TEST_ROWS"]) * tp * sp // world
+    net = model(kind, seed=7 if flag == "load" else 0)
     if flag == "deepspeed":
         # DeepSpeed's spelling: tp_model_init before initialize, groups read back.
         import ds.full.compat.deepspeed as deepspeed
@@ -54,6 +59,8 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
         assert sizes == (tp, engine.mesh.shape.dp), sizes
     else:
         engine, _, _, _ = ds.initialize(model=net, config=config(tp, sp, stage, micro))
+        if flag == "load":
+            engine.load_checkpoint(os.environ["DS_TEST_CKPT"])
     mesh = engine.mesh
     comm = dist.get_communicator()
     # Without a mesh (tp = sp = 1) every rank is data parallel over the world.
@@ -61,7 +68,10 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
     dp = mesh.shape.dp if mesh else comm.get_world_size()
     dp_group = mesh.group("dp") if mesh else None
     losses, norms = [], []
-    for step in range(STEPS):
+    steps = range(STEPS)
+    if across:
+        steps = range(STEPS // 2) if flag == "save" else range(STEPS // 2, STEPS)
+    for step in steps:
         if resume and step == STEPS // 2:
             engine.save_checkpoint(str(out / "ckpt"))
             engine, _, _, _ = ds.initialize(model=model(kind, seed=7), config=config(tp, sp, stage))
@@ -95,6 +105,8 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
         value = reported.detach().clone()
         comm.all_reduce(value, group=dp_group)
         losses.append(float(value) / dp)
+    if flag == "save":
+        engine.save_checkpoint(os.environ["DS_TEST_CKPT"])
     from ds.parallel.tp import gather_full_state_dict
 
     engine.strategy.synchronize_parameters()  # stages 1-2 gather the last step's weights lazily

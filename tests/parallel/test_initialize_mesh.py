@@ -22,9 +22,9 @@ from _tp_models import batch, model  # noqa: E402
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(420)]
 
 
-def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
+def _world(world: int, out: Path, scenarios: list[str], **extra_env: str) -> dict[str, dict]:
     port = str(free_port())
-    env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error", **extra_env)
     procs = [
         subprocess.Popen(
             [sys.executable, str(HERE / "_init_worker.py"), str(r), str(world), port, str(out)]
@@ -171,3 +171,23 @@ def test_tp2_x_dp2_exports_one_model_from_pretrained_loads(world4: dict[str, dic
         torch.testing.assert_close(w, result["weights"][name], rtol=0, atol=0, msg=name)
     ref = _reference("qwen2", 2)
     _assert_same(result, ref)
+
+
+@pytest.mark.slow
+def test_tp2_x_dp2_checkpoint_loads_at_other_layouts_and_worlds(tmp_path: Path) -> None:
+    # Five steps at TP=2 x DP=2 (world 4), saved; the last five at TP=1 x DP=1 (world 1),
+    # TP=1 x DP=4 (world 4) and TP=2 x DP=1 (world 2) from that checkpoint, each equal to one
+    # process training all ten steps on the same 4-row batches.
+    ckpt = tmp_path / "ckpt"
+    env = {"DS_TEST_CKPT": str(ckpt), "DS_TEST_ROWS": "4"}
+    first = _world(4, tmp_path / "save", ["llama:2:1:1:save"], **env)["llama:2:1:1:save"]
+    want = _reference("llama", 2)
+    for world, tp in ((1, 1), (4, 1), (2, 2)):
+        scenario = f"llama:{tp}:1:1:load"
+        second = _world(world, tmp_path / f"load{world}-{tp}", [scenario], **env)[scenario]
+        got = {
+            "losses": first["losses"] + second["losses"],
+            "norms": first["norms"] + second["norms"],
+            "weights": second["weights"],
+        }
+        _assert_same(got, want)
