@@ -57,8 +57,8 @@ def test_groups_follow_the_contract_layout(shape: MeshShape) -> None:
 
 
 def test_unknown_dimension_is_refused() -> None:
-    with pytest.raises(ConfigError, match="unknown mesh dimension 'pp'"):
-        group_ranks(MeshShape(), "pp")
+    with pytest.raises(ConfigError, match="unknown mesh dimension 'xy'"):
+        group_ranks(MeshShape(), "xy")
 
 
 class _World:
@@ -102,3 +102,41 @@ def test_every_rank_creates_every_group_in_the_same_order() -> None:
     assert d["sizes"] == {"dp": 2, "sp": 1, "tp": 2}
     assert d["index"] == {"dp": 1, "sp": 0, "tp": 1, "dp_sp": 1}
     assert d["groups"]["dp_sp"] == [1, 3]
+
+
+def test_pipeline_stages_are_outermost() -> None:
+    shape = MeshShape(dp=2, sp=1, tp=2, pp=2)
+    assert shape.world_size == 8 and shape.stage_size == 4
+    for rank in range(8):
+        d, s, t = shape.coords(rank)
+        assert shape.rank_of(d, s, t, shape.pp_index(rank)) == rank
+    assert [shape.pp_index(r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    # a pp group links the same (dp, sp, tp) coordinates across stages
+    assert group_ranks(shape, "pp") == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    # every other group stays inside one stage
+    for dim in ("dp", "sp", "tp", "dp_sp"):
+        groups = group_ranks(shape, dim)
+        assert sorted(r for g in groups for r in g) == list(range(8))
+        assert all(len({shape.pp_index(r) for r in g}) == 1 for g in groups)
+    assert group_ranks(shape, "dp") == [(0, 2), (1, 3), (4, 6), (5, 7)]
+    # pp = 1 keeps the layout the engine had before pipelines
+    assert group_ranks(MeshShape(2, 1, 2), "dp") == [(0, 2), (1, 3)]
+
+
+def test_shape_from_config_with_stages() -> None:
+    assert mesh_shape_from_config(8, tp=2, pp=2) == MeshShape(dp=2, sp=1, tp=2, pp=2)
+    with pytest.raises(ConfigError) as e:
+        mesh_shape_from_config(6, pp=4)
+    msg = str(e.value)
+    assert "num_stages=4" in msg and "world size 6" in msg and "\n" not in msg
+
+
+def test_build_mesh_with_stages_makes_pp_groups() -> None:
+    shape = MeshShape(dp=2, pp=2)
+    meshes = [build_mesh(_World(4, rank), shape) for rank in range(4)]
+    assert meshes[1].ranks("pp") == (1, 3) and meshes[1].index("pp") == 0
+    assert meshes[3].ranks("dp") == (2, 3) and meshes[3].index("pp") == 1
+    assert meshes[3].describe()["sizes"] == {"dp": 2, "sp": 1, "tp": 1, "pp": 2}
+    # without stages no pp group is created and the rank is its own stage
+    one = build_mesh(_World(2, 1), MeshShape(dp=2))
+    assert one.ranks("pp") == (1,) and one.index("pp") == 0

@@ -1,10 +1,13 @@
-"""What the training engine needs to know about a device mesh (data x sequence x tensor parallel).
+"""What the training engine needs to know about a device mesh (pipeline x data x sequence x tensor
+parallel).
 
 The mesh itself is built by ds-parallel; the engine sees only this contract, so ds-zero-runtime
 never imports ds-parallel and ``ds.full`` wires the two.
 
 Rank layout: tensor-parallel ranks are adjacent (they exchange the most traffic), then sequence,
-then data: ``global_rank = (dp_index * sp + sp_index) * tp + tp_index``.
+then data, then pipeline stages outermost (they exchange only activations):
+``global_rank = ((pp_index * dp + dp_index) * sp + sp_index) * tp + tp_index``. With ``pp = 1``
+(the default) this is ``(dp_index * sp + sp_index) * tp + tp_index``.
 
 Which groups the engine uses:
 
@@ -16,6 +19,10 @@ Which groups the engine uses:
 * ``"tp"``: a parameter marked with :data:`TP_DIM_ATTR` is one slice of a larger weight split
   over this group; the global gradient norm adds the slices once each and counts replicated
   parameters once.
+* ``"pp"``: the ranks holding the same data, sequence and tensor coordinates at every pipeline
+  stage, in stage order. Every other group lies inside one stage: ZeRO reduces within a stage, and
+  the global gradient norm adds the stages' squares over this group, counting a parameter marked
+  with :data:`PP_REPLICA_ATTR` (a tied weight's copy on a later stage) zero times.
 """
 
 from __future__ import annotations
@@ -31,45 +38,63 @@ TP_DIM_ATTR = "ds_tp_dim"
 #: segment's piece. Absent means 1 (one plain contiguous slice).
 TP_FUSED_ATTR = "ds_tp_fused"
 
-DIMS = ("dp", "sp", "tp", "dp_sp")
+#: Attribute set on a parameter that is a copy of a weight held (and counted) by an earlier
+#: pipeline stage: a tied embedding on the stage of the LM head. Its gradient equals the
+#: original's after the tied all-reduce, so norms skip it.
+PP_REPLICA_ATTR = "ds_pp_replica"
+
+DIMS = ("dp", "sp", "tp", "dp_sp", "pp")
 
 
 @dataclass(frozen=True)
 class MeshShape:
-    """Sizes of the mesh's dimensions; ``dp * sp * tp`` is the world size."""
+    """Sizes of the mesh's dimensions; ``pp * dp * sp * tp`` is the world size."""
 
     dp: int = 1
     sp: int = 1
     tp: int = 1
+    pp: int = 1
 
     @property
     def world_size(self) -> int:
+        return self.pp * self.dp * self.sp * self.tp
+
+    @property
+    def stage_size(self) -> int:
+        """Ranks per pipeline stage (``dp * sp * tp``)."""
         return self.dp * self.sp * self.tp
 
     def coords(self, rank: int) -> tuple[int, int, int]:
-        """``(dp_index, sp_index, tp_index)`` of a global rank."""
+        """``(dp_index, sp_index, tp_index)`` of a global rank (see :meth:`pp_index`)."""
         tp_index = rank % self.tp
         sp_index = (rank // self.tp) % self.sp
-        dp_index = rank // (self.tp * self.sp)
+        dp_index = (rank // (self.tp * self.sp)) % self.dp
         return dp_index, sp_index, tp_index
 
-    def rank_of(self, dp_index: int, sp_index: int, tp_index: int) -> int:
-        return (dp_index * self.sp + sp_index) * self.tp + tp_index
+    def pp_index(self, rank: int) -> int:
+        """The pipeline stage of a global rank."""
+        return rank // self.stage_size
+
+    def rank_of(self, dp_index: int, sp_index: int, tp_index: int, pp_index: int = 0) -> int:
+        return ((pp_index * self.dp + dp_index) * self.sp + sp_index) * self.tp + tp_index
 
     def groups(self, dim: str) -> list[tuple[int, ...]]:
         """Every group of ``dim`` as global ranks in group-rank order, in creation order."""
-        r, dp, sp, tp = self.rank_of, range(self.dp), range(self.sp), range(self.tp)
-        if dim == "tp":
-            return [tuple(r(d, s, t) for t in tp) for d in dp for s in sp]
-        if dim == "sp":
-            return [tuple(r(d, s, t) for s in sp) for d in dp for t in tp]
-        if dim == "dp":
-            return [tuple(r(d, s, t) for d in dp) for s in sp for t in tp]
-        if dim == "dp_sp":
-            return [tuple(r(d, s, t) for d in dp for s in sp) for t in tp]
-        from ds.interfaces.errors import ConfigError
+        if dim not in DIMS:
+            from ds.interfaces.errors import ConfigError
 
-        raise ConfigError(f"unknown mesh dimension {dim!r}; use one of {', '.join(DIMS)}")
+            raise ConfigError(f"unknown mesh dimension {dim!r}; use one of {', '.join(DIMS)}")
+        r, dp, sp, tp, pp = self.rank_of, range(self.dp), range(self.sp), range(self.tp), range(self.pp)
+        if dim == "pp":
+            return [tuple(r(d, s, t, q) for q in pp) for d in dp for s in sp for t in tp]
+        # Every other group lies inside one pipeline stage.
+        if dim == "tp":
+            return [tuple(r(d, s, t, q) for t in tp) for q in pp for d in dp for s in sp]
+        if dim == "sp":
+            return [tuple(r(d, s, t, q) for s in sp) for q in pp for d in dp for t in tp]
+        if dim == "dp":
+            return [tuple(r(d, s, t, q) for d in dp) for q in pp for s in sp for t in tp]
+        return [tuple(r(d, s, t, q) for d in dp for s in sp) for q in pp for t in tp]
 
 
 @runtime_checkable
@@ -80,7 +105,7 @@ class ParallelMesh(Protocol):
     rank: int
 
     def group(self, dim: str) -> Any:
-        """The process group of ``dim`` ("dp", "sp", "tp" or "dp_sp") that holds this rank."""
+        """The process group of ``dim`` ("dp", "sp", "tp", "dp_sp" or "pp") that holds this rank."""
         ...
 
     def ranks(self, dim: str) -> tuple[int, ...]:
@@ -101,6 +126,11 @@ def tp_dim(param: Any) -> int | None:
     """The dimension a parameter is split on across the tensor-parallel group, or None."""
     value = getattr(param, TP_DIM_ATTR, None)
     return None if value is None else int(value)
+
+
+def pp_replica(param: Any) -> bool:
+    """True for a tied weight's copy that an earlier pipeline stage holds and counts."""
+    return bool(getattr(param, PP_REPLICA_ATTR, False))
 
 
 def tp_fused(param: Any) -> int:
@@ -132,11 +162,13 @@ def join_slices(pieces: Any, dim: int, fused: int = 1) -> Any:
 
 __all__ = [
     "DIMS",
+    "PP_REPLICA_ATTR",
     "TP_DIM_ATTR",
     "TP_FUSED_ATTR",
     "MeshShape",
     "ParallelMesh",
     "join_slices",
+    "pp_replica",
     "split_slice",
     "tp_dim",
     "tp_fused",

@@ -1,7 +1,7 @@
-"""The device mesh: data x sequence x tensor parallel process groups built once per job.
+"""The device mesh: pipeline x data x sequence x tensor parallel process groups built once per job.
 
 Rank layout is the contract's (:mod:`ds.interfaces.parallel`): tensor-parallel ranks adjacent,
-then sequence, then data. Groups are created through the given Communicator (so a simulated world
+then sequence, then data, then pipeline stages outermost. Groups are created through the given Communicator (so a simulated world
 works as well as torch's), every rank creating every group in the same order as torch requires,
 and each rank keeps the handles of the groups that hold it.
 """
@@ -22,12 +22,22 @@ def _positive(name: str, value: Any) -> int:
     return value
 
 
-def mesh_shape_from_config(world_size: int, tp: int = 1, sp: int = 1) -> MeshShape:
-    """The mesh for ``world_size`` ranks with ``tp`` tensor- and ``sp`` sequence-parallel ranks;
-    the data-parallel size is what remains. Raises a one-line ConfigError when they do not divide."""
+def mesh_shape_from_config(world_size: int, tp: int = 1, sp: int = 1, pp: int = 1) -> MeshShape:
+    """The mesh for ``world_size`` ranks with ``pp`` pipeline stages and ``tp`` tensor- and ``sp``
+    sequence-parallel ranks per stage; the data-parallel size is what remains. Raises a one-line
+    ConfigError when they do not divide."""
     world_size = _positive("world size", world_size)
     tp = _positive("tensor_parallel.autotp_size", tp)
     sp = _positive("sequence_parallel_size", sp)
+    pp = _positive("pipeline.stages", pp)
+    if world_size % pp:
+        raise ConfigError(
+            f"pipeline num_stages={pp} does not divide the world size {world_size}; choose a "
+            f"divisor of {world_size} or launch a multiple of {pp} ranks"
+        )
+    if pp > 1:
+        inner = mesh_shape_from_config(world_size // pp, tp, sp)
+        return MeshShape(dp=inner.dp, sp=inner.sp, tp=inner.tp, pp=pp)
     if world_size % tp:
         raise ConfigError(
             f"tensor_parallel.autotp_size={tp} does not divide the world size {world_size}; "
@@ -83,12 +93,17 @@ class Mesh:
 
     def describe(self) -> dict[str, Any]:
         """Sizes, this rank's index in each dimension and each of its groups' global ranks."""
+        # The pipeline dimension is listed only when there are stages (pp > 1).
+        dims = DIMS if self.shape.pp > 1 else tuple(d for d in DIMS if d != "pp")
+        sizes = {"dp": self.shape.dp, "sp": self.shape.sp, "tp": self.shape.tp}
+        if self.shape.pp > 1:
+            sizes["pp"] = self.shape.pp
         return {
             "world_size": self.shape.world_size,
             "rank": self.rank,
-            "sizes": {"dp": self.shape.dp, "sp": self.shape.sp, "tp": self.shape.tp},
-            "index": {dim: self.index(dim) for dim in DIMS},
-            "groups": {dim: list(self._ranks[dim]) for dim in DIMS},
+            "sizes": sizes,
+            "index": {dim: self.index(dim) for dim in dims},
+            "groups": {dim: list(self._ranks[dim]) for dim in dims},
         }
 
     def full_state_dict(self, module: Any) -> dict[str, Any]:
@@ -100,15 +115,18 @@ class Mesh:
 
     def __repr__(self) -> str:
         s = self.shape
-        return f"Mesh(dp={s.dp}, sp={s.sp}, tp={s.tp}, rank={self.rank})"
+        pp = f"pp={s.pp}, " if s.pp > 1 else ""
+        return f"Mesh({pp}dp={s.dp}, sp={s.sp}, tp={s.tp}, rank={self.rank})"
 
 
 def build_mesh(comm: Any, shape: MeshShape) -> Mesh:
-    """Create the dp, sp, tp and dp_sp groups on ``comm`` (collective: every rank must call it)."""
+    """Create the dp, sp, tp, dp_sp and pp groups on ``comm`` (collective: every rank must call
+    it). Without pipeline stages (pp = 1) the pp group is this rank alone and no group is made."""
     world = int(comm.get_world_size())
     if shape.world_size != world:
+        pp = f"pp={shape.pp} x " if shape.pp > 1 else ""
         raise ConfigError(
-            f"mesh dp={shape.dp} x sp={shape.sp} x tp={shape.tp} = {shape.world_size} ranks, "
+            f"mesh {pp}dp={shape.dp} x sp={shape.sp} x tp={shape.tp} = {shape.world_size} ranks, "
             f"but the world has {world}; choose sizes whose product is {world} "
             f"(e.g. mesh_shape_from_config({world}, tp, sp))"
         )
@@ -116,6 +134,10 @@ def build_mesh(comm: Any, shape: MeshShape) -> Mesh:
     groups: dict[str, Any] = {}
     mine: dict[str, tuple[int, ...]] = {}
     for dim in DIMS:
+        if dim == "pp" and shape.pp == 1:
+            # No stages: the same groups as before the pipeline dimension existed.
+            groups[dim], mine[dim] = None, (rank,)
+            continue
         for ranks in group_ranks(shape, dim):
             # torch requires every rank to create every group, in the same order.
             handle = comm.new_group(list(ranks))
