@@ -99,7 +99,7 @@ class ZeroEngine:
 
         precision = cfg.precision
         if precision != "fp32":
-            model.to(_DTYPES[precision])
+            _cast_floating(model, _DTYPES[precision])
         self.module = model
         self._broadcast_module()
 
@@ -864,3 +864,17 @@ def _token_count(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and not ids.is_complex():
         return ids.numel()
     return 0
+
+
+def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``model.to(dtype)`` that keeps each tensor object and its attributes.
+
+    ``Module.to`` swaps whole tensor objects for tensor subclasses (fake and distributed
+    tensors), which drops attributes such as the stage-3 shard state ``ds.zero.Init`` attached;
+    assigning ``.data`` keeps them for every tensor type.
+    """
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.is_floating_point() and t.dtype != dtype:
+                t.data = t.data.to(dtype)
+
