@@ -1,0 +1,48 @@
+"""What the training engine needs to know about expert (mixture-of-experts) parameters.
+
+An expert parameter is held by a subset of the data-parallel ranks only: expert parallelism
+shards the experts over an expert-parallel group of ``ep_size`` ranks, so each expert is
+replicated over the *expert-data-parallel* group (the ranks at the same position of every
+expert-parallel group). The layer that shards them (ds-parallel's ``ds.parallel.moe``) marks each
+such parameter with :data:`REPLICA_ATTR`, a :class:`ReplicaGroup`; the engine then
+
+* broadcasts its initial value within that group (not over all data-parallel ranks),
+* keeps it in an optimizer group of its own, partitioned (ZeRO 1-2) over that group,
+* sums its gradient over that group and divides by the *whole* data-parallel size: the tokens an
+  expert sees come from every rank of its expert-parallel group, each rank's loss being a mean
+  over its own micro-batch, so this is the gradient of the global batch's mean loss,
+* counts it once in the global gradient norm (each replica group adds its copy once).
+
+ds-zero-runtime reads only this contract and never imports ds-parallel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Attribute set on a parameter that only the ranks of a :class:`ReplicaGroup` hold.
+REPLICA_ATTR = "ds_replica_group"
+
+
+@dataclass(frozen=True, eq=False)
+class ReplicaGroup:
+    """The ranks holding identical copies of a parameter (its expert-data-parallel group)."""
+
+    name: str  # e.g. "ep_size_2", DeepSpeed's group_name of the expert parameters
+    group: Any  # the communicator's handle of the group (None: one process)
+    ranks: tuple[int, ...]  # global ranks, in group-rank order
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+def replica_group(param: Any) -> ReplicaGroup | None:
+    """The group holding ``param``'s copies when it is not replicated over every data-parallel
+    rank, else None."""
+    value = getattr(param, REPLICA_ATTR, None)
+    return value if isinstance(value, ReplicaGroup) else None
+
+
+__all__ = ["REPLICA_ATTR", "ReplicaGroup", "replica_group"]
