@@ -37,6 +37,11 @@ class StepMetrics:
     tokens: int = 0  # tokens in this step, all ranks (0 when the model takes no token ids)
     rank: int = 0
     world_size: int = 1
+    # Pipeline parallelism: the step's measured idle share of stages x step time, the schedule's
+    # formula (p - 1) / (v * m + p - 1), and each stage's compute seconds (host clock), in order.
+    pipeline_bubble_fraction: float | None = None
+    pipeline_bubble_formula: float | None = None
+    stage_compute_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
