@@ -52,8 +52,8 @@ def _refuse_unsupported(cfg: Any, found: ParallelSizes) -> None:
     expert = cfg.expert_parallel
     if isinstance(expert, dict) and expert and expert.get("enabled", True):
         raise ConfigError(
-            f"expert_parallel with {what}: expert parallelism is not available in ds yet; "
-            "remove the expert_parallel section"
+            f"expert_parallel with {what}: expert parallelism does not compose with "
+            "tensor/sequence parallelism in ds yet; remove one of them"
         )
 
 

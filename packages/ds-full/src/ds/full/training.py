@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ds.full import governance, parallel
+from ds.full import governance, moe, parallel
 from ds.full.devices import bind_rank_device, check_placement, place_model
 from ds.full.signals import signal_bus_for
 from ds.interfaces import registry
@@ -148,6 +148,7 @@ def initialize(
     # Tensor/sequence parallel layouts change the model in place (AutoTP slices its linears on
     # the host, before the move, so a rank's device only ever holds its slices).
     mesh = parallel.build(cfg, communicator, model)
+    moe.prepare(cfg, communicator, model, mesh)  # MoE layers join their expert groups
     place_model(model, device)  # a CPU model moves; split or foreign placements are errors
 
     kernels = _kernels_for(cfg.zero_optimization, device)

@@ -22,7 +22,8 @@ from ds.interfaces.comm import Communicator
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
-from ds.interfaces.parallel import ParallelMesh, tp_dim
+from ds.interfaces.moe import replica_group
+from ds.interfaces.parallel import ParallelMesh, pp_replica, tp_dim
 from ds.interfaces.telemetry import EventBus, StepMetrics
 from ds.zero import tp_reshard
 from ds.zero.comm_stats import CommStats
@@ -105,7 +106,12 @@ class ZeroEngine:
 
         offload = self.config.zero.offload_optimizer_device == "cpu"
         factory = OptimizerFactory(cfg.optimizer, optimizer, offload, kernels)
-        split = _split_tp(_param_groups(model, model_parameters), mesh)
+        split = _split_replicas(_split_tp(_param_groups(model, model_parameters), mesh))
+        if self.config.stage == 3 and any("ds_replica" in g for g in split):
+            raise ConfigError(
+                "zero_optimization.stage=3 with mixture-of-experts (expert parameters) is not "
+                "available in ds; use stage 0, 1 or 2"
+            )
         # Which of the user's parameter groups each engine group came from (TP splits them).
         self._group_origin = [int(g.pop("ds_origin")) for g in split]
         groups = factory.initial_groups(split)
@@ -126,6 +132,7 @@ class ZeroEngine:
             accelerator=accelerator,
             tp_group=self.mesh.group("tp") if self.mesh and self.mesh.shape.tp > 1 else None,
             tp_size=self.mesh.shape.tp if self.mesh else 1,
+            pp_group=self.mesh.group("pp") if self.mesh and self.mesh.shape.pp > 1 else None,
         )
         self.strategy: ZeroStrategy = strategy_class(self.config.stage)(ctx)
         self.optimizer = self.strategy.optimizer
@@ -181,7 +188,11 @@ class ZeroEngine:
         src = self.mesh.ranks("dp_sp")[0] if self.mesh is not None else 0
         with torch.no_grad():
             for t in list(self.module.parameters()) + list(self.module.buffers()):
-                self.comm.broadcast(t.data, src=src, group=self.group)
+                replicas = replica_group(t)
+                if replicas is None:
+                    self.comm.broadcast(t.data, src=src, group=self.group)
+                elif replicas.size > 1:  # an expert: only its replica group holds it
+                    self.comm.broadcast(t.data, src=replicas.ranks[0], group=replicas.group)
             if self.mesh is not None and self.mesh.shape.tp > 1:
                 # Replicated parameters must also agree across the tensor-parallel ranks.
                 tp_src = self.mesh.ranks("tp")[0]
@@ -419,6 +430,10 @@ class ZeroEngine:
         self.timers.stop("step")
         self._publish(report.overflow, report.grad_norm)
 
+    def _step_extras(self) -> dict[str, Any]:
+        """More StepMetrics fields for this step (the pipeline engine adds its own)."""
+        return {}
+
     def _stage_loss(self) -> None:
         """Start the copy of the window's loss to the host, ahead of the step's one sync (the
         norm's read-back in ``prepare_step``), so reading it in ``_publish`` waits for nothing
@@ -475,6 +490,7 @@ class ZeroEngine:
             tokens=self._window_tokens * self.world_size,
             rank=self.rank,
             world_size=self.world_size,
+            **self._step_extras(),
         )
         self._last_step_end = now
         self._window_tokens = 0
@@ -755,17 +771,49 @@ def _save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:
 def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[dict[str, Any]]:
     """With tensor parallelism, each group splits in two: replicated parameters, then the
     tensor-parallel slices (marked ``ds_tp``), so the global gradient norm can count each slice
-    once and each replicated parameter once (see ZeroStrategy.prepare_step)."""
-    if mesh is None or mesh.shape.tp == 1:
+    once and each replicated parameter once (see ZeroStrategy.prepare_step). With pipeline
+    stages, tied copies an earlier stage counts (``ds_pp_replica``) get a group of their own."""
+    tp = mesh is not None and mesh.shape.tp > 1
+    pp = mesh is not None and mesh.shape.pp > 1
+    if not (tp or pp):
         return [dict(g, ds_origin=i) for i, g in enumerate(groups)]
     out: list[dict[str, Any]] = []
     for i, g in enumerate(groups):
-        rep = [p for p in g["params"] if tp_dim(p) is None]
-        sliced = [p for p in g["params"] if tp_dim(p) is not None]
-        if rep:
-            out.append(dict(g, params=rep, ds_origin=i))
-        if sliced:
-            out.append(dict(g, params=sliced, ds_tp=True, ds_origin=i))
+        for sliced in (False, True):
+            for replica in (False, True):
+                params = [
+                    p
+                    for p in g["params"]
+                    if (tp_dim(p) is not None) == sliced and (pp and pp_replica(p)) == replica
+                ]
+                if not params:
+                    continue
+                extra: dict[str, Any] = {}
+                if sliced:
+                    extra["ds_tp"] = True
+                if replica:
+                    extra["ds_pp_replica"] = True
+                out.append(dict(g, params=params, ds_origin=i, **extra))
+    return out
+
+
+def _split_replicas(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Expert parameters (held by a replica group, :mod:`ds.interfaces.moe`) leave their group
+    for one of their own per replica group, marked ``ds_replica``: it is partitioned and reduced
+    over those ranks. Groups DeepSpeed's split_params_into_different_moe_groups_for_optimizer
+    already made pass through whole."""
+    out: list[dict[str, Any]] = []
+    for g in groups:
+        rest = [p for p in g["params"] if replica_group(p) is None]
+        by_group: dict[str, list[Any]] = {}
+        for p in g["params"]:
+            rg = replica_group(p)
+            if rg is not None:
+                by_group.setdefault(rg.name, []).append(p)
+        if rest or not by_group:
+            out.append(dict(g, params=rest))
+        for params in by_group.values():
+            out.append(dict(g, params=params, ds_replica=replica_group(params[0])))
     return out
 
 

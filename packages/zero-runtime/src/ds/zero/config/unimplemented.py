@@ -16,7 +16,6 @@ TOP_LEVEL: frozenset[str] = frozenset(
         "disable_allgather",
         "disable_python_gc",
         "dump_state",
-        "expert_parallel",
         "hybrid_engine",
         "log_level",
         "memory_breakdown",

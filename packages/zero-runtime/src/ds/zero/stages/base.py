@@ -49,6 +49,12 @@ if TYPE_CHECKING:
     from ds.zero.config import ResolvedConfig
 
 
+def torch_zero(device: torch.device) -> torch.Tensor:
+    import torch
+
+    return torch.zeros((), dtype=torch.float64, device=device)
+
+
 def _squared_norm(shards: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
     """Sum of squares of every element of ``shards``, as a float64 scalar on ``device``.
 
@@ -92,6 +98,9 @@ class StrategyContext:
     # Tensor parallelism: the group whose ranks hold different slices of the same weights.
     tp_group: Any = None
     tp_size: int = 1
+    # Pipeline parallelism: the group linking this rank to the same coordinates on every stage;
+    # the global norm adds the stages' squares over it.
+    pp_group: Any = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,17 @@ class ZeroStrategy(abc.ABC):
         """Per entry of :meth:`local_grad_shards`: True when it holds tensor-parallel slices."""
         return [False] * len(self.local_grad_shards())
 
+    def pp_replicas(self) -> Sequence[bool]:
+        """Per entry of :meth:`local_grad_shards`: True when it holds tied weights an earlier
+        pipeline stage counts (left out of the norm, still clipped)."""
+        return [False] * len(self.local_grad_shards())
+
+    def replica_weights(self) -> Sequence[float] | None:
+        """Per entry of :meth:`local_grad_shards`, the factor its squared norm is added with
+        when some entries hold parameters only a subset of the ranks has (experts); None when
+        every parameter is replicated over (or partitioned across) all data-parallel ranks."""
+        return None
+
     @property
     def grads_partitioned(self) -> bool:
         """True when ranks hold disjoint gradient shards (norms and overflow need a reduction)."""
@@ -159,23 +179,37 @@ class ZeroStrategy(abc.ABC):
         every = list(self.local_grad_shards())
         shards = [g for g in every if g.numel()]
         device = self._norm_device(shards)
+        pp = self.ctx.pp_group is not None and self.ctx.comm is not None
+        counted = [not r for r in self.pp_replicas()] if pp else [True] * len(every)
         tp = self.ctx.tp_group is not None and self.ctx.tp_size > 1 and self.ctx.comm is not None
         if tp:
             # Replicated parameters are identical on every tensor-parallel rank: each adds
             # 1/tp of their square so that the sum over the group counts them once, and every
             # slice once.
             flags = list(self.tp_sliced())
-            rep = [g for g, f in zip(every, flags, strict=True) if not f and g.numel()]
-            sliced = [g for g, f in zip(every, flags, strict=True) if f and g.numel()]
+            both = list(zip(every, flags, counted, strict=True))
+            rep = [g for g, f, c in both if not f and c and g.numel()]
+            sliced = [g for g, f, c in both if f and c and g.numel()]
             sq = _squared_norm(rep, device) / self.ctx.tp_size + _squared_norm(sliced, device)
         else:
-            sq = _squared_norm(shards, device)
+            sq = _squared_norm([g for g, c in zip(every, counted, strict=True) if c and g.numel()], device)
+        weights = self.replica_weights()
+        if weights is not None and not tp:
+            # Expert shards differ across ranks: every rank adds its share and the sum over
+            # the world counts each parameter once, whatever the stage.
+            sq = torch_zero(device)
+            for g, w in zip(every, weights, strict=True):
+                if g.numel():
+                    sq = sq + _squared_norm([g], device) * w
         # One float64 reduction carries the squared norm; inf/nan in any rank's gradients makes
         # the sum non-finite everywhere, which is the cross-rank overflow signal.
-        if self.grads_partitioned and self.ctx.comm is not None and self.ctx.world_size > 1:
+        partitioned = self.grads_partitioned or weights is not None
+        if partitioned and self.ctx.comm is not None and self.ctx.world_size > 1:
             self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.group))  # type: ignore[union-attr]
         if tp:
             self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.tp_group))  # type: ignore[union-attr]
+        if pp:
+            self._timed(lambda: self.ctx.comm.all_reduce(sq, op=ReduceOp.SUM, group=self.ctx.pp_group))  # type: ignore[union-attr]
         # The step's one host sync: overflow skips the step, and the norm is reported.
         total = float(sq)
         overflow = not math.isfinite(total)

@@ -76,42 +76,47 @@ class ParamGather:
         comm = self.comm
         fg = group.flat
         part = fg.partition_numel
+        # Expert parameters are partitioned over their replica group only (fg's world and rank).
+        world, rank = fg.world_size, fg.rank
+        pg = group.replica_pg if group.replica_ranks is not None else self.pg
         for c0, c1 in self.chunks(fg):
-            own = fg.flat[self.rank * part + c0 : self.rank * part + c1]
+            own = fg.flat[rank * part + c0 : rank * part + c1]
             if not group.master_is_view:
                 # From pinned host memory this is asynchronous on the current stream, which the
                 # collectives below are ordered after.
                 own.copy_(group.master[c0:c1], non_blocking=group.master.is_pinned())
-            if self.p2p:
+            if world == 1:
+                continue
+            if self.p2p and group.replica_ranks is None:
                 handles: list[Any] = []
-                for r in range(self.world):
-                    if r != self.rank:
+                for r in range(world):
+                    if r != rank:
                         handles.append(comm.isend(own, r))
                         handles.append(comm.irecv(fg.flat[r * part + c0 : r * part + c1], r))
                 self.in_flight.append((handles, None))
             elif self.coalesced and (c0, c1) == (0, part):
                 handle = self.timed(
-                    functools.partial(comm.all_gather_into_tensor, fg.flat, own, self.pg, True)
+                    functools.partial(comm.all_gather_into_tensor, fg.flat, own, pg, True)
                 )
                 self.in_flight.append(([handle], None))
             elif self.coalesced:
-                staging = self.pool.take(self.world * (c1 - c0), fg.flat.device, fg.dtype)
+                staging = self.pool.take(world * (c1 - c0), fg.flat.device, fg.dtype)
                 handle = self.timed(
-                    functools.partial(comm.all_gather_into_tensor, staging, own, self.pg, True)
+                    functools.partial(comm.all_gather_into_tensor, staging, own, pg, True)
                 )
                 self.in_flight.append(
                     ([handle], functools.partial(self._unstage, fg, c0, c1, staging))
                 )
             else:
-                outs = [fg.flat[r * part + c0 : r * part + c1] for r in range(self.world)]
+                outs = [fg.flat[r * part + c0 : r * part + c1] for r in range(world)]
                 mine = self.pool.take(c1 - c0, fg.flat.device, fg.dtype)
                 mine.copy_(own)
-                handle = self.timed(functools.partial(comm.all_gather, outs, mine, self.pg, True))
+                handle = self.timed(functools.partial(comm.all_gather, outs, mine, pg, True))
                 self.in_flight.append(([handle], functools.partial(self.pool.give, mine)))
 
     def _unstage(self, fg: FlatGroup, c0: int, c1: int, staging: torch.Tensor) -> None:
         part = fg.partition_numel
-        fg.flat.view(self.world, part)[:, c0:c1].copy_(staging.view(self.world, c1 - c0))
+        fg.flat.view(fg.world_size, part)[:, c0:c1].copy_(staging.view(fg.world_size, c1 - c0))
         self.pool.give(staging)
 
     def wait(self, upto: int) -> None:
@@ -150,7 +155,7 @@ class ParamGather:
                 start, stop = fg.offsets[pi], fg.offsets[pi] + p.numel()
                 need = 0
                 for k, (c0, c1) in enumerate(chunks):
-                    for r in range(self.world):
+                    for r in range(fg.world_size):
                         if start < r * part + c1 and r * part + c0 < stop:
                             need = max(need, base + k + 1)
                 where[id(p)] = need

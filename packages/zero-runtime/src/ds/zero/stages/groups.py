@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -51,6 +52,11 @@ class Group:
     grad_views: list[torch.Tensor] = field(default_factory=list)  # flat_grad per parameter
     buckets: list[Bucket] = field(default_factory=list)
     bucket_of: dict[int, int] = field(default_factory=dict)
+    # Parameters held by a subset of the data-parallel ranks (experts, ds.interfaces.moe): the
+    # group the flat buffer is partitioned and reduced over, and its global ranks. None: the
+    # strategy's data-parallel group.
+    replica_pg: Any = None
+    replica_ranks: tuple[int, ...] | None = None
 
 
 def build_group(

@@ -104,12 +104,18 @@ class PartitionedStrategy(ZeroStrategy):
         self.pool = BufferPool()
         self.groups: list[Group] = []
         self._tp_flags: list[bool] = []  # per group: holds tensor-parallel slices
+        self._pp_flags: list[bool] = []  # per group: holds tied copies an earlier stage counts
         opt_groups: list[dict[str, Any]] = []
         bucket_numel = max(1, cfg.reduce_bucket_size)
         for user_group in ctx.param_groups:
             params = [p for p in user_group["params"] if p.requires_grad]
             names = [ctx.param_names[id(p)] for p in params]
-            fg = FlatGroup(params, names, self.world, self.rank)
+            replica = user_group.get("ds_replica")  # expert parameters: ds.interfaces.moe
+            world, rank = self.world, self.rank
+            if replica is not None:
+                world = replica.size if self.comm is not None else 1
+                rank = replica.ranks.index(self._global_rank()) if world > 1 else 0
+            fg = FlatGroup(params, names, world, rank)
             group = build_group(
                 fg,
                 stage=self.stage,
@@ -119,8 +125,12 @@ class PartitionedStrategy(ZeroStrategy):
                 kernels=ctx.kernels,
                 host=self._host,
             )
+            if replica is not None:
+                group.replica_pg, group.replica_ranks = replica.group, replica.ranks
             self.groups.append(group)
-            hyper = {k: v for k, v in user_group.items() if k not in ("params", "ds_tp")}
+            hyper = {
+                k: v for k, v in user_group.items() if k not in ("params", "ds_tp", "ds_replica")
+            }
             self._tp_flags.append(bool(user_group.get("ds_tp")))
             opt_groups.append({**hyper, "params": [group.master]})
         self._optimizer = ctx.optimizer_factory(opt_groups)
@@ -158,6 +168,19 @@ class PartitionedStrategy(ZeroStrategy):
         if self.stage >= 1 and self.comm is not None:
             self._hooks.extend(self.gather.install_hooks(ctx.module))
 
+    def _global_rank(self) -> int:
+        return int(self.comm.get_rank()) if self.comm is not None else 0
+
+    def replica_weights(self) -> Sequence[float] | None:
+        # Per group, the share of its squared gradient norm this rank adds so that the sum over
+        # the data-parallel world counts every parameter once: partitioned state is disjoint
+        # (1); stage 0 holds whole copies on every rank of the group's replica set (1/size).
+        if all(g.replica_ranks is None for g in self.groups):
+            return None
+        if self.grads_partitioned:
+            return [1.0] * len(self.groups)
+        return [1.0 / len(g.replica_ranks or range(self.world)) for g in self.groups]
+
     def _host(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` on the host. With ``offload_optimizer.pin_memory`` and a model on an accelerator
         device that has pinned memory, page-locked, so the chunked copies back to the device run
@@ -194,6 +217,20 @@ class PartitionedStrategy(ZeroStrategy):
 
     def tp_sliced(self) -> Sequence[bool]:
         return self._tp_flags
+
+    def pp_replicas(self) -> Sequence[bool]:
+        return self._pp_flags
+
+    def grad_buffer(self, param: torch.Tensor) -> torch.Tensor | None:
+        """Stages 0-1: where ``param``'s gradient accumulates between boundaries (its view of
+        the flat gradient), for code that must change it before the boundary reduction."""
+        for group in self.groups:
+            if group.flat_grad is None:
+                continue
+            for p, view in zip(group.flat.params, group.grad_views):
+                if p is param:
+                    return view.view_as(param)
+        return None
 
     def step(self) -> None:
         # The optimizer writes the partitions the previous all-gather reads and fills.

@@ -181,7 +181,12 @@ class GradReducer:
             elif self.comm is not None and self.pre != 1.0:
                 data.mul_(self.pre)
         finish = functools.partial(self._finish, group, bucket, data, target)
-        if self.comm is None:
+        # Expert parameters are summed over their own replica group (still averaged over the
+        # whole data-parallel world by pre/post: their tokens came from every rank).
+        pg, owners_global = self.pg, self.global_rank
+        if group.replica_ranks is not None:
+            pg, owners_global = group.replica_pg, list(group.replica_ranks)
+        if self.comm is None or len(owners_global) == 1:
             self._pending.append((None, finish))
             return
         comm = self.comm
@@ -192,13 +197,13 @@ class GradReducer:
                 handles.append(
                     self.timed(
                         functools.partial(
-                            comm.reduce, piece, self.global_rank[owner], ReduceOp.SUM, self.pg, True
+                            comm.reduce, piece, owners_global[owner], ReduceOp.SUM, pg, True
                         )
                     )
                 )
         else:
             handles.append(
-                self.timed(functools.partial(comm.all_reduce, data, ReduceOp.SUM, self.pg, True))
+                self.timed(functools.partial(comm.all_reduce, data, ReduceOp.SUM, pg, True))
             )
         for h in handles[:-1]:
             self._pending.append((h, _noop))

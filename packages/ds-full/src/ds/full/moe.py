@@ -1,0 +1,58 @@
+"""Mixture-of-experts in ``ds.initialize``: bind the model's MoE layers to their expert groups.
+
+A model containing ``ds.parallel.moe.MoE`` layers (or DeepSpeed's ``deepspeed.moe.layer.MoE``
+from the shim) gets them bound here, before the engine is built: each layer joins its
+expert-parallel and expert-data-parallel groups, takes its experts' global indices and marks
+their parameters, so the engine reduces them over their own ranks. The ``expert_parallel``
+section (``{"enabled": true, "autoep_size": N}``) turns on AutoEP for transformers' sparse MoE
+blocks (:mod:`ds.parallel.moe.autoep`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ds.interfaces.errors import ConfigError
+
+
+def _section(cfg: Any) -> dict[str, Any] | None:
+    expert = cfg.expert_parallel
+    if isinstance(expert, dict) and expert and expert.get("enabled", True):
+        return expert
+    return None
+
+
+def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> list[Any]:
+    """Bind every MoE layer of ``model`` (AutoEP first when the config asks for it); returns
+    the layers. Collective: every rank calls it with the same model and config."""
+    from ds.parallel.moe import moe_layers
+
+    section = _section(cfg)
+    comm = communicator if communicator.is_initialized() else None
+    auto = int(section.get("autoep_size", 0) or 0) if section else 0
+    blocks: list[Any] = []
+    if auto:
+        from ds.parallel.moe.autoep import autoep
+
+        blocks = autoep(model, comm, auto)
+    layers = moe_layers(model)
+    if section is not None and not layers and not blocks:
+        raise ConfigError(
+            "expert_parallel is set but the model has no MoE layers (ds.parallel.moe.MoE / "
+            "deepspeed.moe.layer.MoE, or a Mixtral / Qwen2-MoE / Qwen3-MoE sparse block for "
+            "autoep_size); remove the expert_parallel section or add MoE layers"
+        )
+    if (layers or blocks) and mesh is not None:
+        raise ConfigError(
+            f"mixture-of-experts with tensor_parallel.autotp_size={mesh.shape.tp}, "
+            f"sequence_parallel_size={mesh.shape.sp}: expert parallelism does not compose with "
+            "tensor/sequence parallelism in ds yet; set both to 1"
+        )
+    for layer in layers:
+        layer.bind(comm)
+    return layers + blocks
+
+
+__all__ = ["prepare"]
