@@ -19,7 +19,6 @@ TOP_LEVEL: frozenset[str] = frozenset(
         "hybrid_engine",
         "log_level",
         "memory_breakdown",
-        "pipeline",
         "seq_parallel_communication_data_type",
         "torch_autocast",
         "use_data_before_expert_parallelism",

@@ -129,9 +129,12 @@ class PartitionedStrategy(ZeroStrategy):
                 group.replica_pg, group.replica_ranks = replica.group, replica.ranks
             self.groups.append(group)
             hyper = {
-                k: v for k, v in user_group.items() if k not in ("params", "ds_tp", "ds_replica")
+                k: v
+                for k, v in user_group.items()
+                if k not in ("params", "ds_tp", "ds_replica", "ds_pp_replica")
             }
             self._tp_flags.append(bool(user_group.get("ds_tp")))
+            self._pp_flags.append(bool(user_group.get("ds_pp_replica")))
             opt_groups.append({**hyper, "params": [group.master]})
         self._optimizer = ctx.optimizer_factory(opt_groups)
         self.reducer = GradReducer(
