@@ -1,0 +1,99 @@
+"""One rank of ``ds.initialize`` with ``expert_parallel.autoep_size`` on a tiny Mixtral.
+
+Writes ``out/rank<r>.pt``: its micro-batch's logits and the reduced gradients of the first step,
+the losses of ``STEPS`` steps and its final weights (dense ones and its experts by global index).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+STEPS = 5
+MICRO = 2
+SEQ = 8
+
+
+def tiny_mixtral():
+    import transformers
+
+    cfg = transformers.MixtralConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    return transformers.MixtralForCausalLM(cfg).float()
+
+
+def batch(step: int, rows: int) -> torch.Tensor:
+    return torch.randint(0, 64, (rows, SEQ), generator=torch.Generator().manual_seed(50 + step))
+
+
+def config(ep: int, stage: int) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
+        "zero_optimization": {"stage": stage},
+        "expert_parallel": {"enabled": True, "autoep_size": ep},
+        "steps_per_print": 1000,
+    }
+
+
+def main() -> None:
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    ep, stage = int(sys.argv[5]), int(sys.argv[6])
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=port,
+        TRANSFORMERS_VERBOSITY="error",
+    )
+    torch.set_num_threads(1)
+    import ds.full as ds
+    from ds import comm as dist
+
+    engine, _, _, _ = ds.initialize(model=tiny_mixtral(), config=config(ep, stage))
+    comm = dist.get_communicator()
+    losses, logits, grads = [], None, {}
+    for step in range(STEPS):
+        ids = batch(step, MICRO * world)[rank * MICRO : (rank + 1) * MICRO]
+        result = engine(input_ids=ids, labels=ids)
+        engine.backward(result.loss)
+        if step == 0:
+            logits = result.logits.detach().clone()
+            grads = {
+                n: p.grad.detach().clone()
+                for n, p in engine.module.named_parameters()
+                if p.grad is not None
+            }
+        engine.step()
+        value = result.loss.detach().clone()
+        comm.all_reduce(value)
+        losses.append(float(value) / world)
+    engine.synchronize_parameters()
+    weights = {n: v.detach().clone() for n, v in engine.module.state_dict().items()}
+    torch.save(
+        {"logits": logits, "grads": grads, "losses": losses, "weights": weights},
+        out / f"rank{rank}.pt",
+    )
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
