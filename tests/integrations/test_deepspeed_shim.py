@@ -119,7 +119,6 @@ def test_names_whose_feature_ds_lacks_raise_naming_it_when_used() -> None:
 
     import ds.full.compat.deepspeed as deepspeed
     from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
-    from ds.full.compat.deepspeed.moe.layer import MoE
     from ds.full.compat.deepspeed.moe.utils import (
         split_params_into_different_moe_groups_for_optimizer as split,
     )
@@ -127,14 +126,13 @@ def test_names_whose_feature_ds_lacks_raise_naming_it_when_used() -> None:
     from ds.full.compat.deepspeed.profiling.flops_profiler import get_model_profile
 
     for call, feature in [
-        (lambda: MoE(hidden_size=8), "mixture-of-experts"),
         (lambda: PipelineModule(layers=[]), "pipeline parallelism"),
         (lambda: get_model_profile(None), "flops profiler"),
         (lambda: deepspeed.init_inference(None), "DeepSpeed-Inference"),
     ]:
         with pytest.raises(FeatureNotAvailableError, match=feature):
             call()
-    # a dense model's parameter groups pass through the MoE helper unchanged (the example's path)
+    # a dense model's parameter groups pass through the MoE helper unchanged (DeepSpeed's result)
     p = torch.nn.Parameter(torch.zeros(2))
     assert split({"params": [p], "name": "parameters"}) == [{"params": [p], "name": "parameters"}]
 
@@ -162,3 +160,17 @@ def test_helpers_behave_as_deepspeeds() -> None:
         w.grad = torch.full((3,), 0.3)
         opt.step()
     torch.testing.assert_close(w1, w2)
+
+
+def test_moe_names_are_ds_moe() -> None:
+    import torch
+
+    from ds.full.compat.deepspeed.moe.layer import MoE
+    from ds.full.compat.deepspeed.moe.utils import is_moe_param
+    from ds.parallel.moe import MoE as DsMoE
+
+    layer = MoE(hidden_size=8, expert=torch.nn.Linear(8, 8), num_experts=2, k=1)
+    assert isinstance(layer, DsMoE)
+    out, l_aux, counts = layer(torch.randn(2, 4, 8))
+    assert out.shape == (2, 4, 8) and l_aux.dim() == 0 and int(counts.sum()) == 8
+    assert all(is_moe_param(p) for p in layer.deepspeed_moe.experts.parameters())

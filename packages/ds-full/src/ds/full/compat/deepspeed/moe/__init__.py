@@ -1,5 +1,5 @@
-"""``deepspeed.moe``: mixture-of-experts layers, which ds does not have yet. The helpers that
-only sort parameters work (a script that never builds an MoE layer runs)."""
+"""``deepspeed.moe``: mixture-of-experts layers and their parameter helpers, mapped to
+:mod:`ds.parallel.moe`."""
 
 from ds.full.compat.deepspeed.moe import layer, utils
 
