@@ -85,6 +85,10 @@ def main() -> None:
         value = result.loss.detach().clone()
         comm.all_reduce(value)
         losses.append(float(value) / world)
+    # One model file: every rank's experts collected, restacked into transformers' tensors.
+    engine.save_16bit_model(str(out / "export"), "model.safetensors")
+    if rank == 0:
+        engine.module.config.save_pretrained(str(out / "export"))
     engine.synchronize_parameters()
     weights = {n: v.detach().clone() for n, v in engine.module.state_dict().items()}
     torch.save(

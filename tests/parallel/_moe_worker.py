@@ -3,7 +3,7 @@
 Scenarios ``k:ep:stage[:flag]`` run one after another in the same world; every rank writes its
 losses, norms and its share of the weights (dense ones and its experts, by global name) to
 ``out/<scenario>/rank<r>.pt``. ``resume`` saves after 5 steps, rebuilds the model from other
-weights, loads and finishes; ``to1`` saves at this ``ep`` and finishes at ``ep_size=1``.
+weights, loads and finishes; ``to1`` / ``to2`` save at this ``ep`` and finish at ``ep_size=1`` / ``2``.
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ def train(ds, comm, k: int, ep: int, stage: int, flag: str, out: Path) -> dict:
     engine = build(ds, comm, k, ep, stage, residual, None)
     losses, norms = [], []
     for step in range(STEPS):
-        if flag in ("resume", "to1") and step == STEPS // 2:
+        if flag in ("resume", "to1", "to2") and step == STEPS // 2:
             engine.save_checkpoint(str(out / "ckpt"))
             other = {n: torch.zeros_like(v) for n, v in model(k, residual).state_dict().items()}
-            engine = build(ds, comm, k, 1 if flag == "to1" else ep, stage, residual, other)
+            new_ep = {"to1": 1, "to2": 2}.get(flag, ep)
+            engine = build(ds, comm, k, new_ep, stage, residual, other)
             engine.load_checkpoint(str(out / "ckpt"))
         x, y = batch(step, MICRO * world)
         loss, _ = engine(x[rank * MICRO : (rank + 1) * MICRO], y[rank * MICRO : (rank + 1) * MICRO])

@@ -1,7 +1,8 @@
 """AutoEP: a tiny transformers Mixtral whose sparse MoE blocks ``ds.initialize`` makes expert
 parallel from ``expert_parallel.autoep_size`` alone. At EP=2 (world 2, ZeRO 0) each rank's logits
 and the first step's reduced gradients equal transformers' own model on the whole batch, and five
-AdamW steps end at the same losses and weights (fp32, 1e-5)."""
+AdamW steps end at the same losses and weights (fp32, 1e-5); save_16bit_model writes one
+model that ``from_pretrained`` loads."""
 
 from __future__ import annotations
 
@@ -94,3 +95,8 @@ def test_autoep2_matches_transformers(tmp_path: Path) -> None:
     assert set(weights) == set(ref.state_dict())
     for name, w in ref.state_dict().items():
         _close(weights[name], w, name)
+    import transformers
+
+    exported = transformers.MixtralForCausalLM.from_pretrained(str(tmp_path / "export")).float()
+    for name, w in exported.state_dict().items():
+        torch.testing.assert_close(w, weights[name], rtol=0, atol=0, msg=name)

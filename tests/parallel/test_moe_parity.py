@@ -72,8 +72,10 @@ def _assert_same(got: dict, want: dict) -> None:
         assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
 
 
-# k:ep:stage[:flag]
-WORLD2 = ["1:2:0", "2:2:1", "1:2:2:residual", "2:2:2:resume", "1:2:1:to1"]
+# k:ep:stage[:flag]; "resume" saves after 5 steps, loads into zeroed weights and finishes;
+# "to1" / "to2" save at this ep_size and finish at ep_size 1 / 2 from the checkpoint (experts
+# are stored by global index, so the checkpoint reshards).
+WORLD2 = ["1:2:0", "2:2:1", "1:2:2:residual", "2:2:2:resume", "1:2:1:to1", "2:1:2:to2"]
 WORLD4 = ["1:2:0", "2:2:1", "2:2:2", "1:2:2:residual"]
 
 

@@ -24,6 +24,11 @@ from typing import Any
 #: Attribute set on a parameter that only the ranks of a :class:`ReplicaGroup` hold.
 REPLICA_ATTR = "ds_replica_group"
 
+#: Attribute set on a model whose exported weights take other names than its parameters (AutoEP
+#: keeps one parameter per expert, transformers one fused tensor): a callable mapping the whole
+#: model's state dict (every rank's experts collected) to the one to write.
+EXPORT_ATTR = "ds_export_state_dict"
+
 
 @dataclass(frozen=True, eq=False)
 class ReplicaGroup:
@@ -45,4 +50,4 @@ def replica_group(param: Any) -> ReplicaGroup | None:
     return value if isinstance(value, ReplicaGroup) else None
 
 
-__all__ = ["REPLICA_ATTR", "ReplicaGroup", "replica_group"]
+__all__ = ["EXPORT_ATTR", "REPLICA_ATTR", "ReplicaGroup", "replica_group"]

@@ -37,6 +37,12 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
         from ds.parallel.moe.autoep import autoep
 
         blocks = autoep(model, comm, auto)
+        if blocks:
+            from ds.interfaces.moe import EXPORT_ATTR
+            from ds.parallel.moe.autoep import fused_state_dict
+
+            # save_16bit_model writes transformers' fused expert tensors (from_pretrained loads).
+            setattr(model, EXPORT_ATTR, fused_state_dict)
     layers = moe_layers(model)
     if section is not None and not layers and not blocks:
         raise ConfigError(

@@ -22,7 +22,7 @@ from ds.interfaces.comm import Communicator
 from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
-from ds.interfaces.moe import replica_group
+from ds.interfaces.moe import EXPORT_ATTR, replica_group
 from ds.interfaces.parallel import ParallelMesh, pp_replica, tp_dim
 from ds.interfaces.telemetry import EventBus, StepMetrics
 from ds.zero import tp_reshard
@@ -630,6 +630,7 @@ class ZeroEngine:
         else:
             self.strategy.synchronize_parameters()
             weights = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
+            weights = self._with_every_replica(weights)
         if self.rank == 0 and (self.mesh is None or self.mesh.index("tp") == 0):
             os.makedirs(save_dir, exist_ok=True)
             path = os.path.join(save_dir, save_filename)
@@ -638,6 +639,20 @@ class ZeroEngine:
             else:
                 torch.save(weights, path)
         return True
+
+    def _with_every_replica(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Parameters only some ranks hold (experts, :mod:`ds.interfaces.moe`) collected from
+        every rank, so one file holds the whole model; then the module's export mapping
+        (``EXPORT_ATTR``: AutoEP restacks transformers' fused expert tensors), if it has one."""
+        named = [(n, p) for n, p in self.module.named_parameters() if replica_group(p) is not None]
+        if named and self.comm is not None and self.world_size > 1:
+            mine = {n: p.detach().to("cpu", copy=True) for n, p in named}
+            every: list[Any] = [None] * self.world_size
+            self.comm.all_gather_object(every, mine, group=self.group)
+            for part in every:
+                weights.update(part)
+        mapping = getattr(self.module, EXPORT_ATTR, None)
+        return mapping(weights) if callable(mapping) else weights
 
     def load_checkpoint(
         self,
