@@ -34,7 +34,10 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
     auto = int(section.get("autoep_size", 0) or 0) if section else 0
     blocks: list[Any] = []
     if auto:
+        from ds.parallel.moe import expert_layout
         from ds.parallel.moe.autoep import autoep
+
+        expert_layout(int(comm.get_world_size()) if comm is not None else 1, auto)  # divides?
 
         blocks = autoep(model, comm, auto)
         if blocks:
@@ -57,6 +60,11 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
             "tensor/sequence parallelism in ds yet; set both to 1"
         )
     for layer in layers:
+        if auto and layer.ep_size != auto:
+            raise ConfigError(
+                f"a MoE layer has ep_size={layer.ep_size} but expert_parallel.autoep_size="
+                f"{auto}; make them agree (autoep_size applies to transformers' MoE blocks)"
+            )
         layer.bind(comm)
     return layers + blocks
 
