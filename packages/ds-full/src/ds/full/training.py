@@ -147,7 +147,10 @@ def initialize(
     communicator = dist.get_communicator()
     # Tensor/sequence parallel layouts change the model in place (AutoTP slices its linears on
     # the host, before the move, so a rank's device only ever holds its slices).
-    mesh = parallel.build(cfg, communicator, model)
+    from ds.full import pipeline
+
+    pipelined = pipeline.is_pipeline(model)  # a PipelineModule: a pipeline mesh, its stage built
+    mesh = (pipeline.build if pipelined else parallel.build)(cfg, communicator, model)
     moe.prepare(cfg, communicator, model, mesh)  # MoE layers join their expert groups
     place_model(model, device)  # a CPU model moves; split or foreign placements are errors
 
@@ -171,7 +174,7 @@ def initialize(
         async_save=cfg.checkpoint.async_save,
         **gov.checkpoint_kwargs,
     )
-    engine = ZeroEngine(
+    engine = (pipeline.PipelineEngine if pipelined else ZeroEngine)(
         model,
         cfg,
         comm=communicator,

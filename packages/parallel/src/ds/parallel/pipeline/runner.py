@@ -1,0 +1,164 @@
+"""Executing one stage's instruction list: forwards, backwards and the p2p exchange between them.
+
+The runner owns nothing but the step's in-flight tensors; the engine hands it the micro-batches,
+the loss scale and the backward call (so the ZeRO strategy sees every backward).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ds.parallel.pipeline.module import PipelineModule
+from ds.parallel.pipeline.p2p import P2P, as_tuple, tag_of
+from ds.parallel.pipeline.schedule import Action
+
+Backward = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor | None]], None]
+
+
+def _autograd_backward(
+    tensors: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None]
+) -> None:
+    torch.autograd.backward(list(tensors), grad_tensors=list(grads))
+
+
+@dataclass
+class StepTimes:
+    """Host seconds of one step on this stage."""
+
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    wait_s: float = 0.0  # blocked in receives: this stage's share of the bubble
+    total_s: float = 0.0
+    losses: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def _to(x: Any, device: torch.device) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to(t, device) for t in x)
+    return x
+
+
+class PipelineRunner:
+    """Runs a schedule on the stage that ``module`` holds.
+
+    ``pp_ranks``: the global ranks of this rank's pipeline group, in stage order (stage ``s``'s
+    peer for part ``k`` is ``pp_ranks[k % stages]``)."""
+
+    def __init__(
+        self, module: PipelineModule, comm: Any, pp_ranks: Sequence[int], device: torch.device
+    ) -> None:
+        assert module.num_stages is not None and module.stage_id is not None
+        self.module = module
+        self.stages = module.num_stages
+        self.chunks = module.num_virtual_stages
+        self.stage = module.stage_id
+        self.pp_ranks = list(pp_ranks)
+        self.device = device
+        self.p2p = P2P(comm, device) if self.stages > 1 else None
+
+    def _part(self, chunk: int) -> int:
+        return chunk * self.stages + self.stage
+
+    def _peer(self, part: int) -> int:
+        return self.pp_ranks[part % self.stages]
+
+    def run(
+        self,
+        actions: Sequence[Action],
+        microbatches: Sequence[tuple[Any, Any]],
+        *,
+        loss_scale: float = 1.0,
+        backward: Backward = _autograd_backward,
+    ) -> StepTimes:
+        """``microbatches[m] = (inputs, labels)``; the first part reads the inputs, the last the
+        labels. On the last part each micro-batch's loss (detached) is in ``losses``; its
+        backward starts from ``loss * loss_scale``."""
+        times = StepTimes()
+        last = self.stages * self.chunks - 1
+        saved: dict[tuple[int, int], tuple[Any, Any]] = {}  # (mb, chunk) -> (input, output)
+        losses: dict[int, torch.Tensor] = {}
+        start = time.perf_counter()
+        for a in actions:
+            part = self._part(a.chunk)
+            key = (a.microbatch, a.chunk)
+            if a.kind == "F":
+                if part == 0:
+                    x = _to(microbatches[a.microbatch][0], self.device)
+                else:
+                    assert self.p2p is not None
+                    t0 = time.perf_counter()
+                    x = self.p2p.recv_activation(
+                        self._peer(part - 1), tag_of(0, a.microbatch, a.chunk, self.chunks)
+                    )
+                    times.wait_s += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                y = self.module.forward_chunk(a.chunk, x)
+                if part == last:
+                    labels = _to(microbatches[a.microbatch][1], self.device)
+                    y = self._loss(y, labels)
+                    losses[a.microbatch] = y.detach()
+                times.forward_s += time.perf_counter() - t0
+                if part < last:
+                    assert self.p2p is not None
+                    self.p2p.send_activation(
+                        y, self._peer(part + 1), tag_of(0, a.microbatch, self._chunk_of(part + 1), self.chunks)
+                    )
+                if torch.is_grad_enabled():
+                    saved[key] = (x, y)
+                continue
+            x, y = saved.pop(key)
+            if part == last:
+                tensors, grads = [y * loss_scale if loss_scale != 1.0 else y], [None]
+            else:
+                assert self.p2p is not None
+                t0 = time.perf_counter()
+                grads = self.p2p.recv_grads(
+                    y, self._peer(part + 1), tag_of(1, a.microbatch, a.chunk, self.chunks)
+                )
+                times.wait_s += time.perf_counter() - t0
+                pairs = [(t, g) for t, g in zip(as_tuple(y), grads, strict=True) if g is not None]
+                tensors, grads = [t for t, _ in pairs], [g for _, g in pairs]
+            t0 = time.perf_counter()
+            if tensors:
+                backward(tensors, grads)
+            times.backward_s += time.perf_counter() - t0
+            if part > 0:
+                assert self.p2p is not None
+                self.p2p.send_grads(
+                    x, self._peer(part - 1), tag_of(1, a.microbatch, self._chunk_of(part - 1), self.chunks)
+                )
+        if self.p2p is not None:
+            t0 = time.perf_counter()
+            self.p2p.drain()
+            times.wait_s += time.perf_counter() - t0
+        times.total_s = time.perf_counter() - start
+        times.losses = [losses[m] for m in sorted(losses)]
+        return times
+
+    def _chunk_of(self, part: int) -> int:
+        return part // self.stages
+
+    def _loss(self, output: Any, labels: Any) -> torch.Tensor:
+        fn = self.module.loss_fn
+        if fn is None:
+            if not isinstance(output, torch.Tensor) or output.dim() != 0:
+                raise ValueError(
+                    "the last stage's output is not a scalar loss and the PipelineModule has no "
+                    "loss_fn; pass PipelineModule(loss_fn=...) (called as loss_fn(output, labels))"
+                )
+            return output
+        return fn(output, labels)
+
+
+__all__ = ["PipelineRunner", "StepTimes"]

@@ -1,0 +1,105 @@
+"""One rank of a gloo world training the tiny GPT as a PipelineModule through ds.initialize.
+
+argv: rank world port out scenario...; a scenario is schedule:zero_stage[:flag]. Several run one
+after another in one world (start-up is most of a small run's cost); rank 0 writes each one's
+losses, norms and whole-model weights to out/<scenario>/result.pt.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _gpt import batch, pipeline_module
+
+STEPS, MICRO, GAS, STAGES = 10, 2, 4, 2
+
+
+def config(schedule: str, stage: int, stages: int = STAGES) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": GAS,
+        "gradient_clipping": 0.5,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.0}},
+        "zero_optimization": {"stage": stage},
+        "pipeline": {"stages": stages, "schedule": schedule},
+        "steps_per_print": 1000,
+    }
+
+
+def micro_batches(step: int, dp: int, dp_index: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    # The step's global batch; this data-parallel rank takes its GAS micro-batches in order.
+    ids = batch(step, MICRO * GAS * dp)
+    out = []
+    for j in range(GAS):
+        lo = (dp_index * GAS + j) * MICRO
+        rows = ids[lo : lo + MICRO]
+        out.append((rows, rows))
+    return out
+
+
+def train(ds, schedule: str, stage: int, out: Path, flag: str) -> dict:
+    chunks = 2 if schedule == "interleaved_1f1b" else 1
+    # One process is one stage; "load" starts from other weights and reads the checkpoint.
+    stages = min(STAGES, int(os.environ["WORLD_SIZE"]))
+    net = pipeline_module(stages, chunks, seed=99 if flag == "load" else 11)
+    engine, _, _, _ = ds.initialize(model=net, config=config(schedule, stage, stages))
+    if flag == "load":
+        engine.load_checkpoint(os.environ["DS_TEST_CKPT"])
+    mesh = engine.mesh
+    dp, dp_index = (mesh.shape.dp, mesh.index("dp")) if mesh is not None else (1, 0)
+    losses, norms, bubbles = [], [], []
+    for step in range(0 if flag == "load" else STEPS):
+        loss = engine.train_batch(iter(micro_batches(step, dp, dp_index)))
+        losses.append(float(loss))
+        norms.append(engine.get_global_grad_norm())
+        m = engine.last_metrics
+        bubbles.append((m.pipeline_bubble_fraction, m.pipeline_bubble_formula, m.stage_compute_s))
+    evaluation = float(engine.eval_batch(iter(micro_batches(STEPS, dp, dp_index))))
+    if flag == "ckpt":
+        engine.save_checkpoint(str(out / "ckpt"))
+    weights = __import__("ds.full.pipeline_checkpoint", fromlist=["x"]).full_state_dict(engine)
+    if flag == "export":
+        engine.save_16bit_model(str(out / "export"))
+    return {
+        "losses": losses,
+        "norms": norms,
+        "bubbles": bubbles,
+        "eval": evaluation,
+        "weights": weights,
+        "loss_on_every_rank": losses,
+    }
+
+
+def main() -> None:
+    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+    )  # fmt: skip
+    torch.set_num_threads(1)
+    import ds.full as ds
+    from ds import comm as dist
+
+    for scenario in sys.argv[5:]:
+        schedule, stage, *flag = scenario.split(":")
+        where = out / scenario.replace(":", "-")
+        where.mkdir(parents=True, exist_ok=True)
+        result = train(ds, schedule, int(stage), where, "".join(flag))
+        # Every rank reports its losses: train_batch returns the batch's loss on all of them.
+        everyone: list = [None] * world
+        dist.all_gather_object(everyone, result["losses"])
+        result["loss_on_every_rank"] = everyone
+        if rank == 0:
+            torch.save(result, where / "result.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

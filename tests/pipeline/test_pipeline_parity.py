@@ -1,0 +1,163 @@
+"""``ds.initialize(model=PipelineModule)``: 10 steps of a tiny GPT (tied embedding / LM head) at
+PP=2 and PP=2 x DP=2 with each schedule equal one process training the whole model on the whole
+batch with torch's AdamW and clipping (fp32; losses, norms and weights within 1e-5)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _gpt import batch, loss_fn, pipeline_module  # noqa: E402
+from _pipe_worker import GAS, MICRO, STEPS, config  # noqa: E402
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
+    port = str(_free_port())
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "_pipe_worker.py"), str(r), str(world), port, str(out)]
+            + scenarios,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(world)
+    ]
+    texts = []
+    try:
+        for p in procs:
+            texts.append(p.communicate(timeout=280)[0].decode(errors="replace"))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, text) in enumerate(zip(procs, texts)):
+        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
+    out_ = {}
+    for s in scenarios:
+        where = out / s.replace(":", "-")
+        out_[s] = {**torch.load(where / "result.pt", weights_only=False), "dir": where}
+    return out_
+
+
+def _reference(dp: int) -> dict:
+    """One process, the whole model, the step's whole batch: torch AdamW and clipping."""
+    torch.set_num_threads(1)
+    net = pipeline_module(1)
+    params = config("1f1b", 0)["optimizer"]["params"]
+    opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=0.0)
+    losses, norms = [], []
+    for step in range(STEPS):
+        ids = batch(step, MICRO * GAS * dp)
+        loss = loss_fn(net(ids), ids)
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)))
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    with torch.no_grad():
+        ids = batch(STEPS, MICRO * GAS * dp)
+        evaluation = float(loss_fn(net(ids), ids))
+    weights = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    return {"losses": losses, "norms": norms, "weights": weights, "eval": evaluation}
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    torch.testing.assert_close(
+        torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=1e-5, atol=1e-6
+    )
+    # Clipping is active (the norm is above 0.5 at the start): the norm adds every stage once
+    # and the tied embedding once.
+    assert want["norms"][0] > 0.5
+    torch.testing.assert_close(
+        torch.tensor(got["norms"]), torch.tensor(want["norms"]), rtol=1e-5, atol=0
+    )
+    assert got["eval"] == pytest.approx(want["eval"], rel=1e-5)
+    assert set(got["weights"]) == set(want["weights"])
+    for name, w in want["weights"].items():
+        err = float(torch.linalg.vector_norm(got["weights"][name] - w))
+        assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
+
+
+# schedule:zero_stage[:flag]
+WORLD2 = ["gpipe:0", "1f1b:1", "interleaved_1f1b:1:ckpt"]
+WORLD4 = ["gpipe:1", "1f1b:0", "interleaved_1f1b:1"]
+
+
+@pytest.fixture(scope="module")
+def world2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return _world(2, tmp_path_factory.mktemp("pp2"), WORLD2)
+
+
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return _world(4, tmp_path_factory.mktemp("pp2dp2"), WORLD4)
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[int, dict]:
+    return {1: _reference(1), 2: _reference(2)}
+
+
+@pytest.mark.parametrize("scenario", WORLD2)
+def test_pp2_matches_one_process(world2: dict, reference: dict, scenario: str) -> None:
+    _assert_same(world2[scenario], reference[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", WORLD4)
+def test_pp2_x_dp2_matches_one_process(world4: dict, reference: dict, scenario: str) -> None:
+    _assert_same(world4[scenario], reference[2])
+
+
+def test_every_rank_gets_the_batch_loss(world2: dict) -> None:
+    for scenario in WORLD2:
+        first, *others = world2[scenario]["loss_on_every_rank"]
+        assert all(o == first for o in others)
+
+
+def test_step_metrics_report_the_bubble(world2: dict) -> None:
+    for scenario, chunks in zip(WORLD2, (1, 1, 2)):
+        for measured, formula, stage_s in world2[scenario]["bubbles"]:
+            # (p - 1) / (v * m + p - 1) with p = 2 stages, m = GAS micro-batches
+            assert formula == pytest.approx(1 / (chunks * GAS + 1))
+            assert 0.0 <= measured < 1.0 and len(stage_s) == 2 and min(stage_s) > 0
+
+
+def test_pp2_checkpoint_loads_at_pp1_and_back(world2: dict, tmp_path: Path) -> None:
+    # The per-layer files saved by two stages load into one stage holding every layer (other
+    # initial weights), and a one-stage checkpoint loads into two stages.
+    saved = world2["interleaved_1f1b:1:ckpt"]
+    ckpt = saved["dir"] / "ckpt"
+    files = sorted(p.name for p in ckpt.rglob("layer_*"))
+    assert files == [f"layer_{i:02d}-model_states.pt" for i in range(6)]  # the head is tied
+    os.environ["DS_TEST_CKPT"] = str(ckpt)
+    try:
+        one = _world(1, tmp_path / "one", ["gpipe:1:load", "1f1b:1:ckpt"])
+        os.environ["DS_TEST_CKPT"] = str(one["1f1b:1:ckpt"]["dir"] / "ckpt")
+        two = _world(2, tmp_path / "two", ["1f1b:1:load"])
+    finally:
+        del os.environ["DS_TEST_CKPT"]
+    for got, want in ((one["gpipe:1:load"], saved), (two["1f1b:1:load"], one["1f1b:1:ckpt"])):
+        assert set(got["weights"]) == set(want["weights"])
+        for name, w in want["weights"].items():
+            torch.testing.assert_close(got["weights"][name], w, rtol=0, atol=0, msg=name)
