@@ -21,7 +21,9 @@ class Net(torch.nn.Module):
         super().__init__()
         self.inp = torch.nn.Linear(HIDDEN, HIDDEN)
         expert = torch.nn.Sequential(
-            torch.nn.Linear(HIDDEN, 2 * HIDDEN), torch.nn.GELU(), torch.nn.Linear(2 * HIDDEN, HIDDEN)
+            torch.nn.Linear(HIDDEN, 2 * HIDDEN),
+            torch.nn.GELU(),
+            torch.nn.Linear(2 * HIDDEN, HIDDEN),
         )
         # capacity_factor 0.5 with k=1 (0.5 * 2 with k=2) drops tokens at these sizes; token
         # order decides which (use_rts=False) so the reference drops the same ones.
@@ -73,11 +75,18 @@ def reference(k: int, residual: bool, ranks: int) -> dict:
     losses, norms = [], []
     for step in range(STEPS):
         x, y = batch(step, MICRO * ranks)
-        parts = [net(x[r * MICRO : (r + 1) * MICRO], y[r * MICRO : (r + 1) * MICRO])[0] for r in range(ranks)]
+        parts = [
+            net(x[r * MICRO : (r + 1) * MICRO], y[r * MICRO : (r + 1) * MICRO])[0]
+            for r in range(ranks)
+        ]
         loss = torch.stack(parts).mean()
         loss.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)))
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach()))
-    return {"losses": losses, "norms": norms, "weights": {k: v.detach() for k, v in net.state_dict().items()}}
+    return {
+        "losses": losses,
+        "norms": norms,
+        "weights": {k: v.detach() for k, v in net.state_dict().items()},
+    }

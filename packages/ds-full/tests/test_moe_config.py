@@ -32,7 +32,9 @@ class _Net(torch.nn.Module):
 
 def test_expert_parallel_on_a_dense_model_names_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"model has no MoE layers.*remove the expert_parallel"):
-        ds.initialize(model=torch.nn.Linear(4, 4), config=_config(expert_parallel={"enabled": True}))
+        ds.initialize(
+            model=torch.nn.Linear(4, 4), config=_config(expert_parallel={"enabled": True})
+        )
 
 
 def test_ep_size_must_divide_the_data_parallel_size() -> None:

@@ -20,7 +20,9 @@ def _reference(logits: torch.Tensor, k: int, factor: float, min_cap: int, drop: 
     first = p.argmax(dim=1)
     choices = [first.tolist()]
     if k == 2:
-        choices.append(p.masked_fill(torch.nn.functional.one_hot(first, e).bool(), -1).argmax(1).tolist())
+        choices.append(
+            p.masked_fill(torch.nn.functional.one_hot(first, e).bool(), -1).argmax(1).tolist()
+        )
     counts = [0] * e
     for ch in choices:
         for x in ch:
@@ -31,7 +33,7 @@ def _reference(logits: torch.Tensor, k: int, factor: float, min_cap: int, drop: 
     kept = []
     for ch in choices:
         row = []
-        for t, x in enumerate(ch):
+        for x in ch:
             row.append(fill[x] if fill[x] < cap else None)
             fill[x] += 1
         kept.append(row)
@@ -39,7 +41,9 @@ def _reference(logits: torch.Tensor, k: int, factor: float, min_cap: int, drop: 
         picks = [(ch[t], kp[t]) for ch, kp in zip(choices, kept) if kp[t] is not None]
         denom = sum(p[t, x] for x, _ in picks) if k == 2 else 1.0
         for x, slot in picks:
-            combine[t, x, slot] = p[t, x] / (max(denom, torch.finfo(torch.float32).eps) if k == 2 else 1.0)
+            combine[t, x, slot] = p[t, x] / (
+                max(denom, torch.finfo(torch.float32).eps) if k == 2 else 1.0
+            )
     me = p.mean(0)
     ce = torch.bincount(first, minlength=e).double() / s
     l_aux = e * (me * ce).sum()
@@ -54,7 +58,11 @@ def test_gate_matches_float64_reference(k: int, factor: float, min_cap: int, dro
     fn = (
         (lambda lg: top1gating(lg, factor, min_cap, drop_tokens=drop, use_rts=False))
         if k == 1
-        else (lambda lg: top2gating(lg, factor, min_cap, drop_tokens=drop, top2_2nd_expert_sampling=False))
+        else (
+            lambda lg: top2gating(
+                lg, factor, min_cap, drop_tokens=drop, top2_2nd_expert_sampling=False
+            )
+        )
     )
     l_aux, combine, dispatch, counts = fn(logits)
     want_aux, want_combine, want_counts = _reference(logits, k, factor, min_cap, drop)
@@ -76,12 +84,17 @@ def test_capacity_formula() -> None:
 def test_random_token_selection_keeps_capacity_and_only_routed_tokens() -> None:
     torch.manual_seed(3)
     logits = torch.randn(32, 4)
-    _, combine, dispatch, counts = top1gating(logits, 0.5, 1, use_rts=True)
+    _, _, dispatch, counts = top1gating(logits, 0.5, 1, use_rts=True)
     per_expert = dispatch.any(dim=2).sum(dim=0)
     cap = capacity(32, 4, 0.5, 1)
     assert torch.equal(per_expert, torch.minimum(counts, torch.tensor(cap)))
     first = torch.softmax(logits, 1).argmax(1)
-    assert bool((dispatch.any(2).float().argmax(1)[dispatch.any(dim=(1, 2))] == first[dispatch.any(dim=(1, 2))]).all())
+    assert bool(
+        (
+            dispatch.any(2).float().argmax(1)[dispatch.any(dim=(1, 2))]
+            == first[dispatch.any(dim=(1, 2))]
+        ).all()
+    )
 
 
 def test_noise_policies_change_routing_only_while_training() -> None:
@@ -113,7 +126,10 @@ def test_moe_residual_and_return_values() -> None:
     coef = torch.softmax(moe.coefficient(flat), dim=-1)
     want = moe_out * coef[:, :1] + expert(flat) * coef[:, 1:]
     torch.testing.assert_close(out.reshape(-1, 8), want, rtol=1e-5, atol=1e-6)
-    assert all(p.allreduce is False and p.group_name == "ep_size_1" for p in moe.deepspeed_moe.experts.parameters())
+    assert all(
+        p.allreduce is False and p.group_name == "ep_size_1"
+        for p in moe.deepspeed_moe.experts.parameters()
+    )
 
 
 def test_bad_input_is_one_line() -> None:

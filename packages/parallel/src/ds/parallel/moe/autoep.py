@@ -76,7 +76,10 @@ class ExpertParallelExperts(torch.nn.Module):
         local = range(self.first, self.first + self.num_local)
         with torch.no_grad():
             self.gate_up_proj = torch.nn.ParameterDict(
-                {str(e): torch.nn.Parameter(original.gate_up_proj[e].detach().clone()) for e in local}
+                {
+                    str(e): torch.nn.Parameter(original.gate_up_proj[e].detach().clone())
+                    for e in local
+                }
             )
             self.down_proj = torch.nn.ParameterDict(
                 {str(e): torch.nn.Parameter(original.down_proj[e].detach().clone()) for e in local}
@@ -95,7 +98,9 @@ class ExpertParallelExperts(torch.nn.Module):
     ) -> torch.Tensor:
         k = top_k_index.shape[-1]
         experts = top_k_index.reshape(-1)
-        tokens = torch.arange(hidden_states.shape[0], device=hidden_states.device).repeat_interleave(k)
+        tokens = torch.arange(
+            hidden_states.shape[0], device=hidden_states.device
+        ).repeat_interleave(k)
         weights = top_k_weights.reshape(-1)
         order = torch.argsort(experts, stable=True)  # grouped by expert, hence by owning rank
         experts, tokens, weights = experts[order], tokens[order], weights[order]
@@ -112,7 +117,9 @@ class ExpertParallelExperts(torch.nn.Module):
             rows = _VarAllToAll.apply(self.comm, group, rows, send_l, recv_l)
         else:
             ids = experts
-        out = torch.zeros(rows.shape[0], hidden_states.shape[-1], dtype=rows.dtype, device=rows.device)
+        out = torch.zeros(
+            rows.shape[0], hidden_states.shape[-1], dtype=rows.dtype, device=rows.device
+        )
         # Rows arrive grouped by source rank, each source's rows sorted by expert.
         for e in range(self.first, self.first + self.num_local):
             where = (ids == e).nonzero().squeeze(1)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -34,7 +35,7 @@ GateOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 def capacity(num_tokens: int, num_experts: int, capacity_factor: float, min_capacity: int) -> int:
     """Slots per expert: ``max(ceil(num_tokens / num_experts * capacity_factor), min_capacity)``."""
-    return max(int(math.ceil(num_tokens / num_experts * capacity_factor)), int(min_capacity))
+    return max(math.ceil(num_tokens / num_experts * capacity_factor), int(min_capacity))
 
 
 def gumbel_rsample(shape: torch.Size, device: torch.device) -> torch.Tensor:
@@ -80,7 +81,11 @@ def top1gating(
     """Switch routing: each token goes to its most probable expert."""
     gates = F.softmax(logits, dim=1)
     num_tokens, num_experts = gates.shape
-    chooser = logits + gumbel_rsample(logits.shape, logits.device) if noisy_gate_policy == "RSample" else gates
+    chooser = (
+        logits + gumbel_rsample(logits.shape, logits.device)
+        if noisy_gate_policy == "RSample"
+        else gates
+    )
     mask1 = F.one_hot(torch.argmax(chooser, dim=1), num_classes=num_experts)
     if used_token is not None:
         mask1 = mask1 * used_token.reshape(-1, 1).to(mask1.dtype)
@@ -114,7 +119,9 @@ def top2gating(
     gates = F.softmax(logits, dim=1)
     num_tokens, num_experts = gates.shape
     mask1 = F.one_hot(torch.argmax(gates, dim=1), num_classes=num_experts)
-    chooser = logits + gumbel_rsample(logits.shape, logits.device) if top2_2nd_expert_sampling else logits
+    chooser = (
+        logits + gumbel_rsample(logits.shape, logits.device) if top2_2nd_expert_sampling else logits
+    )
     except1 = chooser.masked_fill(mask1.bool(), float("-inf"))
     mask2 = F.one_hot(torch.argmax(except1, dim=1), num_classes=num_experts)
     locations1 = torch.cumsum(mask1, dim=0) - 1
@@ -140,7 +147,9 @@ def top2gating(
     gates2 = (gates2_s / denom).unsqueeze(1) * m2
     loc1 = F.one_hot(locations1_s, num_classes=cap).float()
     loc2 = F.one_hot(locations2_s, num_classes=cap).float()
-    combine_weights = torch.einsum("se,sc->sec", gates1, loc1) + torch.einsum("se,sc->sec", gates2, loc2)
+    combine_weights = torch.einsum("se,sc->sec", gates1, loc1) + torch.einsum(
+        "se,sc->sec", gates2, loc2
+    )
     return l_aux, combine_weights, combine_weights.bool(), exp_counts
 
 
@@ -217,4 +226,11 @@ class TopKGate(torch.nn.Module):
         return f"k={self.k}, capacity_factor={self.capacity_factor}, drop_tokens={self.drop_tokens}"
 
 
-__all__ = ["TopKGate", "capacity", "gumbel_rsample", "multiplicative_jitter", "top1gating", "top2gating"]
+__all__ = [
+    "TopKGate",
+    "capacity",
+    "gumbel_rsample",
+    "multiplicative_jitter",
+    "top1gating",
+    "top2gating",
+]

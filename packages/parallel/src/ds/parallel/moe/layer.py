@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
+from ds.interfaces.comm import ReduceOp
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.moe import REPLICA_ATTR
-from ds.interfaces.comm import ReduceOp
 from ds.parallel.moe.gate import TopKGate
 from ds.parallel.moe.groups import ExpertGroups, expert_groups
 from ds.parallel.sequence._all_to_all import seq_all_to_all
