@@ -38,8 +38,8 @@ DISTS: dict[str, tuple[str, str]] = {
     "ds-full": ("packages/ds-full", "ds.full"),
 }
 
-# ds-full is checked differently: with every sibling wheel, in its own fresh venv, by running the
-# README's main job from the installed wheels.
+# ds-full is checked differently: with every sibling wheel, in the same venv once the others are
+# uninstalled (torch and ds-interfaces only), by running the README's main job from the wheels.
 PER_DIST = [n for n in DISTS if n not in ("ds-interfaces", "ds-full")]
 
 
@@ -85,14 +85,15 @@ def ds_installed(py: Path) -> set[str]:
     }
 
 
-def check_full(work: Path, wheels: dict[str, Path]) -> None:
-    """Fresh venv with only torch, then `pip install ds-full` from the built wheels, then the
-    README's main job (2 ranks, shortened) through the installed `ds` command."""
-    venv = work / "venv-full"
-    sh([sys.executable, "-m", "venv", str(venv)])
+def check_full(work: Path, wheels: dict[str, Path], venv: Path) -> None:
+    """`pip install ds-full` from the built wheels into ``venv`` (torch and ds-interfaces only:
+    every other distribution was uninstalled after its own check), then the README's main job
+    (2 ranks, shortened) through the installed `ds` command."""
     py = venv / "bin" / "python"
     pip = [str(py), "-m", "pip", "-q", "--disable-pip-version-check"]
-    sh([*pip, "install", "-c", str(CONSTRAINTS), "torch"])
+    leftover = ds_installed(py) - {"ds-interfaces"}
+    if leftover:
+        raise RuntimeError(f"the venv still holds {sorted(leftover)} before ds-full installs")
     wheel_dir = wheels["ds-full"].parent
     sh([*pip, "install", "-c", str(CONSTRAINTS), "--find-links", str(wheel_dir), "ds-full"])
     present = ds_installed(py)
@@ -131,7 +132,7 @@ def check_full(work: Path, wheels: dict[str, Path]) -> None:
     )
     if not (out / "checkpoints").exists():
         raise RuntimeError("the main job ran but wrote no checkpoint")
-    print("ds-full: installed from wheels into a fresh venv; the main job ran", flush=True)
+    print("ds-full: installed from wheels into the emptied venv; the main job ran", flush=True)
 
 
 def main() -> int:
@@ -141,7 +142,7 @@ def main() -> int:
     ap.add_argument(
         "--full",
         action="store_true",
-        help="also install the ds-full wheel set into a fresh venv and run the main job",
+        help="also install the ds-full wheel set (into the emptied venv) and run the main job",
     )
     args = ap.parse_args()
     names = args.only or PER_DIST
@@ -183,7 +184,7 @@ def main() -> int:
             subprocess.run([*pip, "uninstall", "-y", name], check=False)
     if args.full:
         try:
-            check_full(work, wheels)
+            check_full(work, wheels, venv)
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             failures.append(f"ds-full: {exc}")
             print(f"FAILED ds-full: {exc}", flush=True)
