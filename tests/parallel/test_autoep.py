@@ -100,3 +100,58 @@ def test_autoep2_matches_transformers(tmp_path: Path) -> None:
     exported = transformers.MixtralForCausalLM.from_pretrained(str(tmp_path / "export")).float()
     for name, w in exported.state_dict().items():
         torch.testing.assert_close(w, weights[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe"])
+def test_autoep_replaces_qwen_moe_experts_and_keeps_the_forward(family: str) -> None:
+    # One process (autoep_size=1): the swap itself (every expert loaded from the fused
+    # tensors, transformers' router and shared expert kept) leaves logits and gradients as they were.
+    import transformers
+
+    import ds.full as ds
+    from ds.parallel.moe.autoep import ExpertParallelExperts
+
+    common = dict(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=24,
+        moe_intermediate_size=12,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_experts=4,
+        num_experts_per_tok=2,
+        norm_topk_prob=family == "qwen3_moe",
+        max_position_embeddings=64,
+    )
+    if family == "qwen2_moe":
+        cfg, cls = (
+            transformers.Qwen2MoeConfig(shared_expert_intermediate_size=8, **common),
+            transformers.Qwen2MoeForCausalLM,
+        )
+    else:
+        cfg, cls = transformers.Qwen3MoeConfig(**common), transformers.Qwen3MoeForCausalLM
+    torch.manual_seed(0)
+    ref = cls(cfg).float()
+    torch.manual_seed(0)
+    net = cls(cfg).float()
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "zero_optimization": {"stage": 1},
+        "expert_parallel": {"enabled": True, "autoep_size": 1},
+    }
+    engine, _, _, _ = ds.initialize(model=net, config=config)
+    swapped = [m for m in engine.module.modules() if isinstance(m, ExpertParallelExperts)]
+    assert len(swapped) == 2
+    ids = batch(0, 2)
+    got = engine(input_ids=ids, labels=ids)
+    want = ref(input_ids=ids, labels=ids)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+    got.loss.backward()
+    want.loss.backward()
+    router = "model.layers.0.mlp.gate.weight"
+    grads = dict(engine.module.named_parameters())
+    torch.testing.assert_close(grads[router].grad, dict(ref.named_parameters())[router].grad)
+    expert = grads["model.layers.0.mlp.experts.gate_up_proj.3"].grad
+    torch.testing.assert_close(expert, ref.model.layers[0].mlp.experts.gate_up_proj.grad[3])
