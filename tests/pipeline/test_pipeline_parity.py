@@ -143,6 +143,7 @@ def test_step_metrics_report_the_bubble(world2: dict) -> None:
             assert 0.0 <= measured < 1.0 and len(stage_s) == 2 and min(stage_s) > 0
 
 
+@pytest.mark.slow
 def test_pp2_checkpoint_loads_at_pp1_and_back(world2: dict, tmp_path: Path) -> None:
     # The per-layer files saved by two stages load into one stage holding every layer (other
     # initial weights), and a one-stage checkpoint loads into two stages.
