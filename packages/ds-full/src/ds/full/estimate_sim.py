@@ -66,11 +66,29 @@ def _simulate(
     seq_len: int,
     device_bytes: int,
 ) -> list[RankMemory]:
+    chosen = sorted(set(ranks if ranks is not None else (0, world.world_size - 1)))
+    out: list[RankMemory] = []
+    # As in run_world: the collections and memory censuses below walk only the ranks' objects.
+    gc.freeze()
+    try:
+        _measure_ranks(world, chosen, out, build_model, config, micro_batch, seq_len, device_bytes)
+    finally:
+        gc.unfreeze()
+    return out
+
+
+def _measure_ranks(
+    world: SimWorld,
+    chosen: list[int],
+    out: list[RankMemory],
+    build_model: Callable[[torch.device], torch.nn.Module],
+    config: dict[str, Any],
+    micro_batch: int,
+    seq_len: int,
+    device_bytes: int,
+) -> None:
     import ds.full as ds
 
-    world_size = world.world_size
-    chosen = sorted(set(ranks if ranks is not None else (0, world_size - 1)))
-    out = []
     for rank in chosen:
         sim = SimDevice(world.local_rank(rank), device_bytes)
         accel = SimGpuAccelerator()
@@ -104,4 +122,3 @@ def _simulate(
                 release()
             del engine, model
             gc.collect()
-    return out
