@@ -122,11 +122,9 @@ def test_names_whose_feature_ds_lacks_raise_naming_it_when_used() -> None:
     from ds.full.compat.deepspeed.moe.utils import (
         split_params_into_different_moe_groups_for_optimizer as split,
     )
-    from ds.full.compat.deepspeed.pipe import PipelineModule
     from ds.full.compat.deepspeed.profiling.flops_profiler import get_model_profile
 
     for call, feature in [
-        (lambda: PipelineModule(layers=[]), "pipeline parallelism"),
         (lambda: get_model_profile(None), "flops profiler"),
         (lambda: deepspeed.init_inference(None), "DeepSpeed-Inference"),
     ]:
@@ -135,6 +133,14 @@ def test_names_whose_feature_ds_lacks_raise_naming_it_when_used() -> None:
     # a dense model's parameter groups pass through the MoE helper unchanged (DeepSpeed's result)
     p = torch.nn.Parameter(torch.zeros(2))
     assert split({"params": [p], "name": "parameters"}) == [{"params": [p], "name": "parameters"}]
+
+
+def test_pipe_names_are_ds_pipeline_classes() -> None:
+    import ds.parallel.pipeline as pipeline
+    from ds.full.compat.deepspeed import pipe
+
+    assert pipe.PipelineModule is pipeline.PipelineModule
+    assert pipe.LayerSpec is pipeline.LayerSpec and pipe.TiedLayerSpec is pipeline.TiedLayerSpec
 
 
 def test_helpers_behave_as_deepspeeds() -> None:
