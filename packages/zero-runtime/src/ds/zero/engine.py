@@ -561,6 +561,13 @@ class ZeroEngine:
                     0,
                     flat,
                 )
+            for name, p in self._frozen_params():
+                key = f"frozen.{name}"
+                state.tensors[key] = ShardedTensor(
+                    TensorMeta(key, tuple(p.shape), str(p.dtype).removeprefix("torch.")),
+                    0,
+                    p.detach().reshape(-1).to("cpu", copy=True),
+                )
         state.objects.update(
             {
                 "step": self.global_steps,
@@ -684,6 +691,12 @@ class ZeroEngine:
             for name, buf in self.module.named_buffers():
                 if f"buffer.{name}" in logical:
                     requests.append(LoadRequest(f"buffer.{name}", 0, buf.numel()))
+            for name, p in self._frozen_params():
+                if f"frozen.{name}" in logical:
+                    requests.append(LoadRequest(f"frozen.{name}", 0, p.numel()))
+                else:  # saved without them (exclude_frozen_parameters): they keep their values
+                    log.warning("checkpoint holds no frozen parameter; it keeps its values",
+                                parameter=name)  # fmt: skip
             return requests
 
         if tp_reshard.saved_tp_size(meta) != tp_size:
@@ -729,6 +742,10 @@ class ZeroEngine:
                 shard = state.tensors.get(f"buffer.{name}")
                 if shard is not None:
                     buf.copy_(shard.local.reshape(buf.shape))
+            for name, p in self._frozen_params():
+                shard = state.tensors.get(f"frozen.{name}")
+                if shard is not None:
+                    p.data.copy_(shard.local.reshape(p.shape))
         obj = state.objects
         if obj.get("world_size") != self.world_size and self.rank == 0:
             log.info(
@@ -748,6 +765,14 @@ class ZeroEngine:
             _set_rng_state(state.rank_objects, self.accelerator)
         path = os.path.join(load_dir, tag)
         return path, dict(obj.get("client_state") or {})
+
+    def _frozen_params(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """Parameters no optimizer updates (requires_grad=False), whole on every rank at stages
+        0-2: checkpoints carry them as ``frozen.<name>``, as DeepSpeed keeps them apart (stage
+        3 keeps them sharded: its strategy saves and loads them)."""
+        if self.config.stage == 3:
+            return []
+        return [(n, p) for n, p in self.module.named_parameters() if not p.requires_grad]
 
     def _tp_suffix(self) -> str:
         """``@tp<index>of<size>`` on a tensor-parallel mesh, else empty."""

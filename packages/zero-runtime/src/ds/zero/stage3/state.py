@@ -3,8 +3,9 @@
 Per-parameter shards map directly onto element ranges of the logical tensors: rank ``r`` holds
 ``[r * shard_numel, r * shard_numel + valid)`` of ``module.<name>`` (model-dtype weights),
 ``master.<name>`` (fp32 weights, only when the model is not fp32) and ``optim.<key>.<name>``
-(optimizer moments). Loading asks for this rank's range of each, whatever world size or stage
-wrote the checkpoint.
+(optimizer moments). Frozen parameters (in no optimizer group) are ``frozen.<name>``, this
+rank's range of the model-dtype weights, as DeepSpeed keeps them apart. Loading asks for this
+rank's range of each, whatever world size or stage wrote the checkpoint.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.errors import CheckpointError
+from ds.interfaces.logging import get_logger
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.shard import ParamStatus, shard_of
 from ds.zero.state_codec import decode as _decode
@@ -22,6 +24,7 @@ from ds.zero.state_codec import dtype_name as _dtype
 from ds.zero.state_codec import encode as _encode
 
 _MOMENTS = ("exp_avg", "exp_avg_sq")
+log = get_logger(__name__)
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
@@ -41,9 +44,30 @@ def master_partition(opt: Stage3Optimizer, s: Any) -> torch.Tensor:
     raise CheckpointError(f"no master partition for {s.name}")
 
 
+def _frozen(opt: Stage3Optimizer) -> list[Any]:
+    """Shards of the parameters no optimizer group holds (requires_grad=False ones)."""
+    trained = {id(p) for _, originals in opt._hyper_groups for p in originals}
+    return [shard_of(p) for p in opt.part.params if id(p) not in trained]
+
+
+def _shard_data(part: Any, s: Any) -> torch.Tensor:
+    if s.swapped and part.swapper is not None:
+        part.swapper.swap_in(s)
+        data = s.shard.clone()
+        part.swapper.drop(s)
+        return data
+    return s.shard  # type: ignore[no-any-return]
+
+
 def save_state(opt: Stage3Optimizer) -> ShardedStateDict:
     out = ShardedStateDict()
     part = opt.part
+    for s in _frozen(opt):
+        out.tensors[f"frozen.{s.name}"] = ShardedTensor(
+            TensorMeta(f"frozen.{s.name}", tuple(s.shape), _dtype(s.dtype)),
+            s.offset,
+            _host(_shard_data(part, s)[: s.valid_numel]),
+        )
     scalar_state: list[dict[str, Any]] = []
     for _group, originals in opt._hyper_groups:
         scalars: dict[str, Any] = {}
@@ -53,12 +77,7 @@ def save_state(opt: Stage3Optimizer) -> ShardedStateDict:
             shape = tuple(s.shape)
             master = master_partition(opt, s)
             name = s.name
-            if s.swapped and part.swapper is not None:
-                part.swapper.swap_in(s)
-                shard = s.shard.clone()
-                part.swapper.drop(s)
-            else:
-                shard = s.shard
+            shard = _shard_data(part, s)
             out.tensors[f"module.{name}"] = ShardedTensor(
                 TensorMeta(f"module.{name}", shape, _dtype(s.dtype)),
                 s.offset,
@@ -92,10 +111,17 @@ def save_state(opt: Stage3Optimizer) -> ShardedStateDict:
 
 def load_requests(opt: Stage3Optimizer, metadata: dict[str, TensorMeta]) -> list[LoadRequest]:
     reqs: list[LoadRequest] = []
+    frozen = {s.ds_id for s in _frozen(opt)}
     for p in opt.part.params:
         s = shard_of(p)
         n = s.valid_numel
         if n == 0:
+            continue
+        if s.ds_id in frozen:
+            if f"frozen.{s.name}" in metadata:
+                reqs.append(LoadRequest(f"frozen.{s.name}", s.offset, n))
+            else:  # saved without them (exclude_frozen_parameters): they keep their values
+                missing_frozen(s.name)
             continue
         src = f"master.{s.name}" if f"master.{s.name}" in metadata else f"module.{s.name}"
         if src not in metadata:
@@ -108,6 +134,10 @@ def load_requests(opt: Stage3Optimizer, metadata: dict[str, TensorMeta]) -> list
             if f"optim.{key}.{s.name}" in metadata:
                 reqs.append(LoadRequest(f"optim.{key}.{s.name}", s.offset, n))
     return reqs
+
+
+def missing_frozen(name: str) -> None:
+    log.warning("checkpoint holds no frozen parameter; it keeps its current values", parameter=name)
 
 
 def _take(shard: ShardedTensor, offset: int, numel: int) -> torch.Tensor:
@@ -147,6 +177,12 @@ def load_state(opt: Stage3Optimizer, state: ShardedStateDict) -> None:
                     buf[:n].copy_(_take(t, s.offset, n))
                 moments.append(buf if t is not None else None)
             opt.restore(s, full, moments, scalars)
+    for s in _frozen(opt):
+        t = state.tensors.get(f"frozen.{s.name}")
+        if t is not None and s.valid_numel:
+            data = torch.zeros(s.shard_numel, dtype=s.dtype)
+            data[: s.valid_numel].copy_(_take(t, s.offset, s.valid_numel))
+            opt._write_back(s, data)
     for p in part.params:
         s = shard_of(p)
         if s.status is ParamStatus.AVAILABLE and not s.persistent:
