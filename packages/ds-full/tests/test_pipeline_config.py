@@ -33,7 +33,9 @@ def test_stages_from_the_config_or_the_module() -> None:
         ({}, None, ["num_stages", "pipeline.stages"]),
     ],
 )
-def test_bad_pipeline_settings_are_one_line(extra: dict, stages: int | None, words: list[str]) -> None:
+def test_bad_pipeline_settings_are_one_line(
+    extra: dict, stages: int | None, words: list[str]
+) -> None:
     with pytest.raises(ConfigError) as e:
         settings(_cfg(**extra), _Model(stages))
     msg = str(e.value)

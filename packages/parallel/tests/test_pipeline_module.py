@@ -80,7 +80,9 @@ def test_one_stage_is_the_whole_model_and_seeds_follow_the_layer_index() -> None
 
 def test_activation_checkpointing_gives_the_same_gradients() -> None:
     plain = PipelineModule(_layers(), num_stages=1, seed_layers=True)
-    ckpt = PipelineModule(_layers(), num_stages=1, seed_layers=True, activation_checkpoint_interval=1)
+    ckpt = PipelineModule(
+        _layers(), num_stages=1, seed_layers=True, activation_checkpoint_interval=1
+    )
     ids = torch.tensor([[1, 2, 3, 4]])
     for m in (plain, ckpt):
         m(ids).square().mean().backward()

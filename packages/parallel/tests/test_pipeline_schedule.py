@@ -50,7 +50,10 @@ def test_1f1b_holds_fewer_activations_than_gpipe() -> None:
 
 def test_a_wrong_order_is_caught_as_a_deadlock() -> None:
     # Stage 1 would backward micro-batch 1 before it ever forwards it.
-    bad = [build("gpipe", 2, 2, 0), [Action("B", 1), Action("F", 0), Action("F", 1), Action("B", 0)]]
+    bad = [
+        build("gpipe", 2, 2, 0),
+        [Action("B", 1), Action("F", 0), Action("F", 1), Action("B", 0)],
+    ]
     with pytest.raises(AssertionError, match="deadlock"):
         simulate(bad)
 

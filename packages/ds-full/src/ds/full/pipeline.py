@@ -109,7 +109,9 @@ class PipelineEngine(ZeroEngine):
         self.num_stages, self.schedule_name = settings(cfg, model)
         comm = kwargs.get("comm")
         if self.num_stages > 1 and mesh is None:
-            raise ConfigError("a pipeline of several stages needs mesh=; build it with ds.initialize")
+            raise ConfigError(
+                "a pipeline of several stages needs mesh=; build it with ds.initialize"
+            )
         self.tied = None
         if mesh is not None:
             # Collective (group creation): every rank, before anything else talks.
@@ -145,9 +147,7 @@ class PipelineEngine(ZeroEngine):
     def _microbatches(self, data_iter: Any) -> list[tuple[Any, Any]]:
         if data_iter is None:
             if self.training_dataloader is None:
-                raise ConfigError(
-                    "train_batch() needs data_iter= or initialize(training_data=...)"
-                )
+                raise ConfigError("train_batch() needs data_iter= or initialize(training_data=...)")
             if self._data is None:
                 self._data = iter(self.training_dataloader)
             data_iter = self._data
@@ -200,9 +200,7 @@ class PipelineEngine(ZeroEngine):
         self.timers.start("backward")
         # Every backward accumulates locally; ZeRO reduces once, after the tied sum.
         self.strategy.begin_micro_step(False, False)
-        times = self.runner.run(
-            actions, microbatches, loss_scale=self.loss_scaler.loss_scale / gas
-        )
+        times = self.runner.run(actions, microbatches, loss_scale=self.loss_scaler.loss_scale / gas)
         if self.tied is not None:
             buffer = getattr(self.strategy, "grad_buffer", None)
             self.tied.all_reduce_grads(lambda p: buffer(p) if buffer else p.grad)

@@ -305,7 +305,9 @@ class PipelineModule(torch.nn.Module):
         whose file holds its weights."""
         self._require_built()
         first = self.tied_first_layer()
-        need = {str(idx): idx for chunk in self._chunks for idx, _ in chunk if str(idx) in self._modules}
+        need = {
+            str(idx): idx for chunk in self._chunks for idx, _ in chunk if str(idx) in self._modules
+        }
         need.update({f"tied_modules.{key}": first[key] for key in self.tied_modules})
         return need
 

@@ -112,7 +112,9 @@ class PipelineRunner:
                 if part < last:
                     assert self.p2p is not None
                     self.p2p.send_activation(
-                        y, self._peer(part + 1), tag_of(0, a.microbatch, self._chunk_of(part + 1), self.chunks)
+                        y,
+                        self._peer(part + 1),
+                        tag_of(0, a.microbatch, self._chunk_of(part + 1), self.chunks),
                     )
                 if torch.is_grad_enabled():
                     saved[key] = (x, y)
@@ -136,7 +138,9 @@ class PipelineRunner:
             if part > 0:
                 assert self.p2p is not None
                 self.p2p.send_grads(
-                    x, self._peer(part - 1), tag_of(1, a.microbatch, self._chunk_of(part - 1), self.chunks)
+                    x,
+                    self._peer(part - 1),
+                    tag_of(1, a.microbatch, self._chunk_of(part - 1), self.chunks),
                 )
         if self.p2p is not None:
             t0 = time.perf_counter()
