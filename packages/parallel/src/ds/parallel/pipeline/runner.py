@@ -120,6 +120,7 @@ class PipelineRunner:
                     saved[key] = (x, y)
                 continue
             x, y = saved.pop(key)
+            grads: list[torch.Tensor | None]
             if part == last:
                 tensors, grads = [y * loss_scale if loss_scale != 1.0 else y], [None]
             else:
