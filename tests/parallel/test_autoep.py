@@ -6,8 +6,6 @@ model that ``from_pretrained`` loads."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,34 +16,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _autoep_worker import MICRO, STEPS, batch, tiny_mixtral  # noqa: E402
-from _tp_launch import free_port  # noqa: E402
+from _world import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
 
 def _run(world: int, ep: int, stage: int, out: Path) -> list[dict]:
-    port = str(free_port())
-    env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
-    args = [str(world), port, str(out), str(ep), str(stage)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "_autoep_worker.py"), str(r), *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    texts = []
-    try:
-        for p in procs:
-            texts.append(p.communicate(timeout=220)[0].decode(errors="replace"))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, text) in enumerate(zip(procs, texts)):
-        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
+    run_ranks(HERE / "_autoep_worker.py", world, [str(out), str(ep), str(stage)], timeout=220)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 
@@ -63,6 +40,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
     assert err <= 1e-5 * float(torch.linalg.vector_norm(want)) + 1e-9, f"{name}: error {err}"
 
 
+@pytest.mark.slow
 def test_autoep2_matches_transformers(tmp_path: Path) -> None:
     world = 2
     parts = _run(world, 2, 0, tmp_path)

@@ -5,8 +5,6 @@ and every weight within 1e-5 (fp32)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,34 +15,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _moe_models import reference  # noqa: E402
-from _tp_launch import free_port  # noqa: E402
+from _world import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
 
 
 def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
-    port = str(free_port())
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "_moe_worker.py"), str(r), str(world), port, str(out)]
-            + scenarios,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    texts = []
-    try:
-        for p in procs:
-            texts.append(p.communicate(timeout=280)[0].decode(errors="replace"))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, text) in enumerate(zip(procs, texts)):
-        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
+    run_ranks(HERE / "_moe_worker.py", world, [str(out), *scenarios], timeout=280)
     results = {}
     for s in scenarios:
         where = out / s.replace(":", "-")
