@@ -46,6 +46,16 @@ def train(ds, comm, k: int, ep: int, stage: int, flag: str, out: Path) -> dict:
     residual = flag == "residual"
     rank, world = comm.get_rank(), comm.get_world_size()
     engine = build(ds, comm, k, ep, stage, residual, None)
+    # DeepSpeed's names report the groups the layer joined.
+    from ds.full.compat.deepspeed.utils import groups
+
+    name = f"ep_size_{ep}"
+    sizes = (
+        groups._get_expert_parallel_world_size(name),
+        groups._get_expert_data_parallel_world_size(name),
+    )
+    assert sizes == (ep, world // ep), sizes
+    assert groups._get_expert_parallel_rank(name) == rank % ep
     losses, norms = [], []
     for step in range(STEPS):
         if flag in ("resume", "to1", "to2") and step == STEPS // 2:

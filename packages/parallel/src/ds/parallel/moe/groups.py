@@ -80,4 +80,12 @@ def expert_groups(comm: Any, ep_size: int) -> ExpertGroups:
     return groups
 
 
-__all__ = ["ExpertGroups", "expert_groups", "expert_layout"]
+def created(group_name: str) -> ExpertGroups | None:
+    """This process's groups named ``group_name`` (``ep_size_<E>``) if a layer created them."""
+    for groups in _cache.values():
+        if groups.name == group_name:
+            return groups
+    return None
+
+
+__all__ = ["ExpertGroups", "created", "expert_groups", "expert_layout"]

@@ -82,5 +82,38 @@ _get_tensor_model_parallel_rank = _get_model_parallel_rank
 _get_tensor_model_parallel_group = _get_model_parallel_group
 
 
+def _expert(group_name: str) -> Any:
+    # The expert groups a MoE layer (or AutoEP) created in this process, by DeepSpeed's name.
+    from ds.parallel.moe.groups import created
+
+    return created(group_name)
+
+
 def _get_expert_parallel_world_size(group_name: str = "") -> int:
-    return 1
+    groups = _expert(group_name)
+    return groups.ep_size if groups is not None else 1
+
+
+def _get_expert_parallel_rank(group_name: str = "") -> int:
+    groups = _expert(group_name)
+    return groups.ep_rank if groups is not None else 0
+
+
+def _get_expert_parallel_group(group_name: str = "") -> Any:
+    groups = _expert(group_name)
+    return groups.ep_group if groups is not None else None
+
+
+def _get_expert_data_parallel_world_size(group_name: str = "") -> int:
+    groups = _expert(group_name)
+    return groups.replicas.size if groups is not None else _world()
+
+
+def _get_expert_data_parallel_rank(group_name: str = "") -> int:
+    groups = _expert(group_name)
+    return groups.replicas.ranks.index(_rank()) if groups is not None else _rank()
+
+
+def _get_expert_data_parallel_group(group_name: str = "") -> Any:
+    groups = _expert(group_name)
+    return groups.replicas.group if groups is not None else None
