@@ -170,3 +170,14 @@ def test_deepspeed_checkpoint_writer_block_is_accepted_and_checked() -> None:
     assert any("DeepSpeed's writer block" in m for m in messages)
     with pytest.raises(ConfigError, match=r"checkpoint\.writer\.type"):
         load_config({"train_batch_size": 8, "checkpoint": {"writer": {"type": "SLOW"}}})
+
+
+def test_steps_per_print_infinity_means_never(tmp_path: Any) -> None:
+    # accelerate passes float("inf"); DeepSpeed 0.19.8 takes it (its reading is unvalidated).
+    cfg = {"train_batch_size": 2, "steps_per_print": float("inf")}
+    assert load_config(cfg).steps_per_print is None
+    path = tmp_path / "ds_config.json"
+    path.write_text('{"train_batch_size": 2, "steps_per_print": Infinity}')  # json.dump's spelling
+    assert resolve(load_config(str(path)), 1).raw.steps_per_print is None
+    with pytest.raises(ConfigError, match="steps_per_print"):
+        load_config({"train_batch_size": 2, "steps_per_print": 0})  # a finite count stays >= 1

@@ -114,6 +114,13 @@ class DsConfig(Section):
         # DeepSpeed lower-cases these before comparing ("BF16" is "bf16").
         return value.lower() if isinstance(value, str) else value
 
+    @field_validator("steps_per_print", mode="before")
+    @classmethod
+    def _never_print(cls, value: Any) -> Any:
+        # DeepSpeed takes any number; accelerate passes float("inf") for "never print", which
+        # ds spells None (no step is a multiple of it).
+        return None if isinstance(value, float) and value == math.inf else value
+
     @model_validator(mode="before")
     @classmethod
     def _bfloat16_alias(cls, data: Any) -> Any:

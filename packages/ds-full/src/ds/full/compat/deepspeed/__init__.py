@@ -74,18 +74,7 @@ def initialize(args: Any = None, model: Any = None, *rest: Any, **kwargs: Any) -
                 "argument of initialize(); DeepSpeed refuses this too. Drop --deepspeed_config "
                 "from the command line or config= from the call"
             )
-    for key in ("config", "config_params"):
-        kwargs[key] = _deepspeed_spellings(kwargs.get(key))
     return _ds_initialize(args, model, *rest, **kwargs)
-
-
-def _deepspeed_spellings(config: Any) -> Any:
-    """Values DeepSpeed's engine takes that mean something ds's config spells differently.
-    accelerate passes ``steps_per_print=float("inf")`` ("never print"), which DeepSpeed accepts
-    unvalidated; ds's config wants a finite number or None."""
-    if isinstance(config, dict) and config.get("steps_per_print") == float("inf"):
-        config = dict(config, steps_per_print=None)
-    return config
 
 
 init_inference = missing_function(
