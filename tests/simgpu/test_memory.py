@@ -44,13 +44,35 @@ def test_model_state_bytes_match_the_zero_model(stage: int) -> None:
         assert result.ranks[rank].device_peak < 2 * expected + 8 * PSI
 
 
+@pytest.mark.parametrize("threshold", [0, 100_000])
+def test_stage3_device_bytes_stop_growing(threshold: int) -> None:
+    """What stage 3 holds on the device after a step settles: no step may add to it.
+
+    At DeepSpeed's default persistence threshold (1e5) every parameter of this model stays
+    whole; at 0 every one is sharded and the buffer pool fills to its budget over the first
+    steps. Bucketed gradient reduce-scatters once kept each step's weight gradients in the
+    pool's hand-out table, growing the device by 2Psi per step.
+    """
+    cfg = config(3, "fp16")
+    cfg["gradient_accumulation_steps"] = 1
+    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = threshold
+    held = {}
+    for steps in (3, 6):
+        result = train(cfg, steps=steps, inspect=_states, world=4)
+        held[steps] = list(result.values())
+    assert held[3] == held[6], held
+
+
 @pytest.mark.xfail(
     strict=True,
-    reason="stage 3 (ds.zero.stage3) holds more than 16Psi/N on each device after a step",
+    reason="stage 3 holds more than 16Psi/N on each device after a step: with threshold 0 "
+    "(every parameter sharded) about 1.6 x 16Psi/N more, of which the buffer pool's idle budget "
+    "(one prefetch bucket plus the largest parameter) is about half; the rest is not yet named",
 )
 def test_stage3_model_state_bytes_match_the_zero_model() -> None:
     cfg = config(3, "fp16")
     cfg["gradient_accumulation_steps"] = 1
+    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0  # the paper's model
     result = train(cfg, steps=1, inspect=_states)
     for held in result.values():
         assert 0 <= held - PAPER[3] <= 1024, (held, PAPER[3])

@@ -239,7 +239,13 @@ class GradReducer:
                 dst[full_rows + 1 :].zero_()
             offsets.append(off)
             off += n
-        del rows, dst, flat
+        # The packed copy is what gets reduced: the gradients themselves (pooled buffers the
+        # linear backward computed into) go back now, or every step would keep its weight
+        # gradients alive in the pool's hand-out table.
+        given = [address(grad) for _, grad in items if self.pool.owns(grad)]
+        del rows, dst, flat, grad
+        for ptr in given:
+            self.pool.give(ptr)
         out = self.pool.take(total, dtype, device)
         work = self.coll.comm.reduce_scatter_tensor(
             out, inp, op=ReduceOp.SUM, group=self.coll.group, async_op=True
