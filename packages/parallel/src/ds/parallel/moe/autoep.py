@@ -59,7 +59,7 @@ def _is_fused_experts(module: torch.nn.Module) -> bool:
 
 
 class ExpertParallelExperts(torch.nn.Module):
-    def __init__(self, original: torch.nn.Module, comm: Any, groups: ExpertGroups) -> None:
+    def __init__(self, original: Any, comm: Any, groups: ExpertGroups) -> None:
         super().__init__()
         num_experts = int(original.gate_up_proj.shape[0])
         ep = groups.ep_size
@@ -71,7 +71,7 @@ class ExpertParallelExperts(torch.nn.Module):
         self.num_experts = num_experts
         self.num_local = num_experts // ep
         self.first = groups.ep_rank * self.num_local
-        self.act_fn = original.act_fn
+        self.act_fn: Any = original.act_fn
         self.comm, self.groups = comm, groups
         local = range(self.first, self.first + self.num_local)
         with torch.no_grad():
@@ -114,7 +114,7 @@ class ExpertParallelExperts(torch.nn.Module):
             self.comm.all_to_all_single(recv, send, group=group)
             send_l, recv_l = send.tolist(), recv.tolist()
             ids = _exchange(self.comm, group, experts, send_l, recv_l)
-            rows = _VarAllToAll.apply(self.comm, group, rows, send_l, recv_l)
+            rows = _VarAllToAll.apply(self.comm, group, rows, send_l, recv_l)  # type: ignore[no-untyped-call]
         else:
             ids = experts
         out = torch.zeros(
@@ -126,7 +126,7 @@ class ExpertParallelExperts(torch.nn.Module):
             if where.numel():
                 out = out.index_put((where,), self._expert(e, rows[where]))
         if ep > 1:
-            out = _VarAllToAll.apply(self.comm, self.groups.ep_group, out, recv_l, send_l)
+            out = _VarAllToAll.apply(self.comm, self.groups.ep_group, out, recv_l, send_l)  # type: ignore[no-untyped-call]
         result = torch.zeros_like(hidden_states)
         return result.index_add(0, tokens, (out * weights.unsqueeze(1)).to(result.dtype))
 
