@@ -54,10 +54,11 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
             "autoep_size); remove the expert_parallel section or add MoE layers"
         )
     if (layers or blocks) and mesh is not None:
+        s = mesh.shape
         raise ConfigError(
-            f"mixture-of-experts with tensor_parallel.autotp_size={mesh.shape.tp}, "
-            f"sequence_parallel_size={mesh.shape.sp}: expert parallelism does not compose with "
-            "tensor/sequence parallelism in ds yet; set both to 1"
+            f"mixture-of-experts on a mesh of tp={s.tp}, sp={s.sp}, pp={getattr(s, 'pp', 1)}: "
+            "expert parallelism composes only with data parallelism in ds yet; set "
+            "tensor_parallel.autotp_size, sequence_parallel_size and pipeline stages to 1"
         )
     for layer in layers:
         if auto and layer.ep_size != auto:
