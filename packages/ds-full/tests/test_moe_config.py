@@ -83,3 +83,19 @@ def test_one_process_moe_trains_with_its_own_expert_group() -> None:
         engine.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < losses[0]
+
+
+def test_deepspeeds_moe_parameter_groups_are_kept() -> None:
+    from ds.parallel.moe import split_params_into_different_moe_groups_for_optimizer
+
+    torch.manual_seed(0)
+    net = _Net()
+    groups = split_params_into_different_moe_groups_for_optimizer(
+        {"params": list(net.parameters()), "name": "all", "lr": 1e-2}
+    )
+    engine, _, _, _ = ds.initialize(model=net, model_parameters=groups, config=_config())
+    seen = [(g.get("name"), g.get("moe", False)) for g in engine.optimizer.param_groups]
+    assert seen == [("all", False), ("ep_size_1", True)]
+    loss = engine(torch.randn(2, 3, 4))
+    engine.backward(loss)
+    engine.step()
