@@ -13,6 +13,7 @@ Load average at start and end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -69,7 +70,10 @@ def _layers(size: dict[str, int]) -> list[Any]:
     return (
         [TiedLayerSpec("embed", Embed)]
         + [LayerSpec(Block) for _ in range(size["blocks"])]
-        + [LayerSpec(torch.nn.LayerNorm, size["dim"]), TiedLayerSpec("embed", Embed, forward_fn=head)]
+        + [
+            LayerSpec(torch.nn.LayerNorm, size["dim"]),
+            TiedLayerSpec("embed", Embed, forward_fn=head),
+        ]
     )
 
 
@@ -85,10 +89,8 @@ def _rss_peak_bytes() -> int:
 
 def _reset_peak() -> None:
     # Linux: writing 5 to clear_refs resets VmHWM to the current RSS.
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -189,7 +191,9 @@ def _launch(schedule: str, stages: int, args: argparse.Namespace, out: str) -> d
                str(stages), "--steps", str(args.steps), "--out", out]  # fmt: skip
         if args.tiny:
             cmd.append("--tiny")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
     texts = []
     try:
         for p in procs:
@@ -233,7 +237,9 @@ def main() -> None:
               f"{r['median_s'] * 1e3:>10.1f}{r['bubble_measured']:>9.3f}{r['bubble_formula']:>9.3f}"
               f"  {peaks}")  # fmt: skip
     print(f"load average: start {load0[0]:.2f}, end {load1[0]:.2f} ({os.cpu_count()} cores)")
-    where = Path(os.environ.get("DS_BENCH_DIR", Path(__file__).resolve().parents[2] / "bench-results"))
+    where = Path(
+        os.environ.get("DS_BENCH_DIR", Path(__file__).resolve().parents[2] / "bench-results")
+    )
     where.mkdir(parents=True, exist_ok=True)
     doc = {"bench": "pipeline", "size": "tiny" if args.tiny else "default", "results": results,
            "loadavg_start": load0, "loadavg_end": load1, "cpu_count": os.cpu_count(),
