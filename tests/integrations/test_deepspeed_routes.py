@@ -1,6 +1,7 @@
 """Unchanged DeepSpeed programs on ds through the opt-in ``deepspeed`` API route (``ds compat
 enable``), 2 CPU ranks: DeepSpeedExamples' cifar10_deepspeed.py (random data) and a stock
-transformers Trainer script passing ``deepspeed="ds_config.json"``.
+transformers Trainer script passing ``deepspeed="ds_config.json"``, and a stock accelerate script
+with ``Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config="ds_config.json"))``.
 
 Each runs in a throwaway venv that sees the dev environment (tests/integrations/_compat_env.py), so
 enabling the route never touches the shared environment.
@@ -8,6 +9,7 @@ enabling the route never touches the shared environment.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _compat_env import make_env
@@ -22,6 +25,7 @@ from _compat_env import make_env
 HERE = Path(__file__).parent
 CIFAR = HERE / "deepspeed_examples" / "cifar10_deepspeed.py"
 STOCK = HERE / "stock_hf"
+ACCELERATE = HERE / "stock_accelerate"
 ANNOUNCE = "the 'deepspeed' API in this process is served by ds"
 
 
@@ -77,6 +81,44 @@ def test_stock_transformers_trainer_runs_on_ds(compat_python: Path, tmp_path: Pa
     ref = json.loads(ref_file.read_text())  # the same script under DeepSpeed 0.19.8 (2 CPU ranks)
     assert got["rates"] == pytest.approx(ref["rates"], abs=1e-9)
     assert got["losses"] == pytest.approx(ref["losses"], abs=1e-5)
+
+
+def _plain_torch_losses() -> list[float]:
+    """The accelerate script's training in one process: each step's global batch of 4 rows (2
+    per rank), AdamW and clipping at 1.0 as its ds_config.json says."""
+    spec = importlib.util.spec_from_file_location("stock_accelerate_train", ACCELERATE / "train.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)  # its main() runs only as __main__
+    model, (x, y) = script.make_model(), script.make_data().tensors
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    losses = []
+    for step in range(script.STEPS):
+        rows = slice(4 * step, 4 * step + 4)
+        loss = torch.nn.functional.mse_loss(model(x[rows]), y[rows])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_stock_accelerate_deepspeed_plugin_runs_on_ds(compat_python: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out = _ds_run(
+        compat_python, tmp_path, str(ACCELERATE / "train.py"), "--output_dir", str(out_dir)
+    )
+    got = json.loads((out_dir / "result.json").read_text())
+    assert got["engine"] == "ds.zero.engine.ZeroEngine" and got["world"] == 2
+    assert out.count(ANNOUNCE) == 1
+    ref = json.loads((ACCELERATE / "deepspeed_reference.json").read_text())  # DeepSpeed 0.19.8
+    assert ref["world"] == 2 and len(got["losses"]) == len(ref["losses"]) == 6
+    assert got["losses"] == pytest.approx(ref["losses"], abs=1e-5)
+    assert got["losses"] == pytest.approx(_plain_torch_losses(), abs=1e-5)
 
 
 def test_disable_removes_the_route(tmp_path: Path) -> None:
