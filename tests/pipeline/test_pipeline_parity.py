@@ -99,7 +99,7 @@ def _assert_same(got: dict, want: dict) -> None:
 
 
 # schedule:zero_stage[:flag]
-WORLD2 = ["gpipe:0", "1f1b:1", "interleaved_1f1b:1:ckpt"]
+WORLD2 = ["gpipe:0:export", "1f1b:1", "interleaved_1f1b:1:ckpt"]
 WORLD4 = ["gpipe:1", "1f1b:0", "interleaved_1f1b:1"]
 
 
@@ -141,6 +141,17 @@ def test_step_metrics_report_the_bubble(world2: dict) -> None:
             # (p - 1) / (v * m + p - 1) with p = 2 stages, m = GAS micro-batches
             assert formula == pytest.approx(1 / (chunks * GAS + 1))
             assert 0.0 <= measured < 1.0 and len(stage_s) == 2 and min(stage_s) > 0
+
+
+def test_save_16bit_model_writes_one_whole_model(world2: dict, reference: dict) -> None:
+    result = world2["gpipe:0:export"]
+    exported = torch.load(result["dir"] / "export" / "pytorch_model.bin", weights_only=True)
+    # named as the one-stage model names it: it loads into one directly
+    net = pipeline_module(1)
+    net.load_state_dict(exported)
+    assert set(exported) == set(reference[1]["weights"])
+    for name, w in result["weights"].items():
+        torch.testing.assert_close(exported[name], w, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.slow
