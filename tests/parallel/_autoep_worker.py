@@ -17,7 +17,7 @@ MICRO = 2
 SEQ = 8
 
 
-def tiny_mixtral():
+def tiny_mixtral(seed: int = 0):
     import transformers
 
     cfg = transformers.MixtralConfig(
@@ -32,7 +32,7 @@ def tiny_mixtral():
         max_position_embeddings=64,
         attn_implementation="eager",
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return transformers.MixtralForCausalLM(cfg).float()
 
 
@@ -95,6 +95,25 @@ def main() -> None:
         {"logits": logits, "grads": grads, "losses": losses, "weights": weights},
         out / f"rank{rank}.pt",
     )
+    # Resharding: the same run saved after half the steps at this autoep_size and finished at
+    # autoep_size=1 from the checkpoint (a differently initialised model loads it).
+    engine, _, _, _ = ds.initialize(model=tiny_mixtral(), config=config(ep, stage))
+    losses = []
+    for step in range(STEPS):
+        if step == STEPS // 2:
+            engine.save_checkpoint(str(out / "ckpt"))
+            engine, _, _, _ = ds.initialize(model=tiny_mixtral(seed=7), config=config(1, stage))
+            engine.load_checkpoint(str(out / "ckpt"))
+        ids = batch(step, MICRO * world)[rank * MICRO : (rank + 1) * MICRO]
+        result = engine(input_ids=ids, labels=ids)
+        engine.backward(result.loss)
+        engine.step()
+        value = result.loss.detach().clone()
+        comm.all_reduce(value)
+        losses.append(float(value) / world)
+    engine.synchronize_parameters()
+    weights = {n: v.detach().clone() for n, v in engine.module.state_dict().items()}
+    torch.save({"losses": losses, "weights": weights}, out / f"reshard{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
 

@@ -2,7 +2,7 @@
 parallel from ``expert_parallel.autoep_size`` alone. At EP=2 (world 2, ZeRO 0) each rank's logits
 and the first step's reduced gradients equal transformers' own model on the whole batch, and five
 AdamW steps end at the same losses and weights (fp32, 1e-5); save_16bit_model writes one
-model that ``from_pretrained`` loads."""
+model that ``from_pretrained`` loads; a checkpoint saved at EP=2 finishes the run at EP=1."""
 
 from __future__ import annotations
 
@@ -78,6 +78,14 @@ def test_autoep2_matches_transformers(tmp_path: Path) -> None:
     exported = transformers.MixtralForCausalLM.from_pretrained(str(tmp_path / "export")).float()
     for name, w in exported.state_dict().items():
         torch.testing.assert_close(w, weights[name], rtol=0, atol=0, msg=name)
+    # Saved at EP=2 after half the steps, finished at EP=1: the same losses and weights.
+    resharded = [torch.load(tmp_path / f"reshard{r}.pt", weights_only=False) for r in range(world)]
+    torch.testing.assert_close(
+        torch.tensor(resharded[0]["losses"]), torch.tensor(losses), rtol=1e-5, atol=1e-6
+    )
+    weights = _merged(resharded, "weights")
+    for name, w in ref.state_dict().items():
+        _close(weights[name], w, name)
 
 
 @pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe"])
