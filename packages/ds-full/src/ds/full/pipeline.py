@@ -124,6 +124,10 @@ class PipelineEngine(ZeroEngine):
         super().__init__(model, cfg, mesh=mesh, **kwargs)
         if self.tied is not None:
             self.tied.broadcast()
+        if self.mesh is not None:
+            # The world rank, not the rank inside the stage: one rank (the world's first) logs,
+            # records the run in the ledger and writes the exported model.
+            self.rank = int(self.mesh.rank)
         self.stage_id = int(model.stage_id)
         self.pp_ranks = self.mesh.ranks("pp") if self.mesh is not None else (0,)
         self.runner = PipelineRunner(model, self.comm, self.pp_ranks, self.device)
