@@ -5,12 +5,18 @@ Runs under a real DeepSpeed (0.19.8) on CPU, two ranks:
     DS_ACCELERATOR=cpu /work/dsref/bin/torchrun --nproc_per_node 2 \
         tools/make_deepspeed_fixtures.py tests/checkpoint/deepspeed_fixtures
 
-For ZeRO stages 0-3 x {fp32, bf16} it trains a tiny model 5 steps, saves a checkpoint, builds a
+For ZeRO stages 0-3 x {fp32, bf16, fp16} it trains a tiny model 5 steps, saves a checkpoint, builds a
 fresh engine (differently initialised), loads the checkpoint and trains 10 more steps, recording
 DeepSpeed's own continuation: the global mean loss and learning rate of every step and the full fp32
 parameters afterwards (``expected.json`` beside the checkpoint). The ds tests load each checkpoint at
 other world sizes and must continue the same way. A universal checkpoint of the stage-2 fp32 run is
 made with DeepSpeed's ``ds_to_universal`` when that tool runs here.
+
+``--only fp16`` (or another precision) remakes only those cases. fp16: DeepSpeed's CPU accelerator
+reports fp16 only where oneDNN has native fp16 (AVX-512 FP16 / AMX-FP16) and its engine refuses
+fp16 elsewhere ("Type fp16 is not supported on your device."); torch computes fp16 on any CPU, so
+for the fp16 cases this script answers that one capability query with yes. Everything else
+(optimizer, loss scaler, checkpoint files) is DeepSpeed's own code, unchanged.
 
 Everything the test needs (model, data, config) is defined in ``deepspeed_fixture_spec.py`` in the
 same folder, so the test and this script cannot drift apart.
@@ -47,6 +53,12 @@ def main() -> None:
         config,
     )
 
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
+    if only in (None, "fp16"):
+        from deepspeed.accelerator import get_accelerator
+
+        # The capability query only; see the module docstring.
+        type(get_accelerator()).is_fp16_supported = lambda self: True
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == 2, "the fixtures are saved at world size 2"
@@ -72,11 +84,14 @@ def main() -> None:
         return float(mean) / world
 
     only_frozen = "--only-frozen" in sys.argv
-    for name, stage in FROZEN_CASES.items():
-        _frozen_case(out / name, stage, micro, rank)
+    if only is None:
+        for name, stage in FROZEN_CASES.items():
+            _frozen_case(out / name, stage, micro, rank)
     if only_frozen:
         return
     for name, (stage, precision) in CASES.items():
+        if only is not None and precision != only:
+            continue
         cfg = config(stage, precision, micro)
         case_dir = out / name
         if rank == 0 and case_dir.exists():
@@ -95,6 +110,7 @@ def main() -> None:
         fresh = engine_for(cfg, seed=999)  # different weights: the load must replace them
         path, client = fresh.load_checkpoint(str(case_dir))
         assert path is not None, f"{name}: DeepSpeed could not load its own checkpoint"
+        scale_loaded = _loss_scale(fresh)
         losses, lrs = [], []
         for step in range(SAVE_STEPS, SAVE_STEPS + CONTINUE_STEPS):
             losses.append(train_step(fresh, step))
@@ -119,13 +135,25 @@ def main() -> None:
                 "params": params,
                 "deepspeed_version": deepspeed.__version__,
             }
+            if precision == "fp16":
+                expected["loss_scale_loaded"] = scale_loaded
+                expected["loss_scale"] = _loss_scale(fresh)
             (case_dir / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
         dist.barrier()
         del fresh
 
-    if rank == 0:
+    if rank == 0 and only is None:
         _universal(out)
     dist.barrier()
+
+
+def _loss_scale(eng) -> float:  # type: ignore[no-untyped-def]
+    opt = eng.optimizer  # each DeepSpeed fp16 optimizer keeps the scale somewhere else
+    for holder in (opt, getattr(opt, "loss_scale_config", None), getattr(opt, "loss_scaler", None)):
+        scale = getattr(holder, "cur_scale", None)
+        if scale is not None:
+            return float(scale)
+    raise AttributeError(f"no loss scale found on {type(opt).__name__}")
 
 
 def _frozen_case(case_dir: Path, stage: int, micro: int, rank: int) -> None:

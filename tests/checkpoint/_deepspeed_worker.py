@@ -45,9 +45,12 @@ def run_case(spec: str) -> dict:
     engine, *_ = ds.full.initialize(model=model, config=cfg)
     path, client = engine.load_checkpoint(str(case_dir))
     assert path is not None
-    out: dict = {"global_steps_loaded": engine.global_steps, "client_state": client}
+    out: dict = {"global_steps_loaded": engine.global_steps, "client_state": client,
+                 "loss_scale_loaded": engine.loss_scaler.cur_scale}  # fmt: skip
     losses, lrs = [], []
-    dtype = torch.bfloat16 if expected["precision"] == "bf16" else torch.float32
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(
+        expected["precision"], torch.float32
+    )
     for step in range(SAVE_STEPS, SAVE_STEPS + CONTINUE_STEPS):
         x, y = batch(step)
         x, y = x[rank * micro : (rank + 1) * micro], y[rank * micro : (rank + 1) * micro]
@@ -62,7 +65,8 @@ def run_case(spec: str) -> dict:
     for name, p in engine.module.named_parameters():
         with ds.zero.GatheredParameters([p]):
             params[name] = p.detach().float().reshape(-1).tolist()
-    out.update(losses=losses, lrs=lrs, params=params, global_steps=engine.global_steps)
+    out.update(losses=losses, lrs=lrs, params=params, global_steps=engine.global_steps,
+               loss_scale=engine.loss_scaler.cur_scale)  # fmt: skip
     engine.destroy()
     return out
 

@@ -1,9 +1,10 @@
 """Checkpoints saved by DeepSpeed 0.19.8 load into ds and training continues as DeepSpeed's does.
 
 The fixtures (tests/checkpoint/deepspeed_fixtures, made by tools/make_deepspeed_fixtures.py under a
-real DeepSpeed on CPU, 2 ranks) hold ZeRO stage 0-3 x {fp32, bf16} checkpoints and a universal one,
-each with DeepSpeed's own 10-step continuation from it. ds loads each at world 1 and 3 (saved at 2)
-and must continue the same way: within 1e-5 in fp32 (losses, learning rates, final weights).
+real DeepSpeed on CPU, 2 ranks) hold ZeRO stage 0-3 x {fp32, bf16, fp16} checkpoints (fp16 with
+its dynamic loss scale) and a universal one, each with DeepSpeed's own 10-step continuation from
+it. ds loads each at world 1 and 3 (saved at 2) and must continue the same way: within 1e-5 in
+fp32 (losses, learning rates, final weights).
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ FIXTURES = Path(__file__).with_name("deepspeed_fixtures")
 WORKER = Path(__file__).with_name("_deepspeed_worker.py")
 DS = Path(sys.executable).with_name("ds")
 CASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists())
+# (loss, weight) tolerances against DeepSpeed's continuation. fp16 training at this learning rate
+# drifts by its rounding: DeepSpeed's own stage-0 and stage-1 continuations (the same arithmetic)
+# differ by 1.8e-2 in loss over the 10 steps, so fp16 is held to the first steps (see the test)
+# and to that drift afterwards.
+TOLERANCE = {"fp32": (1e-5, 1e-5), "bf16": (5e-3, 2e-2), "fp16": (6e-2, 5e-2)}
 # Saved at one ZeRO stage, loaded into another ds stage: the continuation does not change.
-CROSS_STAGE = ["stage1_fp32@3", "stage3_fp32@0", "universal_stage2_fp32@1", "stage3_bf16@2"]
+CROSS_STAGE = ["stage1_fp32@3", "stage3_fp32@0", "universal_stage2_fp32@1", "stage3_bf16@2",
+               "stage2_fp16@3"]  # fmt: skip
 
 
 def _expected(case: str) -> dict:
@@ -63,8 +70,17 @@ def test_continuation_matches_deepspeed(world: int, tmp_path: Path) -> None:
         assert g["client_state"] == exp["client_state"], case
         # fp32: DeepSpeed's own continuation within 1e-5. bf16: the bf16 rounding of the weights
         # (ds's module weights are bf16; DeepSpeed's recorded ones its fp32 masters).
-        tol_loss, tol_w = (1e-5, 1e-5) if exp["precision"] == "fp32" else (5e-3, 2e-2)
+        tol_loss, tol_w = TOLERANCE[exp["precision"]]
         torch.testing.assert_close(g["lrs"], exp["lrs"], rtol=0, atol=1e-12, msg=case)
+        if exp["precision"] == "fp16":
+            # The dynamic loss scale continues from the saved one (64 at the checkpoint, the
+            # config's initial 16 otherwise) and moves as DeepSpeed's does.
+            assert g["loss_scale_loaded"] == exp["loss_scale_loaded"] == 64.0, case
+            assert g["loss_scale"] == exp["loss_scale"], case
+            # The first steps show the load itself: the first loss depends only on the loaded
+            # fp16 weights, the second also on the fp32 masters and Adam moments.
+            torch.testing.assert_close(g["losses"][0], exp["losses"][0], rtol=0, atol=1e-4)
+            torch.testing.assert_close(g["losses"][1], exp["losses"][1], rtol=0, atol=5e-3)
         torch.testing.assert_close(g["losses"], exp["losses"], rtol=0, atol=tol_loss, msg=case)
         for name, want in exp["params"].items():
             torch.testing.assert_close(

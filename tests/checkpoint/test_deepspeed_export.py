@@ -71,6 +71,30 @@ def test_single_torch_file_from_bf16_masters(tmp_path: Path) -> None:
         torch.testing.assert_close(got[k].bfloat16().float(), v.float(), rtol=0, atol=8e-3)
 
 
+def test_fp16_checkpoints_export_their_fp32_masters(tmp_path: Path) -> None:
+    # Stage 0: DeepSpeed's fp16 optimizer keeps the masters whole (fp32_groups, module order).
+    _export(str(FIXTURES / "stage0_fp16"), str(tmp_path / "s0"))
+    got = torch.load(tmp_path / "s0" / "pytorch_model.bin", weights_only=True)
+    tag = (FIXTURES / "stage0_fp16" / "latest").read_text().strip()
+    sd = torch.load(
+        FIXTURES / "stage0_fp16" / tag / "mp_rank_00_model_states.pt", weights_only=True
+    )
+    masters = [t for group in sd["optimizer"]["fp32_groups"] for t in group]
+    assert len(masters) == len(sd["module"])
+    for (k, v), m in zip(sd["module"].items(), masters, strict=True):
+        assert v.dtype == torch.float16 and got[k].dtype == torch.float32
+        torch.testing.assert_close(got[k], m.float().reshape(v.shape), rtol=0, atol=0)
+    # Stage 3 (fragments on each rank): trained as stage 1 was, whose fp16 weights are whole.
+    _export(str(FIXTURES / "stage3_fp16"), str(tmp_path / "s3"))
+    got = torch.load(tmp_path / "s3" / "pytorch_model.bin", weights_only=True)
+    tag = (FIXTURES / "stage1_fp16" / "latest").read_text().strip()
+    ref = torch.load(
+        FIXTURES / "stage1_fp16" / tag / "mp_rank_00_model_states.pt", weights_only=True
+    )["module"]
+    for k, v in ref.items():
+        torch.testing.assert_close(got[k].half(), v, rtol=0, atol=1e-3)
+
+
 def test_ds_checkpoint_exports_the_same_way(tmp_path: Path) -> None:
     from ds.checkpoint.engine import ShardedCheckpointEngine
     from ds.checkpoint.sharding import shard_state

@@ -14,7 +14,7 @@ GLOBAL_BATCH = 6  # divisible by world sizes 1, 2 and 3: every world sees the sa
 CASES: dict[str, tuple[int, str]] = {
     f"stage{stage}_{precision}": (stage, precision)
     for stage in (0, 1, 2, 3)
-    for precision in ("fp32", "bf16")
+    for precision in ("fp32", "bf16", "fp16")
 }
 
 
@@ -75,4 +75,9 @@ def config(stage: int, precision: str, micro_batch: int) -> dict[str, Any]:
     }
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
+    if precision == "fp16":
+        # Dynamic loss scaling that moves: the scale doubles every 2 clean steps (16 -> 128 at the
+        # checkpoint), so a load that kept its own initial scale would continue differently.
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 4, "loss_scale_window": 2,
+                       "hysteresis": 2, "min_loss_scale": 1}  # fmt: skip
     return cfg

@@ -569,9 +569,11 @@ class DeepSpeedCheckpoint:
         self.objects = objects
 
     def _loss_scaler(self) -> dict[str, Any] | None:
-        if not self.optim_files:
-            return None
-        ls = self._optim(0).get("loss_scaler")
+        if self.optim_files:
+            ls = self._optim(0).get("loss_scaler")
+        else:  # stage 0: DeepSpeed's FP16 optimizers keep the scale in their own state dict
+            ls = self.model_states.get("optimizer")
+            ls = ls if _attr(ls, "cur_scale") is not None else None
         if ls is None:
             return None
         out: dict[str, Any] = {"cur_scale": float(_attr(ls, "cur_scale", 1.0))}
