@@ -76,7 +76,7 @@ def config(stage: int, precision: str, micro_batch: int) -> dict[str, Any]:
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     if precision == "fp16":
-        # Dynamic loss scaling that moves: the scale doubles every 2 clean steps (16 -> 128 at the
+        # Dynamic loss scaling that moves: the scale doubles every 2 clean steps (16 -> 64 at the
         # checkpoint), so a load that kept its own initial scale would continue differently.
         cfg["fp16"] = {"enabled": True, "initial_scale_power": 4, "loss_scale_window": 2,
                        "hysteresis": 2, "min_loss_scale": 1}  # fmt: skip
