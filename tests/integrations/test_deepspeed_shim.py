@@ -58,7 +58,10 @@ def test_names_map_onto_ds() -> None:
     assert deepspeed.comm.all_reduce is ds.comm.all_reduce
     assert deepspeed.checkpointing.checkpoint is ds.zero.checkpointing.checkpoint
     with pytest.raises(AttributeError, match="no ds equivalent"):
-        _ = deepspeed.PipelineEngine
+        _ = deepspeed.DeepSpeedHybridEngine
+    from ds.full.pipeline import PipelineEngine
+
+    assert deepspeed.PipelineEngine is PipelineEngine and issubclass(PipelineEngine, ZeroEngine)
 
 
 def test_install_refuses_to_hide_real_deepspeed_unless_asked() -> None:

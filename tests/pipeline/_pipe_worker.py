@@ -48,7 +48,13 @@ def train(ds, schedule: str, stage: int, out: Path, flag: str) -> dict:
     # One process is one stage; "load" starts from other weights and reads the checkpoint.
     stages = min(STAGES, int(os.environ["WORLD_SIZE"]))
     net = pipeline_module(stages, chunks, seed=99 if flag == "load" else 11)
-    engine, _, _, _ = ds.initialize(model=net, config=config(schedule, stage, stages))
+    if flag == "deepspeed":  # DeepSpeed's spelling through the compatibility shim
+        import ds.full.compat.deepspeed as deepspeed
+
+        assert isinstance(net, deepspeed.pipe.PipelineModule)
+        engine, _, _, _ = deepspeed.initialize(model=net, config=config(schedule, stage, stages))
+    else:
+        engine, _, _, _ = ds.initialize(model=net, config=config(schedule, stage, stages))
     if flag == "load":
         engine.load_checkpoint(os.environ["DS_TEST_CKPT"])
     mesh = engine.mesh

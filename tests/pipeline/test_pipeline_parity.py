@@ -99,7 +99,7 @@ def _assert_same(got: dict, want: dict) -> None:
 
 
 # schedule:zero_stage[:flag]
-WORLD2 = ["gpipe:0:export", "1f1b:1", "interleaved_1f1b:1:ckpt"]
+WORLD2 = ["gpipe:0:export", "1f1b:1", "interleaved_1f1b:1:ckpt", "1f1b:0:deepspeed"]
 WORLD4 = ["gpipe:1", "1f1b:0", "interleaved_1f1b:1"]
 
 
@@ -136,7 +136,7 @@ def test_every_rank_gets_the_batch_loss(world2: dict) -> None:
 
 
 def test_step_metrics_report_the_bubble(world2: dict) -> None:
-    for scenario, chunks in zip(WORLD2, (1, 1, 2)):
+    for scenario, chunks in zip(WORLD2, (1, 1, 2, 1)):
         for measured, formula, stage_s in world2[scenario]["bubbles"]:
             # (p - 1) / (v * m + p - 1) with p = 2 stages, m = GAS micro-batches
             assert formula == pytest.approx(1 / (chunks * GAS + 1))

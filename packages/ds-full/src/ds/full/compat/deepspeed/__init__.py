@@ -41,10 +41,14 @@ def _engine_class() -> Any:
 
 def __getattr__(name: str) -> Any:
     # The engine class is imported on first use so that importing the shim stays light.
-    if name in ("DeepSpeedEngine", "DeepSpeedHybridEngine", "PipelineEngine"):
+    if name == "PipelineEngine":  # what initialize returns for a PipelineModule
+        from ds.full.pipeline import PipelineEngine
+
+        return PipelineEngine
+    if name in ("DeepSpeedEngine", "DeepSpeedHybridEngine"):
         if name != "DeepSpeedEngine":
             raise AttributeError(
-                f"deepspeed.{name} has no ds equivalent (hybrid and pipeline engines are not in ds yet)"
+                f"deepspeed.{name} has no ds equivalent (the hybrid engine is not in ds yet)"
             )
         return _engine_class()
     raise AttributeError(f"module 'deepspeed' (ds compatibility shim) has no attribute {name!r}")
