@@ -104,14 +104,19 @@ def test_ds_checkpoint_exports_the_same_way(tmp_path: Path) -> None:
         "master.fc.weight": torch.randn(4, 3),
         "optim.exp_avg.fc.weight": torch.randn(4, 3),
         "buffer.running": torch.arange(5.0),
+        "frozen.emb.weight": torch.randn(6, 3).bfloat16(),  # requires_grad=False: as saved
     }
     state = shard_state(ts, 0, 1)
     state.objects = {"step": 1}
     ShardedCheckpointEngine().save(str(tmp_path / "ck"), "global_step1", state)
     _export(str(tmp_path / "ck"), str(tmp_path / "out"), "--safe_serialization")
     got = load_file(tmp_path / "out" / "model.safetensors")
-    assert sorted(got) == ["fc.weight", "running"]
+    assert sorted(got) == ["emb.weight", "fc.weight", "running"]
     torch.testing.assert_close(got["fc.weight"], ts["master.fc.weight"])  # fp32 master, not bf16
+    assert torch.equal(got["emb.weight"], ts["frozen.emb.weight"])
+    _export(str(tmp_path / "ck"), str(tmp_path / "out2"), "--exclude_frozen_parameters")
+    got = torch.load(tmp_path / "out2" / "pytorch_model.bin", weights_only=True)
+    assert sorted(got) == ["fc.weight", "running"]
 
 
 def test_bad_shard_size_is_explained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

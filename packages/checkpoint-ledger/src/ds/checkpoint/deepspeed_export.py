@@ -96,8 +96,8 @@ def _ds_entries(directory: str, tag: str | None, exclude_frozen: bool) -> list[E
         if kind == "module":
             src = f"master.{name}" if f"master.{name}" in metas else src
             dtype = torch.float32
-        elif kind == "buffer":
-            dtype = dtype_from_name(meta.dtype)
+        elif kind == "buffer" or (kind == "frozen" and not exclude_frozen):
+            dtype = dtype_from_name(meta.dtype)  # as saved, as for DeepSpeed checkpoints
         else:
             continue
 
