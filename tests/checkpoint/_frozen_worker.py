@@ -2,9 +2,9 @@
 
 Run under ``ds run --nproc N``. For each ``DIR@STAGE`` given, a fresh model (other initial weights,
 first layer frozen) is loaded from the checkpoint into ds ZeRO stage STAGE; rank 0 records every
-parameter's full value after the load and again after one more training step. ``--save DIR``
-first trains a ds stage-3 engine (frozen layer, fragments spread over the ranks) and saves it
-there, so the same loads run on a ds-written checkpoint too.
+parameter's full value after the load and again after one more training step. Each
+``--save DIR@STAGE`` first trains a ds engine at that stage (frozen layer; at stage 3 its fragments
+spread over the ranks) and saves it there, so the same loads run on ds-written checkpoints too.
 """
 
 from __future__ import annotations
@@ -54,11 +54,12 @@ def _params(engine) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
 def main() -> None:
     ds.full.init_distributed()
     args = sys.argv[2:]
-    if args[0] == "--save":
-        engine = _engine(3, seed=1234)  # frozen fc1 = the seed-1234 weights, as in the fixtures
+    while args[0] == "--save":
+        path, _, stage = args[1].partition("@")
+        engine = _engine(int(stage), seed=1234)  # frozen fc1 = the seed-1234 weights, as saved
         for step in range(3):
             _step(engine, step)
-        engine.save_checkpoint(args[1])
+        engine.save_checkpoint(path)
         engine.destroy()
         args = args[2:]
     results = {}

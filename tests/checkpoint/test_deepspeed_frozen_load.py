@@ -2,8 +2,8 @@
 
 DeepSpeed keeps frozen parameters apart from the optimizer's: whole in the module state at stages
 0-2, one fragment per rank at stage 3 (fixtures frozen_stage2/3_fp32, saved at world 2 by DeepSpeed
-0.19.8). ``engine.load_checkpoint`` into a ds engine at world 1 and 3 must restore them, and a ds
-stage-3 checkpoint (fragments again) must too. The frozen layer of every checkpoint holds the
+0.19.8). ``engine.load_checkpoint`` into a ds engine at world 1 and 3 must restore them, and ds's
+own stage-1 (whole) and stage-3 (fragments again) checkpoints must too. The frozen layer of every checkpoint holds the
 seed-1234 initial weights of the fixture model; the loading model starts from other ones, so a load
 that skipped frozen parameters leaves them different.
 """
@@ -24,7 +24,7 @@ WORKER = Path(__file__).with_name("_frozen_worker.py")
 DS = Path(sys.executable).with_name("ds")
 FROZEN = ("fc1.weight", "fc1.bias")
 LOADS = ["frozen_stage2_fp32@0", "frozen_stage2_fp32@3", "frozen_stage3_fp32@1",
-         "frozen_stage3_fp32@3", "ds_stage3@2", "ds_stage3@3"]  # fmt: skip
+         "frozen_stage3_fp32@3", "ds_stage3@2", "ds_stage3@3", "ds_stage1@3"]  # fmt: skip
 
 
 def _initial_frozen() -> dict[str, torch.Tensor]:
@@ -43,12 +43,14 @@ def _initial_frozen() -> dict[str, torch.Tensor]:
 def test_frozen_parameters_load_at_another_world_size(world: int, tmp_path: Path) -> None:
     from ds.checkpoint.deepspeed_format import consolidated_fp32_state_dict
 
-    out, saved = tmp_path / "out.json", tmp_path / "ds_stage3"
-    specs = [
-        f"{saved if s.startswith('ds_') else FIXTURES / s.partition('@')[0]}@{s.partition('@')[2]}"
-        for s in LOADS
-    ]
-    cmd = [str(DS), "run", "--nproc", str(world), str(WORKER), str(out), "--save", str(saved)]
+    out = tmp_path / "out.json"
+    where = {"ds_stage1": tmp_path / "ds_stage1", "ds_stage3": tmp_path / "ds_stage3"}
+    specs = []
+    for case in LOADS:
+        name, _, stage = case.partition("@")
+        specs.append(f"{where.get(name, FIXTURES / name)}@{stage}")
+    cmd = [str(DS), "run", "--nproc", str(world), str(WORKER), str(out)]
+    cmd += ["--save", f"{where['ds_stage1']}@1", "--save", f"{where['ds_stage3']}@3"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         cmd + specs, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
@@ -58,7 +60,7 @@ def test_frozen_parameters_load_at_another_world_size(world: int, tmp_path: Path
     assert sorted(got) == sorted(LOADS)
     want = _initial_frozen()
     for case in LOADS:
-        source = saved if case.startswith("ds_") else FIXTURES / case.partition("@")[0]
+        source = FIXTURES / case.partition("@")[0]
         trained = consolidated_fp32_state_dict(str(source)) if not case.startswith("ds_") else {}
         for name, values in got[case]["loaded"].items():
             if name in FROZEN:
