@@ -1,0 +1,8 @@
+"""``deepspeed.runtime.zero``: the submodule transformers reaches into (``partition_parameters``)."""
+
+from __future__ import annotations
+
+from ds.full.compat.deepspeed.runtime.zero import partition_parameters
+from ds.full.compat.deepspeed.zero import GatheredParameters, Init
+
+__all__ = ["GatheredParameters", "Init", "partition_parameters"]

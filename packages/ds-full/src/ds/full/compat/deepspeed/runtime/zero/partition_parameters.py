@@ -1,0 +1,51 @@
+"""``deepspeed.runtime.zero.partition_parameters``: the names transformers uses around
+``zero.Init``.
+
+transformers' ``prevent_arange_dtype_change()`` (entered before ``deepspeed.zero.Init`` whenever a
+ZeRO-3 model is built from a config or ``from_pretrained``) swaps
+``zero_wrapper_for_fp_tensor_constructor`` and compares against ``_orig_torch_arange``. DeepSpeed's
+``zero.Init`` re-types tensor constructors through that wrapper; ds's ``zero.Init`` does not touch
+tensor constructors (it partitions each module's parameters as the module is built), so the
+wrapper here is DeepSpeed's contract for whoever calls it, and ds itself never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ds.full.compat.deepspeed.accelerator import get_accelerator
+from ds.full.compat.deepspeed.zero import GatheredParameters, Init
+from ds.zero.stage3.shard import ParamStatus as ZeroParamStatus
+
+_orig_torch_arange = torch.arange
+_orig_torch_empty = torch.empty
+_orig_torch_zeros = torch.zeros
+_orig_torch_ones = torch.ones
+_orig_torch_full = torch.full
+
+
+def zero_wrapper_for_fp_tensor_constructor(
+    fn: Callable[..., torch.Tensor], target_fp_dtype: torch.dtype, target_device: Any = None
+) -> Callable[..., torch.Tensor]:
+    """``fn`` made to build floating-point tensors in ``target_fp_dtype`` on ``target_device``
+    (when no device is given), as DeepSpeed's wrapper does."""
+
+    def wrapped_fn(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if kwargs.get("device") is None and target_device is not None:
+            kwargs["device"] = target_device
+        tensor = fn(*args, **kwargs)
+        return tensor.to(target_fp_dtype) if tensor.is_floating_point() else tensor
+
+    return wrapped_fn
+
+
+__all__ = [
+    "GatheredParameters",
+    "Init",
+    "ZeroParamStatus",
+    "get_accelerator",
+    "zero_wrapper_for_fp_tensor_constructor",
+]
