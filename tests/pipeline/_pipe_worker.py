@@ -55,19 +55,21 @@ def train(ds, schedule: str, stage: int, out: Path, flag: str) -> dict:
         engine, _, _, _ = deepspeed.initialize(model=net, config=config(schedule, stage, stages))
     else:
         engine, _, _, _ = ds.initialize(model=net, config=config(schedule, stage, stages))
-    if flag == "load":
+    if flag in ("load", "resume"):
         engine.load_checkpoint(os.environ["DS_TEST_CKPT"])
     mesh = engine.mesh
     dp, dp_index = (mesh.shape.dp, mesh.index("dp")) if mesh is not None else (1, 0)
     losses, norms, bubbles = [], [], []
-    for step in range(0 if flag == "load" else STEPS):
+    # "half" trains the first half and saves; "resume" loads that and trains the second half.
+    steps = {"load": range(0), "half": range(STEPS // 2), "resume": range(STEPS // 2, STEPS)}
+    for step in steps.get(flag, range(STEPS)):
         loss = engine.train_batch(iter(micro_batches(step, dp, dp_index)))
         losses.append(float(loss))
         norms.append(engine.get_global_grad_norm())
         m = engine.last_metrics
         bubbles.append((m.pipeline_bubble_fraction, m.pipeline_bubble_formula, m.stage_compute_s))
     evaluation = float(engine.eval_batch(iter(micro_batches(STEPS, dp, dp_index))))
-    if flag == "ckpt":
+    if flag in ("ckpt", "half"):
         engine.save_checkpoint(str(out / "ckpt"))
     weights = __import__("ds.full.pipeline_checkpoint", fromlist=["x"]).full_state_dict(engine)
     if flag == "export":

@@ -160,7 +160,7 @@ def test_pp2_checkpoint_loads_at_pp1_and_back(world2: dict, tmp_path: Path) -> N
     # initial weights), and a one-stage checkpoint loads into two stages.
     saved = world2["interleaved_1f1b:1:ckpt"]
     ckpt = saved["dir"] / "ckpt"
-    files = sorted(p.name for p in ckpt.rglob("layer_*"))
+    files = sorted(p.name for p in ckpt.rglob("layer_*-model_states.pt"))
     assert files == [f"layer_{i:02d}-model_states.pt" for i in range(6)]  # the head is tied
     os.environ["DS_TEST_CKPT"] = str(ckpt)
     try:
@@ -173,3 +173,26 @@ def test_pp2_checkpoint_loads_at_pp1_and_back(world2: dict, tmp_path: Path) -> N
         assert set(got["weights"]) == set(want["weights"])
         for name, w in want["weights"].items():
             torch.testing.assert_close(got["weights"][name], w, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_pp2_checkpoint_continues_exactly_at_pp1_and_back(reference: dict, tmp_path: Path) -> None:
+    # Five steps at PP=2 (ZeRO-1), saved; the last five at PP=1 from it, and the reverse; and
+    # PP=2 x DP=2 through its gathered ZeRO-1 partitions: each equals one process training all
+    # ten (weights and Adam moments resharded per parameter).
+    for first_world, second_world in ((2, 1), (1, 2), (4, 4)):
+        want = reference[2 if first_world == 4 else 1]
+        out = tmp_path / f"{first_world}to{second_world}"
+        first = _world(first_world, out / "a", ["1f1b:1:half"])["1f1b:1:half"]
+        os.environ["DS_TEST_CKPT"] = str(first["dir"] / "ckpt")
+        try:
+            second = _world(second_world, out / "b", ["1f1b:1:resume"])["1f1b:1:resume"]
+        finally:
+            del os.environ["DS_TEST_CKPT"]
+        got = {
+            "losses": first["losses"] + second["losses"],
+            "norms": first["norms"] + second["norms"],
+            "weights": second["weights"],
+            "eval": second["eval"],
+        }
+        _assert_same(got, want)

@@ -1,8 +1,8 @@
-"""Pipeline checkpoints: one file per layer (DeepSpeed's ``layer_XX-model_states.pt``), so a
-checkpoint saved with one pipeline size loads with any other; engine counters and the LR
-schedule in ``pipeline_states.pt``; each rank's optimizer state in
-``pp_XX-dp_XX-optim_states.pt``, restored when the layout (stages and data-parallel size) is the
-same, otherwise the optimizer starts fresh from the loaded weights (with a warning)."""
+"""Pipeline checkpoints: one file per layer (DeepSpeed's ``layer_XX-model_states.pt``) and its
+optimizer state per parameter (``layer_XX-optim_states.pt``: the flat ZeRO partitions gathered
+over the stage's data-parallel ranks and cut at the parameters), so a checkpoint saved with one
+pipeline and data-parallel size continues exactly with any other; engine counters and the LR
+schedule in ``pipeline_states.pt``. A tied module is saved once, under its first layer."""
 
 from __future__ import annotations
 
@@ -41,10 +41,15 @@ def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | No
     if dp_index == 0:  # data-parallel ranks hold the same weights: one writes them
         for idx, sd in engine.module.layer_state_dicts().items():
             torch.save(_host(sd), os.path.join(where, _layer_file(idx)))
-    torch.save(
-        engine.optimizer.state_dict(),
-        os.path.join(where, f"pp_{engine.stage_id:02d}-dp_{dp_index:02d}-optim_states.pt"),
-    )
+    states = _param_states(engine)  # collective over the stage's data-parallel ranks
+    if dp_index == 0:
+        by_layer: dict[int, dict[str, Any]] = {}
+        owned = _owned_names(engine.module)
+        for name, st in states.items():
+            if name in owned:
+                by_layer.setdefault(owned[name], {})[name] = st
+        for idx, part in by_layer.items():
+            torch.save(part, os.path.join(where, f"layer_{idx:02d}-optim_states.pt"))
     is_global_zero = engine.comm is None or engine.comm.get_rank() == 0
     if is_global_zero:
         torch.save(
@@ -99,20 +104,8 @@ def load(
     module.load_state_dict(full, strict=load_module_strict)
     # The optimizer's masters are the strategy's copies: refresh them from the loaded weights.
     _refresh_masters(engine)
-    same_layout = (states["num_stages"], states["dp_size"]) == (engine.num_stages, engine.dp_size)
-    dp_index = engine.mesh.index("dp") if engine.mesh is not None else 0
-    optim = os.path.join(where, f"pp_{engine.stage_id:02d}-dp_{dp_index:02d}-optim_states.pt")
     if load_optimizer_states and not load_module_only:
-        if same_layout and os.path.exists(optim):
-            engine.optimizer.load_state_dict(torch.load(optim, weights_only=False))
-        else:
-            log.warning(
-                "optimizer state not restored: the checkpoint has another pipeline layout",
-                saved_stages=states["num_stages"],
-                saved_dp=states["dp_size"],
-                stages=engine.num_stages,
-                dp=engine.dp_size,
-            )
+        _load_param_states(engine, where)
     if not load_module_only:
         engine.global_steps = int(states["global_steps"])
         engine.global_samples = int(states["global_samples"])
@@ -123,6 +116,95 @@ def load(
         if states.get("loss_scaler"):
             engine.loss_scaler.load_state_dict(states["loss_scaler"])
     return where, dict(states.get("client_state") or {})
+
+
+def _layer_of(module: Any, name: str) -> int:
+    """The global layer index whose files hold parameter ``name`` of a PipelineModule."""
+    head, _, rest = name.partition(".")
+    if head == "tied_modules":
+        return int(module.tied_first_layer()[rest.partition(".")[0]])
+    return int(head)
+
+
+def _owned_names(module: Any) -> dict[str, int]:
+    """Parameter name -> layer file, for the parameters this stage writes (a tied module's on
+    the stage that owns it)."""
+    owners = module.tied_stages()
+    out = {}
+    for name, _ in module.named_parameters():
+        head, _, rest = name.partition(".")
+        if head == "tied_modules" and owners[rest.partition(".")[0]][0] != module.stage_id:
+            continue
+        out[name] = _layer_of(module, name)
+    return out
+
+
+def _gathered(engine: Any, piece: torch.Tensor, padded: int) -> torch.Tensor:
+    """The whole flat tensor from this rank's partition (stage 1: gathered over the stage's
+    data-parallel ranks; stage 0 holds it whole)."""
+    if piece.numel() == padded:
+        return piece
+    strategy = engine.strategy
+    parts = [torch.empty_like(piece) for _ in range(strategy.world)]
+    engine.comm.all_gather(parts, piece.contiguous(), group=strategy.ctx.group)
+    return torch.cat(parts)
+
+
+def _param_states(engine: Any) -> dict[str, dict[str, Any]]:
+    """Parameter name -> the optimizer's state for it (tensors the master's size cut at the
+    parameter, scalars as they are), on the host."""
+    out: dict[str, dict[str, Any]] = {}
+    for group in engine.strategy.groups:
+        flat = group.flat
+        state = engine.optimizer.state.get(group.master, {})
+        whole: dict[str, Any] = {}
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.numel() == group.master.numel() > 1:
+                whole[key] = _gathered(engine, value.detach(), flat.padded).cpu()
+            else:
+                whole[key] = value
+        for name, p, off in zip(flat.names, flat.params, flat.offsets):
+            out[name] = {
+                k: (
+                    v[off : off + p.numel()].clone()
+                    if isinstance(v, torch.Tensor) and v.dim()
+                    else v
+                )
+                for k, v in whole.items()
+            }
+    return out
+
+
+def _load_param_states(engine: Any, where: str) -> None:
+    """Rebuild each flat group's optimizer state from the per-parameter files, keeping this
+    rank's partition."""
+    files: dict[int, dict[str, Any]] = {}
+    module = engine.module
+    for group in engine.strategy.groups:
+        flat = group.flat
+        pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
+        scalars: dict[str, Any] = {}
+        for name, p, off in zip(flat.names, flat.params, flat.offsets):
+            idx = _layer_of(module, name)
+            if idx not in files:
+                path = os.path.join(where, f"layer_{idx:02d}-optim_states.pt")
+                files[idx] = torch.load(path, weights_only=False) if os.path.exists(path) else {}
+            saved = files[idx].get(name)
+            if saved is None:
+                log.warning("no optimizer state saved for a parameter; it starts afresh", name=name)
+                return
+            for k, v in saved.items():
+                if isinstance(v, torch.Tensor) and v.dim():
+                    pieces.setdefault(k, []).append((off, v))
+                else:
+                    scalars[k] = v
+        state: dict[str, Any] = dict(scalars)
+        for k, parts in pieces.items():
+            full = torch.zeros(flat.padded, dtype=parts[0][1].dtype)
+            for off, v in parts:
+                full[off : off + v.numel()] = v.reshape(-1)
+            state[k] = full[group.lo : group.hi].to(group.master.device).clone()
+        engine.optimizer.state[group.master] = state
 
 
 def _refresh_masters(engine: Any) -> None:
