@@ -4,7 +4,8 @@ Run under ``ds run --nproc N``. For each ``DIR@STAGE`` given, a fresh model (oth
 first layer frozen) is loaded from the checkpoint into ds ZeRO stage STAGE; rank 0 records every
 parameter's full value after the load and again after one more training step. Each
 ``--save DIR@STAGE`` first trains a ds engine at that stage (frozen layer; at stage 3 its fragments
-spread over the ranks) and saves it there, so the same loads run on ds-written checkpoints too.
+spread over the ranks) and saves it there, so the same loads run on ds-written checkpoints too
+(``DIR@STAGE@exclude`` saves with ``exclude_frozen_parameters=True``).
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ def main() -> None:
     args = sys.argv[2:]
     while args[0] == "--save":
         path, _, stage = args[1].partition("@")
+        stage, _, exclude = stage.partition("@")  # DIR@STAGE@exclude: without frozen parameters
         engine = _engine(int(stage), seed=1234)  # frozen fc1 = the seed-1234 weights, as saved
         for step in range(3):
             _step(engine, step)
-        engine.save_checkpoint(path)
+        engine.save_checkpoint(path, exclude_frozen_parameters=exclude == "exclude")
         engine.destroy()
         args = args[2:]
     results = {}

@@ -25,13 +25,16 @@ DS = Path(sys.executable).with_name("ds")
 FROZEN = ("fc1.weight", "fc1.bias")
 LOADS = ["frozen_stage2_fp32@0", "frozen_stage2_fp32@3", "frozen_stage3_fp32@1",
          "frozen_stage3_fp32@3", "ds_stage3@2", "ds_stage3@3", "ds_stage1@3"]  # fmt: skip
+# Saved with exclude_frozen_parameters=True (DeepSpeed's keyword; transformers passes it for PEFT
+# models): the loaded model keeps its own frozen weights.
+EXCLUDED = ["ds_excluded1@1", "ds_excluded3@3"]
 
 
-def _initial_frozen() -> dict[str, torch.Tensor]:
+def _initial_frozen(seed: int = 1234) -> dict[str, torch.Tensor]:
     sys.path.insert(0, str(FIXTURES))
     from deepspeed_fixture_spec import TinyNet
 
-    torch.manual_seed(1234)
+    torch.manual_seed(seed)
     model = TinyNet(freeze_fc1=True)
     return {n: p.detach().reshape(-1) for n, p in model.named_parameters() if n in FROZEN}
 
@@ -44,21 +47,28 @@ def test_frozen_parameters_load_at_another_world_size(world: int, tmp_path: Path
     from ds.checkpoint.deepspeed_format import consolidated_fp32_state_dict
 
     out = tmp_path / "out.json"
-    where = {"ds_stage1": tmp_path / "ds_stage1", "ds_stage3": tmp_path / "ds_stage3"}
+    where = {n: tmp_path / n for n in ("ds_stage1", "ds_stage3", "ds_excluded1", "ds_excluded3")}
     specs = []
-    for case in LOADS:
+    for case in LOADS + EXCLUDED:
         name, _, stage = case.partition("@")
         specs.append(f"{where.get(name, FIXTURES / name)}@{stage}")
     cmd = [str(DS), "run", "--nproc", str(world), str(WORKER), str(out)]
     cmd += ["--save", f"{where['ds_stage1']}@1", "--save", f"{where['ds_stage3']}@3"]
+    cmd += ["--save", f"{where['ds_excluded1']}@1@exclude"]
+    cmd += ["--save", f"{where['ds_excluded3']}@3@exclude"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         cmd + specs, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     got = json.loads(out.read_text())
-    assert sorted(got) == sorted(LOADS)
+    assert sorted(got) == sorted(LOADS + EXCLUDED)
     want = _initial_frozen()
+    own = _initial_frozen(seed=4321)  # the loading model's initial weights (_frozen_worker.py)
+    for case in EXCLUDED:
+        for name in FROZEN:
+            assert not torch.equal(own[name], want[name])
+            torch.testing.assert_close(torch.tensor(got[case]["loaded"][name]), own[name])
     for case in LOADS:
         source = FIXTURES / case.partition("@")[0]
         trained = consolidated_fp32_state_dict(str(source)) if not case.startswith("ds_") else {}

@@ -547,11 +547,20 @@ class ZeroEngine:
         return self.checkpoint_engine
 
     def save_checkpoint(
-        self, save_dir: str, tag: str | None = None, client_state: dict[str, Any] | None = None
+        self,
+        save_dir: str,
+        tag: str | None = None,
+        client_state: dict[str, Any] | None = None,
+        *,
+        exclude_frozen_parameters: bool = False,
     ) -> None:
+        # exclude_frozen_parameters: DeepSpeed's keyword (transformers passes it for PEFT models,
+        # whose frozen base weights come from the pretrained files, not the checkpoint).
         ckpt = self._require_checkpoint_engine()
         tag = tag or f"global_step{self.global_steps}"
         state = self.strategy.state_dict()
+        if exclude_frozen_parameters:
+            state.tensors = {k: t for k, t in state.tensors.items() if not k.startswith("frozen.")}
         if self.rank == 0:
             for name, buf in self.module.named_buffers():
                 flat = buf.detach().reshape(-1).clone()
@@ -561,7 +570,7 @@ class ZeroEngine:
                     0,
                     flat,
                 )
-            for name, p in self._frozen_params():
+            for name, p in [] if exclude_frozen_parameters else self._frozen_params():
                 key = f"frozen.{name}"
                 state.tensors[key] = ShardedTensor(
                     TensorMeta(key, tuple(p.shape), str(p.dtype).removeprefix("torch.")),
