@@ -129,6 +129,7 @@ class PipelineEngine(ZeroEngine):
             # records the run in the ledger and writes the exported model.
             self.rank = int(self.mesh.rank)
         self.stage_id = int(model.stage_id)
+        self.chunks = int(model.num_virtual_stages)
         self.pp_ranks = self.mesh.ranks("pp") if self.mesh is not None else (0,)
         self.runner = PipelineRunner(model, self.comm, self.pp_ranks, self.device)
         self._data: Iterator[Any] | None = None
@@ -174,7 +175,7 @@ class PipelineEngine(ZeroEngine):
             self.num_stages,
             microbatches,
             self.stage_id,
-            self.module.num_virtual_stages,
+            self.chunks,
         )
         return actions if train else forward_only(actions)
 
@@ -241,7 +242,7 @@ class PipelineEngine(ZeroEngine):
     def _bubble(self, times: Any, microbatches: int) -> dict[str, Any]:
         from ds.parallel.pipeline import bubble_fraction
 
-        formula = bubble_fraction(self.num_stages, microbatches, self.module.num_virtual_stages)
+        formula = bubble_fraction(self.num_stages, microbatches, self.chunks)
         mine = torch.tensor([times.compute_s, times.total_s], dtype=torch.float64)
         if self.comm is not None and self.num_stages > 1 and self.mesh is not None:
             parts = [torch.zeros_like(mine, device=self.device) for _ in range(self.num_stages)]
@@ -264,9 +265,20 @@ class PipelineEngine(ZeroEngine):
 
     # -- checkpoints: one file per layer, any pipeline size loads them --------------------------
     def save_checkpoint(
-        self, save_dir: str, tag: str | None = None, client_state: dict[str, Any] | None = None
+        self,
+        save_dir: str,
+        tag: str | None = None,
+        client_state: dict[str, Any] | None = None,
+        *,
+        exclude_frozen_parameters: bool = False,
     ) -> None:
         from ds.full.pipeline_checkpoint import save
+
+        if exclude_frozen_parameters:
+            raise ConfigError(
+                "save_checkpoint(exclude_frozen_parameters=True) is not available for pipeline "
+                "checkpoints; save every layer (the default)"
+            )
 
         save(self, save_dir, tag or f"global_step{self.global_steps}", client_state)
 

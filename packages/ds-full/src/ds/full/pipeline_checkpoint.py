@@ -184,7 +184,7 @@ def _load_param_states(engine: Any, where: str) -> None:
         flat = group.flat
         pieces: dict[str, list[tuple[int, torch.Tensor]]] = {}
         scalars: dict[str, Any] = {}
-        for name, p, off in zip(flat.names, flat.params, flat.offsets):
+        for name, off in zip(flat.names, flat.offsets):
             idx = _layer_of(module, name)
             if idx not in files:
                 path = os.path.join(where, f"layer_{idx:02d}-optim_states.pt")
