@@ -2,8 +2,12 @@
 
 Runs under a real DeepSpeed (0.19.8) on CPU, two ranks:
 
-    DS_ACCELERATOR=cpu /work/dsref/bin/torchrun --nproc_per_node 2 \
-        tools/make_deepspeed_fixtures.py tests/checkpoint/deepspeed_fixtures
+    DS_ACCELERATOR=cpu /work/dsref/bin/python -m torch.distributed.run --nproc_per_node 2 \
+        tools/make_deepspeed_fixtures.py tests/checkpoint/deepspeed_fixtures [--only fp16]
+
+(/work/dsref: a throwaway venv, never the dev one, since DeepSpeed installs its own ``ds``
+script; ``DS_BUILD_OPS=0 pip install deepspeed==0.19.8`` into it, torch may come from the dev
+environment through a ``.pth`` line.)
 
 For ZeRO stages 0-3 x {fp32, bf16, fp16} it trains a tiny model 5 steps, saves a checkpoint, builds a
 fresh engine (differently initialised), loads the checkpoint and trains 10 more steps, recording
