@@ -91,7 +91,7 @@ def load(
         with open(latest) as f:
             tag = f.read().strip()
     where = os.path.join(load_dir, tag)
-    states = torch.load(os.path.join(where, "pipeline_states.pt"), weights_only=False)
+    states = torch.load(os.path.join(where, "pipeline_states.pt"), weights_only=True)
     module = engine.module
     full: dict[str, torch.Tensor] = {}
     for prefix, idx in module.layer_files_needed().items():
@@ -188,7 +188,7 @@ def _load_param_states(engine: Any, where: str) -> None:
             idx = _layer_of(module, name)
             if idx not in files:
                 path = os.path.join(where, f"layer_{idx:02d}-optim_states.pt")
-                files[idx] = torch.load(path, weights_only=False) if os.path.exists(path) else {}
+                files[idx] = torch.load(path, weights_only=True) if os.path.exists(path) else {}
             saved = files[idx].get(name)
             if saved is None:
                 log.warning("no optimizer state saved for a parameter; it starts afresh", name=name)
