@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _moe_models import reference  # noqa: E402
-from _world import run_ranks  # noqa: E402
+from _ranks_launch import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
 

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _gpt import batch, pipeline_module
+from _pipe_gpt import batch, pipeline_module
 
 STEPS, MICRO, GAS, STAGES = 10, 2, 4, 2
 

@@ -15,7 +15,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _gpt import batch, loss_fn, pipeline_module  # noqa: E402
+from _pipe_gpt import batch, loss_fn, pipeline_module  # noqa: E402
 from _pipe_worker import GAS, MICRO, STEPS, config  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
