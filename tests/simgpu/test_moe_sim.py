@@ -45,7 +45,10 @@ def _body(stage: int, ctx: RankContext) -> Any:
         "zero_optimization": {"stage": stage},
         "expert_parallel": {"enabled": True},
     }
-    net = Net()
+    # Built on the rank's device: Module.to cannot move fake parameters that carry a weak
+    # reference, as the MoE layer's deep-copied experts do.
+    with ctx.device:
+        net = Net()
     net.moe.bind(ctx.comm)
     engine, *_ = ds.initialize(model=net, config=cfg)
     for _ in range(2):

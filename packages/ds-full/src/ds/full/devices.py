@@ -115,15 +115,5 @@ def place_model(model: torch.nn.Module, device: torch.device) -> bool:
     tensors = [*model.parameters(), *model.buffers()]
     if not tensors or _same(tensors[0].device, device):
         return False
-    if all(type(t) in (torch.Tensor, torch.nn.Parameter) for t in tensors):
-        model.to(device)  # modules that re-lay their weights on a move (RNNs) get to
-        return True
-    # Tensor subclasses (fake tensors, for one): ``Module.to`` swaps those objects whole,
-    # dropping their attributes, and refuses any with a weak reference on it (a deep-copied MoE
-    # expert's). Assigning ``.data`` keeps every object and its attributes.
-    with torch.no_grad():
-        for t in tensors:
-            t.data = t.data.to(device)
-            if isinstance(t, torch.nn.Parameter) and t.grad is not None:
-                t.grad = t.grad.to(device)
+    model.to(device)
     return True
