@@ -60,7 +60,8 @@ def test_stage3_device_bytes_stop_growing(threshold: int) -> None:
     for steps in (3, 6):
         result = train(cfg, steps=steps, inspect=_states, world=4)
         held[steps] = list(result.values())
-    assert held[3] == held[6], held
+    # Up to 1 KiB of scalars may come and go (as above); a leak of each step's gradients is 2Psi.
+    assert all(abs(b - a) <= 1024 for a, b in zip(held[3], held[6])), held
 
 
 @pytest.mark.xfail(
