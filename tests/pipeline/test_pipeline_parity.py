@@ -5,7 +5,6 @@ batch with torch's AdamW and clipping (fp32; losses, norms and weights within 1e
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,44 +13,17 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "parallel"))  # the gloo world launcher shared with it
 
 from _pipe_gpt import batch, loss_fn, pipeline_module  # noqa: E402
 from _pipe_worker import GAS, MICRO, STEPS, config  # noqa: E402
+from _ranks_launch import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
-    port = str(_free_port())
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "_pipe_worker.py"), str(r), str(world), port, str(out)]
-            + scenarios,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    texts = []
-    try:
-        for p in procs:
-            texts.append(p.communicate(timeout=280)[0].decode(errors="replace"))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, text) in enumerate(zip(procs, texts)):
-        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
+    run_ranks(HERE / "_pipe_worker.py", world, [str(out), *scenarios], timeout=280)
     out_ = {}
     for s in scenarios:
         where = out / s.replace(":", "-")
