@@ -158,7 +158,7 @@ def reference(cfg: dict[str, Any], world: int, client: bool = False) -> dict[str
         sched = build_schedule(cfg["scheduler"]["type"], opt, dict(cfg["scheduler"]["params"]))
     if client:
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5)
-    clip = cfg.get("gradient_clipping", 0.0)
+    clip = cfg.get("gradient_clipping", 1.0)  # DeepSpeed's default when the key is absent
     losses, norms = [], []
     for s in range(STEPS):
         x, y = batch(s, rows)

@@ -23,6 +23,9 @@ def stage3(
     cfg: dict[str, Any] = {
         "train_batch_size": 1,
         "train_micro_batch_size_per_gpu": 1,
+        # The references step plain torch optimizers, which do not clip (ds, as DeepSpeed, clips
+        # at 1.0 when the key is absent).
+        "gradient_clipping": 0.0,
         "zero_optimization": {"stage": 3, **zero},
         **(config or {}),
     }

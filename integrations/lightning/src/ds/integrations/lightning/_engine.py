@@ -52,8 +52,9 @@ def build_config(
             f"config gradient_accumulation_steps={gas} but Trainer(accumulate_grad_batches="
             f"{accumulate_grad_batches}); set one of them so that they agree"
         )
-    if gradient_clip_val:
-        cfg.setdefault("gradient_clipping", float(gradient_clip_val))
+    # Lightning's DeepSpeed strategy fills an absent key with the Trainer's value or 0.0 (no
+    # clipping), not with DeepSpeed's own default of 1.0.
+    cfg.setdefault("gradient_clipping", float(gradient_clip_val or 0.0))
     if "bf16" in precision and "bf16" not in cfg:
         cfg["bf16"] = {"enabled": True}
     elif precision.startswith("16") and "fp16" not in cfg:

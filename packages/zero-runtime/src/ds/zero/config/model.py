@@ -50,7 +50,9 @@ class DsConfig(Section):
     gradient_accumulation_steps: TopIntOrAuto | None = None
     steps_per_print: Int | None = Field(10, ge=1)
     wall_clock_breakdown: bool = False
-    gradient_clipping: float | Literal["auto"] = Field(0.0)
+    # DeepSpeed 0.19.8 clips at 1.0 when the key is absent (GRADIENT_CLIPPING_DEFAULT), so a
+    # migrated config trains the same; 0 disables clipping.
+    gradient_clipping: float | Literal["auto"] = Field(1.0)
     prescale_gradients: bool = False
     gradient_predivide_factor: float = Field(1.0, gt=0.0, allow_inf_nan=False)
     communication_data_type: Literal["fp32", "fp16", "bf16"] | None = None
