@@ -121,6 +121,32 @@ def test_stock_accelerate_deepspeed_plugin_runs_on_ds(compat_python: Path, tmp_p
     assert got["losses"] == pytest.approx(_plain_torch_losses(), abs=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_accelerate_launch_use_deepspeed_runs_on_ds(compat_python: Path, tmp_path: Path) -> None:
+    # `accelerate launch --use_deepspeed` on one machine starts its ranks with torchrun in-process
+    # (DeepSpeed's own launcher only for several machines), after checking that a deepspeed
+    # distribution is installed: the compat route answers that check.
+    out_dir = tmp_path / "out"
+    cmd = [
+        str(compat_python), "-m", "accelerate.commands.accelerate_cli", "launch",
+        "--use_deepspeed", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--deepspeed_config_file", str(ACCELERATE / "ds_config.json"),
+        str(ACCELERATE / "train.py"), "--output_dir", str(out_dir),
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=560)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    got = json.loads((out_dir / "result.json").read_text())
+    assert got["engine"] == "ds.zero.engine.ZeroEngine" and got["world"] == 2
+    assert ANNOUNCE in out
+    ref = json.loads((ACCELERATE / "deepspeed_reference.json").read_text())  # DeepSpeed 0.19.8
+    assert got["losses"] == pytest.approx(ref["losses"], abs=1e-5)
+
+
 def test_disable_removes_the_route(tmp_path: Path) -> None:
     from ds.full.compat import enable
 
