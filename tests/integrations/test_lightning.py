@@ -97,12 +97,24 @@ def test_absent_gradient_clipping_follows_the_trainer_as_lightning_does(clip, wa
     from ds.integrations.lightning._engine import build_config
 
     cfg = build_config(
-        None, stage=2, offload_optimizer=False, offload_parameters=False, micro_batch_size=2,
-        accumulate_grad_batches=1, gradient_clip_val=clip, precision="32-true",
+        None,
+        stage=2,
+        offload_optimizer=False,
+        offload_parameters=False,
+        micro_batch_size=2,
+        accumulate_grad_batches=1,
+        gradient_clip_val=clip,
+        precision="32-true",
     )
     assert cfg["gradient_clipping"] == want
     kept = build_config(
-        {"gradient_clipping": 2.0}, stage=2, offload_optimizer=False, offload_parameters=False,
-        micro_batch_size=2, accumulate_grad_batches=1, gradient_clip_val=clip, precision="32-true",
+        {"gradient_clipping": 2.0},
+        stage=2,
+        offload_optimizer=False,
+        offload_parameters=False,
+        micro_batch_size=2,
+        accumulate_grad_batches=1,
+        gradient_clip_val=clip,
+        precision="32-true",
     )
     assert kept["gradient_clipping"] == 2.0

@@ -38,7 +38,7 @@ import contextlib
 import os
 import sys
 import traceback
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +139,8 @@ class SimWorld:
         self.capabilities = capabilities
         self._ranks = [_Rank() for _ in range(world_size)]
         self._active: int | None = None
+        # Host-side values a sender posts beside a p2p message (see StrictCommunicator.post_values).
+        self._values: dict[tuple[int, int, int], deque[list[int]]] = defaultdict(deque)
 
     def local_rank(self, rank: int) -> int:
         return rank % self.local_size
@@ -547,6 +549,29 @@ class StrictCommunicator(TorchCommunicator):
                 nbytes=_nbytes(tensor),
             ),
         )
+
+    # -- values fake tensors cannot carry ------------------------------------------------------
+    def post_values(self, values: list[int], dst: int, tag: int = 0) -> None:
+        """Post the integers a p2p message sent next carries (a pipeline's shape header).
+
+        Fake tensors hold no data, so a receiver that sizes its buffers from a header it received
+        would read zeros. A sender that builds its header from host integers (shapes, dtypes)
+        posts them here as well; the receiver reads them with :meth:`take_values` after its
+        ``recv`` of that message. The messages themselves still go through ``isend``/``recv``
+        and are checked as any other.
+        """
+        self.world._values[(self.rank, int(dst), int(tag))].append([int(v) for v in values])
+
+    def take_values(self, src: int, tag: int = 0) -> list[int]:
+        """The integers ``src`` posted for its next message to this rank with ``tag``."""
+        box = self.world._values.get((int(src), self.rank, int(tag)))
+        if not box:
+            raise CommError(
+                f"rank {self.rank} receives a header from rank {src} (tag {tag}) that rank {src} "
+                "has not sent: ranks of a simulated world run one after another, so a rank that "
+                "receives values must run after its sender (give senders the lower ranks)"
+            )
+        return box.popleft()
 
     def send(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> None:
         self._p2p("send", tensor, dst, group)

@@ -538,6 +538,14 @@ class TorchCommunicator:
             return Handle(_dist.irecv(tensor, src, group, tag))
         return tap.run_p2p("irecv", tensor, src, lambda: _dist.irecv(tensor, src, group, tag))
 
+    def batch_isend_irecv(self, ops: Sequence[Any]) -> list[WorkHandle]:
+        """``torch.distributed.batch_isend_irecv`` over ``torch.distributed.P2POp``s.
+
+        On NCCL the batch is one group: its sends and receives progress together, so two ranks
+        that each send to the other before receiving cannot deadlock, as unbatched ones can.
+        """
+        return [Handle(w) for w in (_dist.batch_isend_irecv(list(ops)) or [])]
+
     # -- objects --------------------------------------------------------------------------------
     def broadcast_object_list(
         self, objects: list[Any], src: int = 0, group: Any = None, device: Any = None

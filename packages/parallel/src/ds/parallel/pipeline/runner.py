@@ -89,9 +89,14 @@ class PipelineRunner:
         saved: dict[tuple[int, int], tuple[Any, Any]] = {}  # (mb, chunk) -> (input, output)
         losses: dict[int, torch.Tensor] = {}
         start = time.perf_counter()
-        for a in actions:
+        for i, a in enumerate(actions):
             part = self._part(a.chunk)
             key = (a.microbatch, a.chunk)
+            if self.p2p is not None:
+                # This action's sends wait for the next action's receive only when that is the
+                # very next thing this stage does (see ds.parallel.pipeline.p2p).
+                nxt = actions[i + 1] if i + 1 < len(actions) else None
+                self.p2p.defer = nxt is not None and self._receives_first(nxt, last)
             if a.kind == "F":
                 if part == 0:
                     x = _to(microbatches[a.microbatch][0], self.device)
@@ -102,6 +107,8 @@ class PipelineRunner:
                         self._peer(part - 1), tag_of(0, a.microbatch, a.chunk, self.chunks)
                     )
                     times.wait_s += time.perf_counter() - t0
+                if self.p2p is not None:
+                    self.p2p.flush()  # sends held for a receive that did not come go now
                 t0 = time.perf_counter()
                 y = self.module.forward_chunk(a.chunk, x)
                 if part == last:
@@ -132,6 +139,8 @@ class PipelineRunner:
                 times.wait_s += time.perf_counter() - t0
                 pairs = [(t, g) for t, g in zip(as_tuple(y), grads, strict=True) if g is not None]
                 tensors, grads = [t for t, _ in pairs], [g for _, g in pairs]
+            if self.p2p is not None:
+                self.p2p.flush()  # sends held for a receive that did not come go now
             t0 = time.perf_counter()
             if tensors:
                 backward(tensors, grads)
@@ -150,6 +159,10 @@ class PipelineRunner:
         times.total_s = time.perf_counter() - start
         times.losses = [losses[m] for m in sorted(losses)]
         return times
+
+    def _receives_first(self, a: Action, last: int) -> bool:
+        part = self._part(a.chunk)
+        return part > 0 if a.kind == "F" else part < last
 
     def _chunk_of(self, part: int) -> int:
         return part // self.stages
