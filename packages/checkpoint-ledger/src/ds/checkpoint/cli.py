@@ -192,8 +192,13 @@ def _export(args: argparse.Namespace) -> int:
 
     from ds.checkpoint import export as ex
     from ds.checkpoint.deepspeed_format import is_deepspeed_checkpoint
+    from ds.checkpoint.pipeline_format import pipeline_root
 
-    if args.output_dir is not None or is_deepspeed_checkpoint(args.directory, args.tag):
+    if (
+        args.output_dir is not None
+        or is_deepspeed_checkpoint(args.directory, args.tag)
+        or pipeline_root(args.directory, args.tag) is not None
+    ):
         from ds.checkpoint.deepspeed_export import main_from_args
 
         return main_from_args(args)

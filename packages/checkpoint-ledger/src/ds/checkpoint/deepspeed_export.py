@@ -111,7 +111,11 @@ def _ds_entries(directory: str, tag: str | None, exclude_frozen: bool) -> list[E
 
 def entries(directory: str, tag: str | None = None, *, exclude_frozen: bool = False) -> list[Entry]:
     from ds.checkpoint.deepspeed_format import is_deepspeed_checkpoint
+    from ds.checkpoint.pipeline_format import pipeline_entries, pipeline_root
 
+    root = pipeline_root(directory, tag)
+    if root is not None:
+        return pipeline_entries(root, exclude_frozen)
     if is_deepspeed_checkpoint(directory, tag):
         return _deepspeed_entries(directory, tag, exclude_frozen)
     return _ds_entries(directory, tag, exclude_frozen)

@@ -63,6 +63,9 @@ def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | No
                 "client_state": dict(client_state or {}),
                 "num_stages": engine.num_stages,
                 "dp_size": engine.dp_size,
+                # layer file index -> tied key, so `ds checkpoint export` names a tied module's
+                # tensors as the model does ("tied_modules.<key>.<name>")
+                "tied_layers": {i: k for k, i in engine.module.tied_first_layer().items()},
             },
             os.path.join(where, "pipeline_states.pt"),
         )
