@@ -201,6 +201,9 @@ def initialize(
     if ledger_obj is not None:
         _record_run(engine, ledger_obj, cfg)
     engine.gate = governance.make_gate(gov, readiness_gate, events)  # type: ignore[attr-defined]
+    from ds.full import autotune_trial
+
+    autotune_trial.attach(engine)  # only under `ds autotune`
     return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler
 
 
