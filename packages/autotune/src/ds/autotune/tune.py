@@ -224,7 +224,13 @@ def format_table(pts: Sequence[Point]) -> str:
 
 
 def _gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**30:.2f}G"
+    """Bytes in the largest binary unit that keeps the number >= 1 (``0.43GiB``, ``12.0KiB``)."""
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n}B"
 
 
 __all__ = ["Point", "format_table", "points", "prune", "rank_points", "run_trial", "trial_config"]

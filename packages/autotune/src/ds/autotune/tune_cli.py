@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -80,6 +81,16 @@ def _estimator(args: argparse.Namespace, base: dict[str, Any]) -> Any:
     on_gpu = torch.cuda.is_available()
 
     def bytes_of(p: Any) -> int:
+        # The simulated ranks' engines would log "engine ready" for every point.
+        quiet = logging.getLogger("ds")
+        level = quiet.level
+        quiet.setLevel(logging.WARNING)
+        try:
+            return _one(p)
+        finally:
+            quiet.setLevel(level)
+
+    def _one(p: Any) -> int:
         (row,) = estimate(
             spec, args.nproc, stages=[p.stage], offloads=[p.offload], micro_batch=p.micro_batch,
             seq_len=args.seq_len, dtype=dtype, gpus_per_node=min(args.nproc, 8),
