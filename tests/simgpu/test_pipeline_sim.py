@@ -43,6 +43,9 @@ def _body(schedule: str, stage: int, ctx: RankContext) -> Any:
         engine.train_batch(iter([(ids, ids)] * GAS))
     devices = {str(p.device) for p in engine.module.parameters()}
     mesh = engine.mesh
+    # Stage timings from device events (the host clock would time launches on a GPU).
+    assert engine.runner.uses_device_events
+    assert len(engine.last_metrics.stage_compute_s) == PP
     out = devices, mesh.index("pp"), mesh.shape.dp, engine.global_steps
     engine.destroy()
     return out

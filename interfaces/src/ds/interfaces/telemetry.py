@@ -33,12 +33,15 @@ class StepMetrics:
     overflow: bool = False
     loss_scale: float | None = None
     samples: int = 0  # samples in this step, all ranks
-    global_samples: int = 0  # samples since the run began (restored on resume), this step's included
+    global_samples: int = (
+        0  # samples since the run began (restored on resume), this step's included
+    )
     tokens: int = 0  # tokens in this step, all ranks (0 when the model takes no token ids)
     rank: int = 0
     world_size: int = 1
     # Pipeline parallelism: the step's measured idle share of stages x step time, the schedule's
-    # formula (p - 1) / (v * m + p - 1), and each stage's compute seconds (host clock), in order.
+    # formula (p - 1) / (v * m + p - 1), and each stage's compute seconds, in order (device
+    # timing events on an asynchronous device, else the host clock).
     pipeline_bubble_fraction: float | None = None
     pipeline_bubble_formula: float | None = None
     stage_compute_s: tuple[float, ...] = ()

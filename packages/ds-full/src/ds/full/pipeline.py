@@ -131,7 +131,9 @@ class PipelineEngine(ZeroEngine):
         self.stage_id = int(model.stage_id)
         self.chunks = int(model.num_virtual_stages)
         self.pp_ranks = self.mesh.ranks("pp") if self.mesh is not None else (0,)
-        self.runner = PipelineRunner(model, self.comm, self.pp_ranks, self.device)
+        self.runner = PipelineRunner(
+            model, self.comm, self.pp_ranks, self.device, accelerator=self.accelerator
+        )
         self._data: Iterator[Any] | None = None
         self._pipe_extras: dict[str, Any] = {}
         self.last_step_times: Any = None

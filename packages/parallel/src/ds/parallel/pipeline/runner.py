@@ -56,7 +56,12 @@ class PipelineRunner:
     peer for part ``k`` is ``pp_ranks[k % stages]``)."""
 
     def __init__(
-        self, module: PipelineModule, comm: Any, pp_ranks: Sequence[int], device: torch.device
+        self,
+        module: PipelineModule,
+        comm: Any,
+        pp_ranks: Sequence[int],
+        device: torch.device,
+        accelerator: Any = None,
     ) -> None:
         assert module.num_stages is not None and module.stage_id is not None
         self.module = module
@@ -66,6 +71,22 @@ class PipelineRunner:
         self.pp_ranks = list(pp_ranks)
         self.device = device
         self.p2p = P2P(comm, device) if self.stages > 1 else None
+        # On a device that runs kernels asynchronously the host clock measures launches, not
+        # compute: there forward/backward/step times come from timing events, read once at the
+        # end of the step (the engine's bubble all-gather waits for the step there anyway).
+        caps = accelerator.capabilities() if accelerator is not None else None
+        async_events = caps is not None and caps.has_events and not caps.is_synchronized_device
+        self._events = accelerator if async_events else None
+
+    @property
+    def uses_device_events(self) -> bool:
+        return self._events is not None
+
+    def _mark(self) -> Any:
+        assert self._events is not None
+        event = self._events.new_event(enable_timing=True)
+        event.record()
+        return event
 
     def _part(self, chunk: int) -> int:
         return chunk * self.stages + self.stage
@@ -89,6 +110,9 @@ class PipelineRunner:
         saved: dict[tuple[int, int], tuple[Any, Any]] = {}  # (mb, chunk) -> (input, output)
         losses: dict[int, torch.Tensor] = {}
         start = time.perf_counter()
+        ev = self._events is not None
+        spans: list[tuple[str, Any, Any]] = []  # (kind, start event, end event)
+        first = self._mark() if ev else None
         for i, a in enumerate(actions):
             part = self._part(a.chunk)
             key = (a.microbatch, a.chunk)
@@ -110,12 +134,15 @@ class PipelineRunner:
                 if self.p2p is not None:
                     self.p2p.flush()  # sends held for a receive that did not come go now
                 t0 = time.perf_counter()
+                e0 = self._mark() if ev else None
                 y = self.module.forward_chunk(a.chunk, x)
                 if part == last:
                     labels = _to(microbatches[a.microbatch][1], self.device)
                     y = self._loss(y, labels)
                     losses[a.microbatch] = y.detach()
                 times.forward_s += time.perf_counter() - t0
+                if ev:
+                    spans.append(("F", e0, self._mark()))
                 if part < last:
                     assert self.p2p is not None
                     self.p2p.send_activation(
@@ -142,9 +169,12 @@ class PipelineRunner:
             if self.p2p is not None:
                 self.p2p.flush()  # sends held for a receive that did not come go now
             t0 = time.perf_counter()
+            e0 = self._mark() if ev else None
             if tensors:
                 backward(tensors, grads)
             times.backward_s += time.perf_counter() - t0
+            if ev:
+                spans.append(("B", e0, self._mark()))
             if part > 0:
                 assert self.p2p is not None
                 self.p2p.send_grads(
@@ -157,6 +187,12 @@ class PipelineRunner:
             self.p2p.drain()
             times.wait_s += time.perf_counter() - t0
         times.total_s = time.perf_counter() - start
+        if ev:
+            last_event = self._mark()
+            last_event.synchronize()  # every event of the step is complete after this one
+            times.forward_s = sum(b.elapsed_time(e) for k, b, e in spans if k == "F") / 1e3
+            times.backward_s = sum(b.elapsed_time(e) for k, b, e in spans if k == "B") / 1e3
+            times.total_s = first.elapsed_time(last_event) / 1e3
         times.losses = [losses[m] for m in sorted(losses)]
         return times
 
