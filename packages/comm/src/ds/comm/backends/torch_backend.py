@@ -544,7 +544,17 @@ class TorchCommunicator:
         On NCCL the batch is one group: its sends and receives progress together, so two ranks
         that each send to the other before receiving cannot deadlock, as unbatched ones can.
         """
-        return [Handle(w) for w in (_dist.batch_isend_irecv(list(ops)) or [])]
+        works = list(_dist.batch_isend_irecv(list(ops)) or [])
+        tap = self._tap
+        if tap is None:
+            return [Handle(w) for w in works]
+        # Watched and timed as the single p2p calls are: one handle per operation (gloo), or
+        # one for the whole group (NCCL), named after its last operation's peer.
+        named = ops if len(works) == len(ops) else [ops[-1]] * len(works)
+        return [
+            tap.run_p2p("batch_isend_irecv", op.tensor, op.peer, lambda w=w: w)
+            for w, op in zip(works, named, strict=True)
+        ]
 
     # -- objects --------------------------------------------------------------------------------
     def broadcast_object_list(
