@@ -133,7 +133,7 @@ def prune(pts: Sequence[Point], estimate_bytes: Callable[[Point], int], limit: i
         p.estimate_bytes = int(estimate_bytes(p))
         if limit is not None and p.estimate_bytes > limit:
             p.status = "pruned"
-            p.why = f"estimated {_gib(p.estimate_bytes)} per rank > limit {_gib(limit)}"
+            p.why = f"estimated {_size(p.estimate_bytes)} per rank > limit {_size(limit)}"
 
 
 def run_trial(
@@ -218,12 +218,12 @@ def format_table(pts: Sequence[Point]) -> str:
     for i, p in enumerate(pts, 1):
         sps = f"{p.samples_per_s:.2f}" if p.samples_per_s else "-"
         st = f"{p.step_time_s:.3f}" if p.step_time_s else "-"
-        rss = _gib(p.peak_rss_bytes) if p.peak_rss_bytes else "-"
+        rss = _size(p.peak_rss_bytes) if p.peak_rss_bytes else "-"
         lines.append(f"{i:>2}  {p.label:<44} {sps:>10} {st:>8} {rss:>9}  {p.status}: {p.why}")
     return "\n".join(lines)
 
 
-def _gib(n: int | None) -> str:
+def _size(n: int | None) -> str:
     """Bytes in the largest binary unit that keeps the number >= 1 (``0.43GiB``, ``12.0KiB``)."""
     if n is None:
         return "-"

@@ -133,8 +133,8 @@ def _run(args: argparse.Namespace) -> int:
         if not live:
             small = min(pts, key=lambda p: p.estimate_bytes or 0)
             raise ConfigError(
-                f"no point fits --memory-limit {tune._gib(args.memory_limit)}: the smallest needs "
-                f"{tune._gib(small.estimate_bytes)} per rank ({small.label}); raise the limit, "
+                f"no point fits --memory-limit {tune._size(args.memory_limit)}: the smallest needs "
+                f"{tune._size(small.estimate_bytes)} per rank ({small.label}); raise the limit, "
                 "add offload or a higher stage, or use more ranks"
             )
     elif args.memory_limit is not None:

@@ -8,6 +8,7 @@ Names are the ones a one-stage ``PipelineModule`` of the same layers gives its s
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any
@@ -41,6 +42,10 @@ def _load(path: str) -> Any:
         raise CheckpointError(f"{path}: not a readable checkpoint file ({e})") from e
 
 
+# Entries are written in layer order: keeping the last opened file parses each one once.
+_open_layer = functools.lru_cache(maxsize=1)(_load)
+
+
 def pipeline_entries(root: str, exclude_frozen: bool) -> list[Any]:
     """One entry per tensor of every layer file under ``root``, in layer order, as fp32."""
     from ds.checkpoint.deepspeed_export import Entry
@@ -68,7 +73,7 @@ def pipeline_entries(root: str, exclude_frozen: bool) -> list[Any]:
             dtype = torch.float32 if t.is_floating_point() else t.dtype
 
             def read(path: str = path, key: str = key, dtype: torch.dtype = dtype) -> torch.Tensor:
-                return _load(path)[key].to(dtype)
+                return _open_layer(path)[key].to(dtype)
 
             out.append(Entry(f"{prefix}.{key}", tuple(t.shape), dtype, read))
     return out
