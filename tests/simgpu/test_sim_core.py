@@ -52,6 +52,21 @@ def test_memory_released_and_peak() -> None:
     assert stats.current == 0 and stats.peak == 6000
 
 
+def test_a_reused_storage_address_is_booked_on_its_own_device() -> None:
+    # Moving a tensor to the host by re-pointing ``.data`` (as optimizer offload does) frees its
+    # device storage while the tensor lives on; the allocator then hands the same address to the
+    # next host storage. That host storage must not be booked on the device.
+    with SimDevice(0) as dev:
+        kept = []
+        for _ in range(64):
+            moved = torch.empty(1000, device=dev.device)
+            moved.data = torch.empty(1000)
+            kept += [moved, torch.empty(1000) + 1]
+        mem = dev.memory()
+    assert mem["cuda:0"].current == 0
+    assert mem["cpu"].current == 64 * 2 * 4000
+
+
 def test_simgpu_is_never_detected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DS_ACCELERATOR", raising=False)
     assert "simgpu" in available_accelerators()

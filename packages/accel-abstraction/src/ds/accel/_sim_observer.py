@@ -7,10 +7,14 @@ aten op before the fake mode runs it.
   storage is counted once however many views share it, and released when the last tensor that
   the observer saw on it dies. Release is noticed through a small token object in the tensor's
   ``__dict__`` whose ``__del__`` fires with it (weak references would make
-  ``torch.utils.swap_tensors``, hence ``module.to()``, refuse the tensor). Current and peak bytes
-  are kept per device. ``param.data = other`` is not an op; :meth:`Observer.census` (run every
-  few thousand ops and before every memory reading) walks the live fake tensors and corrects the
-  books for such re-pointed tensors.
+  ``torch.utils.swap_tensors``, hence ``module.to()``, refuse the tensor). Storages are keyed by
+  their address, which the allocator reuses: a tensor re-pointed off a storage (``.data = ...``,
+  as optimizer offload does) keeps that storage's token after the storage died, and the next
+  storage at the address may sit on another device. So a book entry found on another device is
+  a dead storage's and is replaced, and a token releases only the entry it was issued for.
+  Current and peak bytes are kept per device. ``param.data = other`` is not an op;
+  :meth:`Observer.census` (run every few thousand ops and before every memory reading) walks the
+  live fake tensors and corrects the books for such re-pointed tensors.
 * **Host syncs.** ``aten._local_scalar_dense`` (``.item()``, ``float(t)``, ``bool(t)``,
   ``.tolist()``) on a device tensor is where a real GPU run would wait for the device. Fake tensors
   have no values, so the observer answers 0 (``False``/``0``/``0.0``) and records the call site.
@@ -62,14 +66,15 @@ class Observations:
 
 
 class _Token:
-    __slots__ = ("key", "owner")
+    __slots__ = ("entry", "key", "owner")
 
-    def __init__(self, owner: Observer, key: int) -> None:
+    def __init__(self, owner: Observer, key: int, entry: list[Any]) -> None:
         self.owner = owner
         self.key = key
+        self.entry = entry
 
     def __del__(self) -> None:
-        self.owner._release(self.key)
+        self.owner._release(self.key, self.entry)
 
 
 def _call_site() -> str:
@@ -122,6 +127,10 @@ class Observer(TorchDispatchMode):
         nbytes = int(storage.nbytes())
         entry = self._storages.get(key)
         device = str(t.device)
+        if entry is not None and entry[0] != device:  # a dead storage's address, reused
+            del self._storages[key]
+            self._add(entry[0], -entry[1])
+            entry = None
         if entry is None:
             entry = [device, 0, 0]
             self._storages[key] = entry
@@ -129,8 +138,8 @@ class Observer(TorchDispatchMode):
             self._add(entry[0], nbytes - entry[1])
             entry[1] = nbytes
         token = t.__dict__.get(_TOKEN)
-        if token is None or token.key != key or token.owner is not self:
-            t.__dict__[_TOKEN] = _Token(self, key)
+        if token is None or token.entry is not entry or token.owner is not self:
+            t.__dict__[_TOKEN] = _Token(self, key, entry)
             entry[2] += 1
 
     def _add(self, device: str, delta: int) -> None:
@@ -139,10 +148,9 @@ class Observer(TorchDispatchMode):
         if stats.current > stats.peak:
             stats.peak = stats.current
 
-    def _release(self, key: int) -> None:
-        entry = self._storages.get(key)
-        if entry is None:
-            return
+    def _release(self, key: int, entry: list[Any]) -> None:
+        if self._storages.get(key) is not entry:
+            return  # that storage's entry is gone (census, or its address was reused)
         entry[2] -= 1
         if entry[2] <= 0:
             del self._storages[key]
