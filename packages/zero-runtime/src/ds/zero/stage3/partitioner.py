@@ -482,6 +482,7 @@ class Stage3Partitioner:
                 shard_of(p).pending.wait()
         self._in_use.clear()
         self.release_all()
+        self.pool.collect()
         if self.swapper is not None:
             self.swapper.discard()  # the optimizer step rewrites the shards
         self.end_trace()

@@ -127,6 +127,12 @@ class BufferPool:
             return
         self._shelve(buf)
 
+    def collect(self) -> None:
+        """Shelve (or free, beyond the budget) the deferred buffers nothing references any more.
+        Run at the end of a backward, so that the pool's idle memory between steps is at most its
+        budget rather than the budget plus whatever autograd held at the last returns."""
+        self._collect()
+
     def _collect(self) -> None:
         if self._deferred:
             still = []
