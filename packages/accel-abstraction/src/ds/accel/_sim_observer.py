@@ -35,7 +35,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 _aten = torch.ops.aten
-_SCALAR = _aten._local_scalar_dense.default
+# Under torch.inference_mode ``item`` reaches the dispatch mode whole instead of as
+# ``_local_scalar_dense`` (no autograd key decomposes it first).
+_SCALAR = (_aten._local_scalar_dense.default, _aten.item.default)
 _COPIES = (_aten._to_copy.default, _aten.copy_.default, _aten.copy.default)
 _TOKEN = "_ds_sim_token"
 _CENSUS_EVERY = 4096
@@ -164,7 +166,7 @@ class Observer(TorchDispatchMode):
     # -- dispatch -------------------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func is _SCALAR:
+        if func in _SCALAR:
             t = args[0]
             if t.device.type != "cpu":
                 self.obs.host_syncs.append(HostSync(str(t.device), _call_site()))

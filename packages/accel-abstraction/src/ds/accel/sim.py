@@ -60,6 +60,20 @@ def active_device() -> SimDevice | None:
     return getattr(_local, "device", None)
 
 
+def _sim_fake_mode() -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class SimFakeTensorMode(FakeTensorMode):  # type: ignore[misc]
+        # No constant propagation: the fake mode keeps the values of small host tensors
+        # (``torch.tensor([0])``) and computes on them for real, so moving one to ``cuda:N``
+        # would run a CUDA kernel on a machine that has none (the fake CUDA runtime says one
+        # is there). Simulated tensors carry no values anyway.
+        def may_turn_const(self, t: torch.Tensor) -> bool:
+            return False
+
+    return SimFakeTensorMode(allow_non_fake_inputs=True)
+
+
 class SimDevice:
     """One simulated rank's device (``cuda:index``), active in this thread while entered.
 
@@ -85,15 +99,13 @@ class SimDevice:
 
     # -- context --------------------------------------------------------------------------------
     def __enter__(self) -> SimDevice:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
         if self._stack is not None:
             raise AcceleratorError(f"simulated device {self.device} is already active")
         stack = contextlib.ExitStack()
         stack.enter_context(fake_cuda_runtime())
         stack.enter_context(autograd_context())
         stack.enter_context(data_follows_device())
-        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        mode = _sim_fake_mode()
         observer = Observer(self.obs, mode)  # replaces the mode's memo (see Observer)
         stack.enter_context(mode)
         stack.enter_context(observer)

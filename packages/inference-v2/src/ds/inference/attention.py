@@ -13,6 +13,7 @@ through bfloat16, divided by ``sqrt(head_dim)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -64,20 +65,33 @@ def _decode(
     v_cache: torch.Tensor,
     tables: torch.Tensor,
     ctx: torch.Tensor,
+    lens: Sequence[int],
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
     alibi: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """``ctx``: each sequence's context length on the device; ``lens``: the same on the host,
+    where the grouping and the gather sizes are decided (no read of device values)."""
     s = q.shape[0]
     if s <= _DECODE_GROUP:
-        return _decode_group(q, k_cache, v_cache, tables, ctx, scale, window, softcap, alibi)
-    order = torch.argsort(ctx)
+        return _decode_group(q, k_cache, v_cache, tables, ctx, lens, scale, window, softcap, alibi)
+    order = sorted(range(s), key=lens.__getitem__)
     out = torch.empty_like(q)
     for a in range(0, s, _DECODE_GROUP):
-        rows = order[a : a + _DECODE_GROUP]
+        picked = order[a : a + _DECODE_GROUP]
+        rows = torch.tensor(picked).to(q.device)
         out[rows] = _decode_group(
-            q[rows], k_cache, v_cache, tables[rows], ctx[rows], scale, window, softcap, alibi
+            q[rows],
+            k_cache,
+            v_cache,
+            tables[rows],
+            ctx[rows],
+            [lens[i] for i in picked],
+            scale,
+            window,
+            softcap,
+            alibi,
         )
     return out
 
@@ -88,6 +102,7 @@ def _decode_group(
     v_cache: torch.Tensor,
     tables: torch.Tensor,
     ctx: torch.Tensor,
+    lens: Sequence[int],
     scale: float,
     window: int | None = None,
     softcap: float | None = None,
@@ -96,9 +111,9 @@ def _decode_group(
     """One query per sequence: gather every sequence's blocks at once, mask the tail."""
     s, h, d = q.shape
     kvh, _, bs, _ = k_cache.shape
-    max_ctx = int(ctx.max())
+    max_ctx = max(lens)
     # With a window only the blocks that can hold visible keys are gathered.
-    first = 0 if window is None else max(0, (int(ctx.min()) - window) // bs)
+    first = 0 if window is None else max(0, (min(lens) - window) // bs)
     nblk = -(-max_ctx // bs) - first
     idx = tables[:, first : first + nblk].long()
     k = k_cache[:, idx].reshape(kvh, s, nblk * bs, d).float()
@@ -201,6 +216,7 @@ def paged_attention(
             v_cache,
             batch.block_tables,
             batch.context_lens,
+            batch.contexts,
             scale,
             window,
             softcap,
@@ -208,11 +224,11 @@ def paged_attention(
         )
     out = torch.empty_like(q)
     qlens = batch.query_lens
-    starts = batch.query_start.tolist()
-    ctxs = batch.context_lens.tolist()
+    starts = batch.starts
+    ctxs = batch.contexts
     decode_rows = [i for i, n in enumerate(qlens) if n == 1]
     if decode_rows:
-        rows = torch.tensor(decode_rows, device=q.device)
+        rows = torch.tensor(decode_rows).to(q.device)
         tok = batch.query_start[rows]
         out[tok] = _decode(
             q[tok],
@@ -220,6 +236,7 @@ def paged_attention(
             v_cache,
             batch.block_tables[rows],
             batch.context_lens[rows],
+            [ctxs[i] for i in decode_rows],
             scale,
             window,
             softcap,

@@ -59,7 +59,9 @@ class QuantizationConfig(_Strict):
 
     scheme: Literal["int8_sym", "int4_sym"] = "int8_sym"
     group_size: int = Field(default=64, ge=2)
-    provider: str = "cpu"
+    # None: the provider named for the engine's device type ("cuda" for cuda:N), so weights are
+    # quantized and dequantized where they live.
+    provider: str | None = None
 
 
 class EngineConfig(_Strict):

@@ -252,7 +252,7 @@ def build_engine(
     if cfg.quantization is not None:
         from ds.inference.quantize import quantized_linear_factory
 
-        linear_factory = quantized_linear_factory(cfg.quantization)
+        linear_factory = quantized_linear_factory(cfg.quantization, cfg.device)
     model = family(model_config, weights, _DTYPES[cfg.dtype], cfg.device, linear_factory)
     # EOS of config.json and generation_config.json together: transformers' generate() stops on
     # the generation config's, which usually repeats (or extends) the model's.

@@ -66,8 +66,9 @@ def load_provider(name: str) -> KernelProvider:
     return provider
 
 
-def quantized_linear_factory(config: QuantizationConfig) -> Any:
-    provider = load_provider(config.provider)
+def quantized_linear_factory(config: QuantizationConfig, device: str | torch.device = "cpu") -> Any:
+    """Quantized linears through ``config.provider``, or the provider of ``device``'s type."""
+    provider = load_provider(config.provider or torch.device(device).type)
 
     def make(weight: torch.Tensor, bias: torch.Tensor | None) -> QuantizedLinear:
         device = weight.device

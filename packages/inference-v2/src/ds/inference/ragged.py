@@ -15,7 +15,9 @@ class RaggedBatch:
     token_ids[T], positions[T] (absolute position in its sequence), token_seq[T] (sequence index),
     slot_mapping[T] (flat cache slot = block * block_size + offset), query_start[S + 1]
     (cumulative query lengths), context_lens[S] (tokens in the cache after this forward),
-    block_tables[S, max_blocks] (int32, padded with 0).
+    block_tables[S, max_blocks] (int32, padded with 0). ``starts`` and ``contexts`` repeat
+    query_start and context_lens as host integers: code that loops over the sequences reads
+    them there, since reading a device tensor's values would stall the device every forward.
     """
 
     token_ids: torch.Tensor
@@ -27,6 +29,8 @@ class RaggedBatch:
     block_tables: torch.Tensor
     query_lens: tuple[int, ...]
     max_context: int
+    starts: tuple[int, ...]
+    contexts: tuple[int, ...]
 
     @property
     def num_tokens(self) -> int:
@@ -82,4 +86,6 @@ def build_ragged_batch(
         block_tables=table.to(device),
         query_lens=tuple(len(x) for x in new_tokens),
         max_context=max(ctx, default=0),
+        starts=tuple(qstart),
+        contexts=tuple(ctx),
     )

@@ -102,6 +102,19 @@ class Sampler:
                 self.generator.seed()
 
     @property
+    def plain_greedy(self) -> bool:
+        """Argmax of the raw logits: no temperature, penalty, bias or grammar. The scheduler
+        takes these tokens for a whole batch at once (one device read per step, not one per
+        request)."""
+        p = self.params
+        return (
+            p.temperature == 0
+            and p.repetition_penalty == 1.0
+            and not (self.presence or self.frequency or self.bias)
+            and self.matcher is None
+        )
+
+    @property
     def grammar_done(self) -> bool:
         return self.matcher is not None and self.matcher.is_terminated()
 

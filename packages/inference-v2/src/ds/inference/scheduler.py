@@ -183,6 +183,7 @@ class ContinuousBatchScheduler:
             return {}
         rows = self._forward(plan)
         self.forwards += 1
+        greedy = _greedy_tokens(plan, rows)
         out: dict[int, list[int]] = {}
         for (req, n), logits in zip(plan, rows):
             if logits is None:
@@ -191,7 +192,9 @@ class ContinuousBatchScheduler:
             if req.pending:
                 continue  # mid-prompt chunk: its logits are not needed
             try:
-                token = req.sampler(logits, req.tokens, req.generated)
+                token = greedy.get(req.uid)
+                if token is None:
+                    token = req.sampler(logits, req.tokens, req.generated)
                 k = option(req.params, "logprobs")
                 if k is not None:
                     req.logprobs.append(top_logprobs(logits, token, k))
@@ -357,3 +360,21 @@ class ContinuousBatchScheduler:
             piece += req.detok.finish()
         req.text += piece
         req.last_text = piece
+
+
+def _greedy_tokens(
+    plan: list[tuple[Request, int]], rows: list[torch.Tensor | None]
+) -> dict[int, int]:
+    """The tokens of the plain-greedy requests that sample this step, read from the device in
+    one transfer: the argmax of each row (as the sampler takes it), stacked."""
+    picked = [
+        (req.uid, logits)
+        for (req, n), logits in zip(plan, rows)
+        if logits is not None
+        and req.fed + n >= len(req.tokens)  # the chunk ends the known tokens: it samples
+        and req.sampler.plain_greedy
+    ]
+    if len(picked) < 2:
+        return {}
+    tokens = torch.stack([row for _, row in picked]).argmax(dim=-1).tolist()
+    return {uid: int(t) for (uid, _), t in zip(picked, tokens)}

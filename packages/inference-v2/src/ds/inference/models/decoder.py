@@ -90,7 +90,7 @@ class RaggedDecoder:
         if self.rotary is None:
             return None
         return self.rotary.cos_sin(
-            batch.positions, dtype, batch.context_lens.tolist(), batch.token_seq
+            batch.positions, dtype, list(batch.contexts), batch.token_seq
         )
 
     def attend(
