@@ -52,7 +52,12 @@ def test_export_loads_with_from_pretrained(tmp_path, to: str, capsys) -> None:
         ]
     )
     assert rc == 0
-    assert "exported" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "exported" in printed.out
+    # Not a terminal: progress as a line per tenth of the tensors, ending at the total.
+    lines = [x for x in printed.err.splitlines() if x.startswith("export: ")]
+    total = len(model.state_dict())
+    assert 2 <= len(lines) <= 11 and lines[-1] == f"export: {total}/{total} tensors", lines
     loaded = transformers.GPT2LMHeadModel.from_pretrained(str(out))
     for k, v in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[k], v), k
