@@ -40,6 +40,8 @@ def config(stage: int, offload: bool) -> dict:
         "train_micro_batch_size_per_gpu": MICRO,
         "gradient_accumulation_steps": 1,
         "steps_per_print": 10**6,
+        # No clipping, as the DDP rows do none (DeepSpeed's and ds's default clips at 1.0).
+        "gradient_clipping": 0.0,
         "optimizer": {
             "type": "AdamW",
             "params": {"lr": 1e-4, "weight_decay": 0.01, "torch_adam": not offload},
