@@ -11,6 +11,7 @@ through the Communicator, every rank creating every group in the same order.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,10 @@ def expert_layout(world: int, ep_size: int) -> tuple[list[tuple[int, ...]], list
     return ep, edp
 
 
-_cache: dict[tuple[int, int], ExpertGroups] = {}
+# (id(comm), ep_size) -> (a weak reference to that comm, its groups). An id is reused once its
+# object is gone, so a hit counts only when the reference still points at the same comm: a
+# later communicator (a new world) at a recycled address must not get the old world's groups.
+_cache: dict[tuple[int, int], tuple[Any, ExpertGroups]] = {}
 
 
 def expert_groups(comm: Any, ep_size: int) -> ExpertGroups:
@@ -52,14 +56,14 @@ def expert_groups(comm: Any, ep_size: int) -> ExpertGroups:
     world = int(comm.get_world_size()) if distributed else 1
     key = (id(comm) if distributed else 0, ep_size)
     found = _cache.get(key)
-    if found is not None:
-        return found
+    if found is not None and found[0]() is (comm if distributed else None):
+        return found[1]
     ep_layout, edp_layout = expert_layout(world, ep_size)
     rank = int(comm.get_rank()) if distributed else 0
     name = f"ep_size_{ep_size}"
     if not distributed:
         groups = ExpertGroups(ep_size, None, (0,), 0, ReplicaGroup(name, None, (0,)))
-        _cache[key] = groups
+        _cache[key] = (_no_comm, groups)
         return groups
     mine: dict[str, Any] = {}
     for kind, layout in (("ep", ep_layout), ("edp", edp_layout)):
@@ -76,14 +80,18 @@ def expert_groups(comm: Any, ep_size: int) -> ExpertGroups:
         ep_ranks.index(rank),
         ReplicaGroup(name, edp_handle, edp_ranks),
     )
-    _cache[key] = groups
+    _cache[key] = (weakref.ref(comm), groups)
     return groups
+
+
+def _no_comm() -> None:
+    return None
 
 
 def created(group_name: str) -> ExpertGroups | None:
     """This process's groups named ``group_name`` (``ep_size_<E>``) if a layer created them."""
-    for groups in _cache.values():
-        if groups.name == group_name:
+    for ref, groups in _cache.values():
+        if groups.name == group_name and (ref is _no_comm or ref() is not None):
             return groups
     return None
 
