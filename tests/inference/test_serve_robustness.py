@@ -252,7 +252,8 @@ BAD_COMPLETIONS: list[tuple[dict[str, Any], int, str | None, str]] = [
     ({"prompt": "x", "min_p": 2}, 400, "min_p", ""),
     ({"prompt": "x", "stream": "yes"}, 400, "stream", ""),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options", ""),
-    ({"prompt": "x", "echo": True, "logprobs": 1}, 400, "echo", ""),
+    ({"prompt": "x", "echo": "yes", "logprobs": 1}, 400, "echo", ""),
+    ({"prompt": "x", "max_tokens": 0, "logprobs": 1}, 400, "max_tokens", ""),
     ({"prompt": "x", "response_format": {"type": "xml"}}, 400, "response_format", ""),
     ({"prompt": "x", "model": "gpt-4"}, 404, "model", "gpt-4"),
 ]
@@ -511,6 +512,27 @@ def test_sampling_parameters_take_effect(server: Server, hf: Any) -> None:
     # echo returns the prompt before the completion.
     echo = server.complete(**base, echo=True)["choices"][0]
     assert echo["text"].startswith("quick brown") and echo["token_ids"] == plain
+
+    # echo + logprobs scores the prompt: its first token null, the rest as transformers gives;
+    # max_tokens 0 scores without generating (how evaluation harnesses use it).
+    with torch.no_grad():
+        full = torch.log_softmax(model(torch.tensor([prompt])).logits[0].float(), -1)
+    scored = server.complete(**{**base, "max_tokens": 0}, echo=True, logprobs=2)["choices"][0]
+    assert scored["text"] == "quick brown" and scored["token_ids"] == []
+    slp = scored["logprobs"]
+    assert slp["token_logprobs"][0] is None and slp["top_logprobs"][0] is None
+    assert len(slp["token_logprobs"]) == len(prompt) and slp["text_offset"][0] == 0
+    for i, got in enumerate(slp["token_logprobs"][1:]):
+        assert math.isclose(got, float(full[i, prompt[i + 1]]), abs_tol=1e-4)
+    both = server.complete(**base, echo=True, logprobs=1)["choices"][0]
+    assert both["token_ids"] == plain and both["text"].startswith("quick brown")
+    assert both["logprobs"]["token_logprobs"][: len(prompt)] == slp["token_logprobs"]
+    assert len(both["logprobs"]["tokens"]) == len(prompt) + 12
+    # Streamed, the echo chunk carries the prompt's scores; the texts and scores are the same.
+    chunks = server.stream("/v1/completions", {**base, "echo": True, "logprobs": 1})
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    lps = [v for c in chunks if c["choices"] for v in c["choices"][0]["logprobs"]["token_logprobs"]]
+    assert text == both["text"] and lps == both["logprobs"]["token_logprobs"]
 
     # n > 1: n choices; choice 0 is what n=1 gives with the same seed.
     sampled = {**base, "temperature": 1.0, "seed": 11}

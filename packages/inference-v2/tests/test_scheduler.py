@@ -20,13 +20,13 @@ def test_splitfuse_packs_decodes_and_chunks_under_budget(tiny_dirs: dict[str, Pa
     sched = ContinuousBatchScheduler(engine)
     assert isinstance(sched, Scheduler)
     seen: list[list[tuple[int, int]]] = []
-    orig = engine.put
+    orig = engine.put_logits
 
-    def spy(uids: Any, tokens: Any) -> torch.Tensor:
+    def spy(uids: Any, tokens: Any, flags: Any = None) -> Any:
         seen.append([(u, len(t)) for u, t in zip(uids, tokens)])
-        return orig(uids, tokens)
+        return orig(uids, tokens, flags)
 
-    engine.put = spy  # type: ignore[method-assign]
+    engine.put_logits = spy  # type: ignore[method-assign]
     sched.add_request(0, list(range(10)), SamplingParams(max_new_tokens=8))
     sched.add_request(1, list(range(200)), SamplingParams(max_new_tokens=3))
     while sched.has_unfinished():

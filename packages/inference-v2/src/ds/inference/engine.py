@@ -13,7 +13,7 @@ from ds.inference.allocator import BlockAllocator
 from ds.inference.config import EngineConfig
 from ds.inference.kv_cache import KVCache, bytes_per_block, resolve_num_blocks
 from ds.inference.models.loader import family_for, from_module, read_config, read_weights
-from ds.inference.ragged import build_ragged_batch
+from ds.inference.ragged import build_ragged_batch, logit_layout
 from ds.inference.state import StateManager
 from ds.interfaces.errors import InferenceError
 from ds.interfaces.inference import Capacity
@@ -78,7 +78,21 @@ class InferenceEngineV2:
         All-or-nothing: when the batch or the cache cannot take the request, InferenceError is
         raised and no sequence changes.
         """
+        return self.put_logits(uids, tokens)[0]
+
+    def put_logits(
+        self,
+        uids: Sequence[int],
+        tokens: Sequence[Sequence[int]],
+        all_logits: Sequence[bool] | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """:meth:`put`, and for each sequence flagged in ``all_logits`` the logits of every one
+        of its new tokens [n_i, V] (row j predicts the token after new token j); None for the
+        sequences not flagged. Only flagged sequences pay for the extra rows of the LM head.
+        """
         self._validate(uids, tokens)
+        if all_logits is not None and len(all_logits) != len(uids):
+            raise InferenceError(f"put got {len(uids)} uids but {len(all_logits)} logit flags")
         sm = self.state
         need = 0
         new = 0
@@ -112,12 +126,19 @@ class InferenceEngineV2:
             [s.blocks for s in seqs],
             self.block_size,
             self.config.device,
+            all_logits,
         )
         with torch.inference_mode():
             logits: torch.Tensor = self.model.forward(batch, self.cache)
         for seq, toks in zip(seqs, tokens):
             sm.commit(seq, toks)
-        return logits
+        if batch.logit_rows is None:
+            return logits, [None] * len(uids)
+        assert all_logits is not None
+        layout = logit_layout(batch.query_lens, all_logits)
+        last = torch.tensor([a + n - 1 for a, n in layout], device=logits.device)
+        full = [logits[a : a + n] if f else None for (a, n), f in zip(layout, all_logits)]
+        return logits[last], full
 
     def query(self, uid: int, max_request_tokens: int, max_request_blocks: int) -> tuple[int, int]:
         """How many of ``max_request_tokens`` new tokens ``uid`` can take now, and the blocks

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ds.inference.engine import InferenceEngineV2
+from ds.inference.sampling import option
 from ds.inference.scheduler import ContinuousBatchScheduler
 from ds.inference.tokenizer import TextCodec
 from ds.interfaces.errors import DsError
@@ -29,14 +30,19 @@ from ds.interfaces.logging import get_logger
 log = get_logger(__name__)
 
 
+LogProb = tuple[float, list[tuple[int, float]]]
+
+
 @dataclass(frozen=True)
 class TokenEvent:
-    token: int
+    token: int | None  # None: the request ended without a new token (max_tokens 0)
     text: str  # text this token released (stop strings and partial characters held back)
     finish_reason: str | None
-    logprob: tuple[float, list[tuple[int, float]]] | None = None
+    logprob: LogProb | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # On a request's first event when prompt logprobs were asked for: prompt tokens 1.. scored
+    prompt_logprobs: list[LogProb] | None = None
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ class EngineLoop:
         for uid, d in zip(sub.uids, sub.deliver):
             self._live[uid] = _Live(d, now)
 
-    def _on_token(self, uid: int, token: int, finished: bool) -> None:
+    def _on_token(self, uid: int, token: int | None, finished: bool) -> None:
         req = self.scheduler.request(uid)
         live = self._live.get(uid)
         if req is None or live is None:
@@ -159,17 +165,23 @@ class EngineLoop:
                 self.metrics.ttft.observe(now - live.arrived)
             else:
                 self.metrics.tpot.observe(now - live.last)
-            self.metrics.generation_tokens.inc()
+            if token is not None:
+                self.metrics.generation_tokens.inc()
             if finished and req.finish_reason:
                 self.metrics.finished(req.finish_reason)
+        first = live.last is None
         live.last = now
+        scored = None
+        if first and option(req.params, "prompt_logprobs") is not None:
+            scored = list(req.prompt_logprobs)
         event = TokenEvent(
             token,
-            req.last_text,
+            req.last_text if token is not None else "",
             req.finish_reason if finished else None,
-            req.logprobs[-1] if req.logprobs else None,
+            req.logprobs[-1] if req.logprobs and token is not None else None,
             len(req.prompt),
             req.cached_prefix,
+            scored,
         )
         self._send(uid, event)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ds.inference.config import EngineConfig
 from ds.inference.engine import InferenceEngineV2, build_engine
+from ds.inference.sampling import option
 from ds.inference.scheduler import ContinuousBatchScheduler, TokenCallback
 from ds.interfaces.errors import InferenceError
 from ds.interfaces.inference import SamplingParams
@@ -21,6 +22,8 @@ class GenerationResult:
     finish_reason: str
     cached_prefix_tokens: int = 0
     text: str | None = None
+    # With SamplingOptions.prompt_logprobs: (logprob, top alternatives) of prompt tokens 1..
+    prompt_logprobs: list[tuple[float, list[tuple[int, float]]]] | None = None
 
 
 def generate(
@@ -35,7 +38,8 @@ def generate(
     """Generate for every prompt (token ids); results in prompt order.
 
     ``model`` is an engine, a Hugging Face directory or an in-memory ``transformers`` model.
-    ``on_token(index, token, finished)`` streams tokens as they are produced. With
+    ``on_token(index, token, finished)`` streams tokens as they are produced (token None: a
+    prompt scored with ``max_new_tokens=0`` ended). With
     ``stop_at_eos`` a request ends at the model's EOS token (config.json and
     generation_config.json), as ``ds serve`` does; off by default, so that exactly
     ``max_new_tokens`` come back. A request that fails raises InferenceError after all others
@@ -58,7 +62,7 @@ def generate(
         uid, req = min(sched.failed.items())
         raise InferenceError(f"prompt {uid - base} failed: {req.error}")
     out = []
-    for i in range(len(prompts)):
+    for i, p in enumerate(plist):
         req = sched.finished[base + i]
         text = req.text if decode is not None else None
         out.append(
@@ -68,6 +72,7 @@ def generate(
                 req.finish_reason or "length",
                 req.cached_prefix,
                 text,
+                list(req.prompt_logprobs) if option(p, "prompt_logprobs") is not None else None,
             )
         )
     return out

@@ -268,9 +268,25 @@ def parse(
             raise bad_request("stream_options", "expected an object")
         include_usage = _bool(so, "include_usage")
 
+    logprobs: int | None
+    if chat:
+        want = _bool(body, "logprobs")
+        top = _int(body, "top_logprobs", None, 0, _MAX_LOGPROBS)
+        if top is not None and not want:
+            raise bad_request("top_logprobs", "requires 'logprobs': true")
+        logprobs = (top or 0) if want else None
+        echo = False
+    else:
+        logprobs = _int(body, "logprobs", None, 0, _MAX_LOGPROBS)
+        echo = _bool(body, "echo")
+    # echo + logprobs scores the prompt too (OpenAI's legacy completions); then max_tokens may be
+    # 0, which scores the prompt and generates nothing (how evaluation harnesses use it).
+    score_prompt = echo and logprobs is not None
+    least = 0 if score_prompt else 1
+
     # Output length: OpenAI's defaults (16 for completions, the rest of the context for chat).
     room = limits.max_context - len(prompt)
-    if room < 1:
+    if room < least:
         raise APIError(
             400,
             f"This model's maximum context length is {limits.max_context} tokens. However, your "
@@ -282,7 +298,7 @@ def parse(
     key = "max_tokens"
     if chat and body.get("max_completion_tokens") is not None:
         key = "max_completion_tokens"
-    max_tokens = _int(body, key, None, 1, None)
+    max_tokens = _int(body, key, None, least, None)
     if max_tokens is None:
         max_tokens = min(room, limits.cache_tokens - len(prompt)) if chat else min(16, room)
     if len(prompt) + max_tokens > limits.max_context:
@@ -310,21 +326,6 @@ def parse(
     if seed is not None and not _is_int(seed):
         raise bad_request("seed", f"expected an integer, got {json.dumps(seed)}")
     top_k = _int(body, "top_k", 0, -1, None)
-    logprobs: int | None
-    if chat:
-        want = _bool(body, "logprobs")
-        top = _int(body, "top_logprobs", None, 0, _MAX_LOGPROBS)
-        if top is not None and not want:
-            raise bad_request("top_logprobs", "requires 'logprobs': true")
-        logprobs = (top or 0) if want else None
-        echo = False
-    else:
-        logprobs = _int(body, "logprobs", None, 0, _MAX_LOGPROBS)
-        echo = _bool(body, "echo")
-        if echo and logprobs is not None:
-            raise bad_request(
-                "echo", "echo together with logprobs (prompt logprobs) is not supported"
-            )
     base = SamplingOptions(
         max_new_tokens=max_tokens,
         temperature=_num(body, "temperature", 1.0, 0.0, 100.0),
@@ -340,6 +341,7 @@ def parse(
         logit_bias=_logit_bias(body, vocab),
         ignore_eos=_bool(body, "ignore_eos"),
         logprobs=logprobs,
+        prompt_logprobs=logprobs if score_prompt else None,
         grammar=_response_format(body, grammar),
     )
     if base.top_p == 0:

@@ -18,6 +18,10 @@ class RaggedBatch:
     block_tables[S, max_blocks] (int32, padded with 0). ``starts`` and ``contexts`` repeat
     query_start and context_lens as host integers: code that loops over the sequences reads
     them there, since reading a device tensor's values would stall the device every forward.
+
+    ``logit_rows`` names the token rows the forward returns logits for; None means each
+    sequence's last token. It is set only when some sequence asks for the logits of all its new
+    tokens (prompt logprobs), so that plain batches project no more rows than they sample from.
     """
 
     token_ids: torch.Tensor
@@ -31,6 +35,7 @@ class RaggedBatch:
     max_context: int
     starts: tuple[int, ...]
     contexts: tuple[int, ...]
+    logit_rows: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -51,8 +56,13 @@ def build_ragged_batch(
     blocks: Sequence[Sequence[int]],
     block_size: int,
     device: torch.device | str = "cpu",
+    all_logits: Sequence[bool] | None = None,
 ) -> RaggedBatch:
-    """Pack sequences' new tokens; ``seen[i]`` tokens of sequence i are already cached."""
+    """Pack sequences' new tokens; ``seen[i]`` tokens of sequence i are already cached.
+
+    ``all_logits[i]``: the forward returns logits for every new token of sequence i, not only
+    its last (rows in batch order, see :func:`logit_layout`).
+    """
     ids: list[int] = []
     pos: list[int] = []
     tseq: list[int] = []
@@ -76,6 +86,13 @@ def build_ragged_batch(
     def t(x: list[int]) -> torch.Tensor:
         return torch.tensor(x, dtype=torch.long, device=device)
 
+    rows = None
+    if all_logits is not None and any(all_logits):
+        picked: list[int] = []
+        for i, flag in enumerate(all_logits):
+            picked.extend(range(qstart[i], qstart[i + 1]) if flag else [qstart[i + 1] - 1])
+        rows = t(picked)
+
     return RaggedBatch(
         token_ids=t(ids),
         positions=t(pos),
@@ -88,4 +105,17 @@ def build_ragged_batch(
         max_context=max(ctx, default=0),
         starts=tuple(qstart),
         contexts=tuple(ctx),
+        logit_rows=rows,
     )
+
+
+def logit_layout(query_lens: Sequence[int], all_logits: Sequence[bool]) -> list[tuple[int, int]]:
+    """(first, count) of each sequence's rows in the logits a forward with ``logit_rows``
+    returns: all its new tokens where flagged, else its last token alone."""
+    out = []
+    at = 0
+    for n, flag in zip(query_lens, all_logits):
+        rows = n if flag else 1
+        out.append((at, rows))
+        at += rows
+    return out

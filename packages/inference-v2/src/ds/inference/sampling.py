@@ -31,6 +31,9 @@ class SamplingOptions(SamplingParams):
     logit_bias: tuple[tuple[int, float], ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None  # None: no logprobs; k >= 0: the sampled token's plus top k
+    # None: none; k >= 0: each prompt token's logprob (from the second on) plus the top k there.
+    # With it set, max_new_tokens may be 0: score the prompt, generate nothing.
+    prompt_logprobs: int | None = None
     # A compiled grammar (ds.inference.grammar.CompiledGrammar) constraining the output.
     grammar: Any = None
 
@@ -46,8 +49,12 @@ def fold_seed(seed: int) -> int:
 
 def validate(params: SamplingParams) -> None:
     problems = []
-    if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < 1:
-        problems.append(f"max_new_tokens={params.max_new_tokens!r} (must be an integer >= 1)")
+    least = 0 if option(params, "prompt_logprobs") is not None else 1
+    if not isinstance(params.max_new_tokens, int) or params.max_new_tokens < least:
+        problems.append(
+            f"max_new_tokens={params.max_new_tokens!r} (must be an integer >= {least}; 0 only "
+            "with prompt_logprobs)"
+        )
     # Written as "not (ok)" so NaN, which fails every comparison, is refused too; infinity is
     # refused where it would divide the logits into NaN or zero.
     if not (0 <= params.temperature < math.inf):
@@ -74,9 +81,10 @@ def validate(params: SamplingParams) -> None:
     for token, bias in option(params, "logit_bias"):
         if not (-100 <= bias <= 100):
             problems.append(f"logit_bias[{token}]={bias} (must be in [-100, 100])")
-    k = option(params, "logprobs")
-    if k is not None and not (0 <= k <= 20):
-        problems.append(f"logprobs={k} (must be in [0, 20])")
+    for name in ("logprobs", "prompt_logprobs"):
+        k = option(params, name)
+        if k is not None and not (0 <= k <= 20):
+            problems.append(f"{name}={k} (must be in [0, 20])")
     if problems:
         raise ConfigError("invalid sampling parameters: " + "; ".join(problems))
 
@@ -179,3 +187,17 @@ def top_logprobs(logits: torch.Tensor, token: int, k: int) -> tuple[float, list[
         values, ids = torch.topk(lp, min(k, lp.numel()))
         top = [(int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist())]
     return float(lp[token]), top
+
+
+def token_logprobs(
+    logits: torch.Tensor, targets: Sequence[int], k: int
+) -> list[tuple[float, list[tuple[int, float]]]]:
+    """:func:`top_logprobs` for many rows at once: row i of ``logits`` [n, V] scores
+    ``targets[i]``. One log-softmax and one top-k over the rows, one read from the device."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    idx = torch.tensor(list(targets), dtype=torch.long, device=lp.device)
+    chosen = lp.gather(1, idx[:, None])[:, 0].tolist()
+    if k <= 0:
+        return [(v, []) for v in chosen]
+    values, ids = torch.topk(lp, min(k, lp.shape[-1]), dim=-1)
+    return [(v, list(zip(i, t))) for v, i, t in zip(chosen, ids.tolist(), values.tolist())]

@@ -22,15 +22,16 @@ import torch
 from ds.inference.config import SchedulerConfig
 from ds.inference.detokenize import IncrementalText
 from ds.inference.engine import InferenceEngineV2
-from ds.inference.sampling import Sampler, option, top_logprobs
+from ds.inference.sampling import Sampler, option, token_logprobs, top_logprobs
 from ds.interfaces.errors import InferenceError
 from ds.interfaces.inference import SamplingParams
 from ds.interfaces.logging import get_logger
 
 log = get_logger(__name__)
 
-# on_token(uid, token, finished)
-TokenCallback = Callable[[int, int, bool], None]
+# on_token(uid, token, finished); token None: the request ended without a new token (a prompt
+# scored with max_new_tokens == 0)
+TokenCallback = Callable[[int, int | None, bool], None]
 # on_error(uid, message): the request ended with finish_reason "error"
 ErrorCallback = Callable[[int, str], None]
 
@@ -53,6 +54,9 @@ class Request:
     last_text: str = ""  # the part of ``text`` the latest token released
     # (logprob of each generated token, its top alternatives) when params.logprobs is set
     logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
+    # (logprob, top alternatives) of prompt token i + 1 at index i when params.prompt_logprobs
+    # is set (the first prompt token has nothing before it to be scored on)
+    prompt_logprobs: list[tuple[float, list[tuple[int, float]]]] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -62,6 +66,13 @@ class Request:
     @property
     def pending(self) -> int:
         return len(self.prompt) + len(self.generated) - self.fed
+
+    @property
+    def needs_prompt_logits(self) -> bool:
+        """Prompt logprobs are asked for and not all collected yet (a preemption keeps those
+        already collected)."""
+        k = option(self.params, "prompt_logprobs")
+        return k is not None and len(self.prompt_logprobs) < len(self.prompt) - 1
 
 
 class ContinuousBatchScheduler:
@@ -181,16 +192,23 @@ class ContinuousBatchScheduler:
                     "chunk; enlarge kv_cache.num_blocks or lower scheduler.token_budget",
                 )
             return {}
-        rows = self._forward(plan)
+        rows, full = self._forward(plan)
         self.forwards += 1
         greedy = _greedy_tokens(plan, rows)
         out: dict[int, list[int]] = {}
-        for (req, n), logits in zip(plan, rows):
+        for (req, n), logits, chunk_logits in zip(plan, rows, full):
             if logits is None:
                 continue  # failed alone in _forward
+            if chunk_logits is not None and not self._collect_prompt_logprobs(req, chunk_logits):
+                continue
             req.fed += n
             if req.pending:
                 continue  # mid-prompt chunk: its logits are not needed
+            if req.params.max_new_tokens == 0:  # prompt scoring: nothing to generate
+                req.finish_reason = "length"
+                if req.callback is not None:
+                    req.callback(req.uid, None, True)
+                continue
             try:
                 token = greedy.get(req.uid)
                 if token is None:
@@ -214,8 +232,11 @@ class ContinuousBatchScheduler:
         return out
 
     # -- internals ----------------------------------------------------------------------------
-    def _forward(self, plan: list[tuple[Request, int]]) -> list[torch.Tensor | None]:
-        """Last-token logits per planned request; None for a request that failed.
+    def _forward(
+        self, plan: list[tuple[Request, int]]
+    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """Last-token logits per planned request (None for a request that failed), and the
+        logits of every chunk token for requests that collect prompt logprobs.
 
         A failed batched forward is retried one sequence at a time, so the sequence that caused
         it fails alone and the others get their logits (the ragged batch makes each sequence's
@@ -223,22 +244,45 @@ class ContinuousBatchScheduler:
         """
         uids = [r.uid for r, _ in plan]
         chunks = [r.tokens[r.fed : r.fed + n] for r, n in plan]
+        flags = [r.needs_prompt_logits for r, _ in plan]
         try:
-            logits = self.engine.put(uids, chunks)
-            return [logits[i] for i in range(len(plan))]
+            logits, full = self.engine.put_logits(uids, chunks, flags)
+            return [logits[i] for i in range(len(plan))], full
         except Exception as exc:
             if len(plan) == 1:
                 self._fail(plan[0][0], str(exc))
-                return [None]
+                return [None], [None]
             log.warning("batched forward failed; retrying one sequence at a time", error=str(exc))
         rows: list[torch.Tensor | None] = []
-        for (req, _), uid, chunk in zip(plan, uids, chunks):
+        fulls: list[torch.Tensor | None] = []
+        for (req, _), uid, chunk, flag in zip(plan, uids, chunks, flags):
             try:
-                rows.append(self.engine.put([uid], [chunk])[0])
+                logits, full = self.engine.put_logits([uid], [chunk], [flag])
+                rows.append(logits[0])
+                fulls.append(full[0])
             except Exception as exc:
                 self._fail(req, str(exc))
                 rows.append(None)
-        return rows
+                fulls.append(None)
+        return rows, fulls
+
+    def _collect_prompt_logprobs(self, req: Request, chunk_logits: torch.Tensor) -> bool:
+        """Score the prompt tokens this chunk's logits predict (row j predicts the token after
+        position ``req.fed + j``); positions scored before a preemption are skipped. False when
+        scoring failed and the request ended."""
+        first = len(req.prompt_logprobs) - req.fed  # the row predicting the next unscored token
+        stop = min(chunk_logits.shape[0], len(req.prompt) - 1 - req.fed)
+        if first < 0 or first >= stop:
+            return True
+        start = req.fed + first + 1
+        targets = req.prompt[start : start + stop - first]
+        try:
+            k = option(req.params, "prompt_logprobs")
+            req.prompt_logprobs.extend(token_logprobs(chunk_logits[first:stop], targets, k))
+        except Exception as exc:  # numerics of this request's logits: it ends alone
+            self._fail(req, f"prompt logprobs failed: {exc}")
+            return False
+        return True
 
     def _fail(self, req: Request, message: str) -> None:
         log.warning("request failed", uid=req.uid, error=message)
@@ -263,7 +307,8 @@ class ContinuousBatchScheduler:
             if len(self.running) >= self.max_seqs:
                 return
             parent = self._live.get(req.share_from) if req.share_from is not None else None
-            if parent is not None and req.fed == 0 and parent.fed < len(parent.prompt):
+            waits = parent is not None and req.fed == 0 and parent.fed < len(parent.prompt)
+            if waits and not req.needs_prompt_logits:
                 continue  # wait for the sibling's prompt to be cached, then share its blocks
             first = min(req.pending, self.budget) if self.config.chunked_prefill else req.pending
             need = -(-min(first, self.budget) // self.engine.block_size)
@@ -272,9 +317,14 @@ class ContinuousBatchScheduler:
             self.waiting.remove(req)
             if req.fed == 0:
                 hit = 0
-                if parent is not None and parent.uid in self.engine.state:
+                # Cached blocks hold KV, not logits: a prompt served from them would leave its
+                # tokens unscored. A request collecting prompt logprobs computes its whole prompt
+                # (recomputing a hit costs the same as not taking it, and needs no second path);
+                # its blocks still go into the prefix cache for others.
+                reuse = not req.needs_prompt_logits
+                if reuse and parent is not None and parent.uid in self.engine.state:
                     hit = self.engine.share_prefix(parent.uid, req.uid, req.prompt)
-                if not hit and self.engine.config.prefix_caching:
+                if reuse and not hit and self.engine.config.prefix_caching:
                     hit = self.engine.match_prefix(req.uid, req.tokens)
                 req.fed = hit
                 if not req.preemptions:

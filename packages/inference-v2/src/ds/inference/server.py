@@ -23,7 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ds.inference.engine import InferenceEngineV2
-from ds.inference.engine_loop import EngineLoop, ErrorEvent, Event, TokenEvent
+from ds.inference.engine_loop import EngineLoop, ErrorEvent, Event, LogProb, TokenEvent
 from ds.inference.metrics import ServerMetrics
 from ds.inference.openai_errors import APIError, install_handlers
 from ds.inference.protocol import Limits, ParsedRequest, parse
@@ -35,14 +35,21 @@ __all__ = ["EngineLoop", "create_app"]
 log = get_logger(__name__)
 
 
+# (token, its logprob, top alternatives); logprob and alternatives are None for the first
+# prompt token of an echo, which nothing before it scores
+_Entry = tuple[int, float | None, list[tuple[int, float]] | None]
+
+
 @dataclass
 class _Choice:
     index: int
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     finish_reason: str | None = None
-    logprobs: list[tuple[int, float, list[tuple[int, float]]]] = field(default_factory=list)
+    logprobs: list[_Entry] = field(default_factory=list)
     cached: int = 0
+    prompt_logprobs: list[LogProb] | None = None  # echo + logprobs: prompt tokens 1.. scored
+    echo_length: int = 0  # text offset where generated tokens start (streamed echo + logprobs)
 
 
 def _grammar_factory(engine: InferenceEngineV2, codec: TextCodec) -> Callable[..., Any] | None:
@@ -129,8 +136,7 @@ def create_app(
                 400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
             ) from exc
 
-    def logprobs_json(chat: bool, c: _Choice, start: int, offset: int) -> Any:
-        entries = c.logprobs[start:]
+    def logprobs_json(chat: bool, entries: list[_Entry], offset: int) -> Any:
         if chat:
             content = []
             for tok, lp, top in entries:
@@ -146,7 +152,7 @@ def create_app(
                                 "logprob": v,
                                 "bytes": list(codec.token_text(t).encode()),
                             }
-                            for t, v in top
+                            for t, v in top or ()
                         ],
                     }
                 )
@@ -159,12 +165,23 @@ def create_app(
         return {
             "tokens": texts,
             "token_logprobs": [lp for _, lp, _ in entries],
+            # The first prompt token has no logprob and no alternatives (null), as in OpenAI's.
             "top_logprobs": [
-                {codec.token_text(tok): lp, **{codec.token_text(t): v for t, v in top}}
+                None
+                if lp is None
+                else {codec.token_text(tok): lp, **{codec.token_text(t): v for t, v in top or ()}}
                 for tok, lp, top in entries
             ],
             "text_offset": offsets,
         }
+
+    def prompt_entries(req: ParsedRequest, scored: list[LogProb] | None) -> list[_Entry]:
+        """The echoed prompt's logprob entries: its first token unscored, the rest scored."""
+        first: _Entry = (req.prompt[0], None, None)
+        return [first] + [(t, lp, top) for t, (lp, top) in zip(req.prompt[1:], scored or ())]
+
+    def text_length(entries: list[_Entry]) -> int:
+        return sum(len(codec.token_text(tok)) for tok, _, _ in entries)
 
     def usage(req: ParsedRequest, choices: list[_Choice]) -> dict[str, Any]:
         done = sum(len(c.tokens) for c in choices)
@@ -190,10 +207,14 @@ def create_app(
         return uids, q
 
     def apply(c: _Choice, ev: TokenEvent) -> None:
-        c.tokens.append(ev.token)
         c.text += ev.text
         c.finish_reason = ev.finish_reason
         c.cached = ev.cached_tokens
+        if ev.prompt_logprobs is not None:
+            c.prompt_logprobs = ev.prompt_logprobs
+        if ev.token is None:
+            return
+        c.tokens.append(ev.token)
         if ev.logprob is not None:
             c.logprobs.append((ev.token, ev.logprob[0], ev.logprob[1]))
 
@@ -257,7 +278,12 @@ def create_app(
                 "finish_reason": c.finish_reason,
                 "token_ids": c.tokens,
             }
-            lp = logprobs_json(req.chat, c, 0, 0) if req.logprobs is not None else None
+            lp = None
+            if req.logprobs is not None:
+                entries = c.logprobs
+                if req.echo:  # the echoed prompt's entries first, offsets over the whole text
+                    entries = prompt_entries(req, c.prompt_logprobs) + entries
+                lp = logprobs_json(req.chat, entries, 0)
             if req.chat:
                 item["message"] = {"role": "assistant", "content": text}
                 item["logprobs"] = lp
@@ -312,7 +338,7 @@ def create_app(
                         for i in range(len(uids))
                     ]
                 )
-            elif req.echo:
+            elif req.echo and req.logprobs is None:
                 yield chunk(
                     [
                         {
@@ -334,18 +360,32 @@ def create_app(
                 c = choices[i]
                 before = len(c.logprobs)
                 apply(c, ev)
-                lp = (
-                    logprobs_json(req.chat, c, before, len(c.text) - len(ev.text))
-                    if req.logprobs is not None
-                    else None
-                )
+                if ev.prompt_logprobs is not None and req.echo:
+                    # The echo waits for the prompt's scores, which come with the first event.
+                    entries = prompt_entries(req, c.prompt_logprobs)
+                    c.echo_length = text_length(entries)
+                    yield chunk(
+                        [
+                            {
+                                "index": i,
+                                "text": prompt_text(req),
+                                "logprobs": logprobs_json(False, entries, 0),
+                                "finish_reason": None,
+                                "token_ids": [],
+                            }
+                        ]
+                    )
+                lp = None
+                if req.logprobs is not None:
+                    base = c.echo_length + len(c.text) - len(ev.text)
+                    lp = logprobs_json(req.chat, c.logprobs[before:], base)
                 item: dict[str, Any] = {"index": i, "finish_reason": ev.finish_reason}
                 if req.chat:
                     item["delta"] = {"content": ev.text}
                 else:
                     item["text"] = ev.text
                 item["logprobs"] = lp
-                item["token_ids"] = [ev.token]
+                item["token_ids"] = [] if ev.token is None else [ev.token]
                 yield chunk([item])
                 if ev.finish_reason is not None:
                     left.discard(i)

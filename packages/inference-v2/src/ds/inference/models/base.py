@@ -22,7 +22,8 @@ class RaggedModel(Protocol):
     windows: list[int | None]
 
     def forward(self, batch: RaggedBatch, cache: KVCache) -> torch.Tensor:
-        """Write the batch's KV into ``cache`` and return last-token logits [S, vocab] (fp32)."""
+        """Write the batch's KV into ``cache`` and return logits (fp32) of the rows
+        ``batch.logit_rows`` names; when it is None, each sequence's last token [S, vocab]."""
         ...
 
 

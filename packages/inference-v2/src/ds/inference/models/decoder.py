@@ -89,9 +89,7 @@ class RaggedDecoder:
     def rope_tables(self, batch: RaggedBatch, dtype: torch.dtype) -> Tables:
         if self.rotary is None:
             return None
-        return self.rotary.cos_sin(
-            batch.positions, dtype, list(batch.contexts), batch.token_seq
-        )
+        return self.rotary.cos_sin(batch.positions, dtype, list(batch.contexts), batch.token_seq)
 
     def attend(
         self,
@@ -132,5 +130,5 @@ class RaggedDecoder:
         rope = self.rope_tables(batch, x.dtype)
         for i in range(self.num_layers):
             x = self.layer(i, x, batch, cache, rope)
-        last = batch.query_start[1:] - 1
-        return self.head(x[last]).float()
+        rows = batch.logit_rows if batch.logit_rows is not None else batch.query_start[1:] - 1
+        return self.head(x[rows]).float()
