@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     import torch
 
 Piece = tuple[int, "torch.Tensor"]
+# progress(n): n more bytes of the shard are written
+ProgressFn = Callable[[int], None]
 
 # Big pieces are written and hashed in chunks so hashing chunk k overlaps writing chunk k+1.
 _CHUNK = 64 << 20
@@ -42,6 +44,9 @@ def _chunks(pieces: Sequence[Piece]) -> list[tuple[int, memoryview]]:
 
 
 class ShardWriter(Protocol):
+    """``write(path, pieces, checksum)``; a writer whose ``write`` also takes ``progress=`` calls
+    it with the bytes written as it goes."""
+
     name: str
 
     def write(self, path: str, pieces: Sequence[Piece], checksum: bool) -> str | None: ...
@@ -52,7 +57,13 @@ class PythonWriter:
 
     name = "python"
 
-    def write(self, path: str, pieces: Sequence[Piece], checksum: bool) -> str | None:
+    def write(
+        self,
+        path: str,
+        pieces: Sequence[Piece],
+        checksum: bool,
+        progress: ProgressFn | None = None,
+    ) -> str | None:
         digest = hashlib.sha256() if checksum else None
         with ThreadPoolExecutor(1) as hasher:
             pending: list[Any] = []
@@ -64,6 +75,8 @@ class PythonWriter:
                     written = 0
                     while written < len(chunk):
                         written += os.write(fd, chunk[written:])
+                    if progress is not None:
+                        progress(len(chunk))
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -110,7 +123,13 @@ class AioWriter:
             self._buf = self._handle.new_pinned_buffer(max(size, 4096))
         return self._buf[:size]
 
-    def write(self, path: str, pieces: Sequence[Piece], checksum: bool) -> str | None:
+    def write(
+        self,
+        path: str,
+        pieces: Sequence[Piece],
+        checksum: bool,
+        progress: ProgressFn | None = None,
+    ) -> str | None:
         size = 0
         for byte_offset, t in pieces:
             size = max(size, byte_offset + int(t.numel()))
@@ -141,6 +160,8 @@ class AioWriter:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if progress is not None:  # one submission: the whole shard at once
+            progress(size)
         return digest.hexdigest() if digest is not None else None
 
     def close(self) -> None:

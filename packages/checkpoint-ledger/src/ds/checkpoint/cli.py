@@ -238,18 +238,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _progress(total: int) -> Any:
     """A bar on a terminal; otherwise (logs, CI) one line per tenth of the tensors and the last."""
-    if not sys.stderr.isatty():
-        every = max(1, -(-total // 10))
-        done = 0
+    from ds.checkpoint._progress import Progress
 
-        def line(_name: str) -> None:
-            nonlocal done
-            done += 1
-            if done % every == 0 or done == total:
-                print(f"export: {done}/{total} tensors", file=sys.stderr, flush=True)
-
-        return line
-    from tqdm import tqdm  # type: ignore[import-untyped]
-
-    bar = tqdm(total=total, unit="tensor", desc="export", file=sys.stderr)
-    return lambda _name: bar.update(1)
+    progress = Progress("export", total, "tensors")
+    return lambda _name: progress(1)

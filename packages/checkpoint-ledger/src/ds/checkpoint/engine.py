@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import inspect
 import io
 import os
 import shutil
@@ -37,6 +38,7 @@ import torch
 from ds.checkpoint import _format as fmt
 from ds.checkpoint import _recovery, deepspeed_format
 from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
+from ds.checkpoint._progress import Progress
 from ds.checkpoint._reader import FileCache, dtype_name, read_range, tensor_metas
 from ds.checkpoint._writers import PythonWriter, ShardWriter
 from ds.checkpoint.safe_load import safe_torch_load, verify_files_read
@@ -45,6 +47,10 @@ from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
 from ds.interfaces.logging import get_logger
 
 log = get_logger(__name__)
+
+# A save still writing after this many seconds shows its progress (a bar on a terminal, else a
+# line per tenth); shorter saves, the usual case, print nothing.
+LONG_SAVE_S = 5.0
 
 
 def _ds_version() -> str:
@@ -121,8 +127,10 @@ class ShardedCheckpointEngine:
         events: Any | None = None,
         boundary: Any | None = None,
         async_save: bool = False,
+        progress_after_s: float | None = LONG_SAVE_S,
     ) -> None:
         self._comm = comm
+        self._progress_after_s = progress_after_s
         self._writer = writer or PythonWriter()
         self._checksum = checksum
         self._ledger = ledger
@@ -231,8 +239,15 @@ class ShardedCheckpointEngine:
         try:
             files: dict[str, dict[str, Any]] = {}
             shard = fmt.shard_file(rank, world)
-            sha = self._writer.write(os.path.join(job.tmp, shard), pieces, self._checksum)
             size = pieces[-1][0] + int(pieces[-1][1].numel()) if pieces else 0
+            path = os.path.join(job.tmp, shard)
+            if self._reports_progress():
+                progress = Progress(
+                    f"checkpoint save {job.tag}", size, "B", after_s=self._progress_after_s or 0
+                )
+                sha = self._writer.write(path, pieces, self._checksum, progress=progress)
+            else:
+                sha = self._writer.write(path, pieces, self._checksum)
             files[shard] = {"bytes": size, "sha256": sha}
             blobs = [(fmt.rank_objects_file(rank), rank_objects)]
             if objects is not None:
@@ -250,6 +265,15 @@ class ShardedCheckpointEngine:
             return {"ok": True, "files": files, "layout": layout}
         except BaseException as exc:  # reported to every rank by the commit step
             return {"ok": False, "error": f"rank {rank}: {type(exc).__name__}: {exc}"}
+
+    def _reports_progress(self) -> bool:
+        """Rank 0 shows a long save's progress (its shard stands for all: ranks write alike)."""
+        if self._progress_after_s is None or self.rank != 0:
+            return False
+        try:  # a writer of the user's own may take no progress callback
+            return "progress" in inspect.signature(self._writer.write).parameters
+        except (TypeError, ValueError):
+            return False
 
     def _finish(self, job: _SaveJob) -> None:
         if job.thread is not None:
