@@ -38,6 +38,32 @@ class Block(torch.nn.Module):
         return x + self.down(F.gelu(self.up(self.ln2(x))))
 
 
+class TPBlock(torch.nn.Module):
+    """The block with the projection names AutoTP's rules place (q/k/v/up column-wise, o/down
+    row-wise), reshaping with this rank's head count (AutoTP localizes ``num_heads``)."""
+
+    def __init__(self, dim: int = DIM, num_heads: int = 4) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.q_proj, self.k_proj, self.v_proj = (
+            torch.nn.Linear(dim, dim, bias=False) for _ in range(3)
+        )
+        self.o_proj = torch.nn.Linear(dim, dim)
+        self.up_proj, self.down_proj = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.ln1(x)
+        q, k, v = (
+            p(h).view(b, t, self.num_heads, -1).transpose(1, 2)
+            for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+        return x + self.down_proj(F.gelu(self.up_proj(self.ln2(x))))
+
+
 def head(embed: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return x @ embed.weight.T
 
@@ -46,21 +72,23 @@ def loss_fn(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
 
 
-def layers():  # type: ignore[no-untyped-def]
+def layers(block: type = Block, **block_kw):  # type: ignore[no-untyped-def]
     from ds.parallel.pipeline import LayerSpec, TiedLayerSpec
 
     return (
         [TiedLayerSpec("embed", Embed)]
-        + [LayerSpec(Block) for _ in range(BLOCKS)]
+        + [LayerSpec(block, **block_kw) for _ in range(BLOCKS)]
         + [LayerSpec(torch.nn.LayerNorm, DIM), TiedLayerSpec("embed", Embed, forward_fn=head)]
     )
 
 
-def pipeline_module(stages: int, chunks: int = 1, seed: int = 11, **kw):  # type: ignore[no-untyped-def]
+def pipeline_module(  # type: ignore[no-untyped-def]
+    stages: int, chunks: int = 1, seed: int = 11, block: type = Block, block_kw=None, **kw
+):
     from ds.parallel.pipeline import PipelineModule
 
     return PipelineModule(
-        layers(), num_stages=stages, loss_fn=loss_fn, seed_layers=True, base_seed=seed,
+        layers(block, **(block_kw or {})), num_stages=stages, loss_fn=loss_fn, seed_layers=True, base_seed=seed,
         num_virtual_stages=chunks, **kw,
     )  # fmt: skip
 

@@ -32,10 +32,10 @@ def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
     return out_
 
 
-def _reference(dp: int) -> dict:
+def _reference(dp: int, **module_kw: object) -> dict:
     """One process, the whole model, the step's whole batch: torch AdamW and clipping."""
     torch.set_num_threads(1)
-    net = pipeline_module(1)
+    net = pipeline_module(1, **module_kw)
     params = config("1f1b", 0)["optimizer"]["params"]
     opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=0.0)
     losses, norms = [], []

@@ -27,14 +27,19 @@ def test_sizes_from_either_spelling() -> None:
     assert parallel.sizes(_cfg(sequence_parallel_size=2)).sp == 2
 
 
+def test_pipeline_stages_compose_with_tensor_parallelism() -> None:
+    cfg = _cfg(tensor_parallel={"autotp_size": 2}, pipeline={"stages": 2})
+    assert parallel.sizes(cfg) == parallel.ParallelSizes(2, 1)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         ({"sequence_parallel_size": 0}, "sequence_parallel_size must be a positive integer"),
         ({"tensor_parallel": {"autotp_size": "2"}}, "autotp_size must be a positive integer"),
         (
-            {"tensor_parallel": {"autotp_size": 2}, "pipeline": {"stages": 2}},
-            "pipeline.stages=2 with tensor_parallel.autotp_size=2",
+            {"sequence_parallel_size": 2, "pipeline": {"stages": 2}},
+            r"pipeline.stages=2 with sequence_parallel_size=2: .* set sequence_parallel_size to 1",
         ),
         (
             {"sequence_parallel_size": 2, "expert_parallel": {"enabled": True}},

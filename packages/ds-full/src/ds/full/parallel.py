@@ -44,17 +44,25 @@ def sizes(cfg: Any) -> ParallelSizes:
 def _refuse_unsupported(cfg: Any, found: ParallelSizes) -> None:
     what = f"tensor_parallel.autotp_size={found.tp}, sequence_parallel_size={found.sp}"
     pipeline = cfg.pipeline
-    if isinstance(pipeline, dict) and int(pipeline.get("stages", 1) or 1) > 1:
-        raise ConfigError(
-            f"pipeline.stages={pipeline['stages']} with {what}: pipeline parallelism does not "
-            "compose with tensor/sequence parallelism in ds yet; remove the pipeline section"
-        )
+    stages = pipeline.get("stages", 1) if isinstance(pipeline, dict) else 1
+    if found.sp > 1 and stages not in (None, 1):
+        # TP composes with stages (each stage's layers split over its TP group); Ulysses would
+        # need the stage boundaries to carry sequence-sharded activations, which they do not.
+        refuse_pipeline_sp(f"pipeline.stages={stages}", found.sp)
     expert = cfg.expert_parallel
     if isinstance(expert, dict) and expert and expert.get("enabled", True):
         raise ConfigError(
             f"expert_parallel with {what}: expert parallelism does not compose with "
             "tensor/sequence parallelism in ds yet; remove one of them"
         )
+
+
+def refuse_pipeline_sp(what: str, sp: int) -> None:
+    raise ConfigError(
+        f"{what} with sequence_parallel_size={sp}: pipeline parallelism does not compose with "
+        "sequence parallelism in ds yet; set sequence_parallel_size to 1 (pipeline stages "
+        "compose with tensor_parallel.autotp_size)"
+    )
 
 
 def build(cfg: Any, communicator: Any, model: torch.nn.Module) -> Any:
@@ -125,4 +133,11 @@ def tp_model_init(model: torch.nn.Module, tp_size: int, communicator: Any) -> to
     return model
 
 
-__all__ = ["ParallelSizes", "build", "current_mesh", "sizes", "tp_model_init"]
+__all__ = [
+    "ParallelSizes",
+    "build",
+    "current_mesh",
+    "refuse_pipeline_sp",
+    "sizes",
+    "tp_model_init",
+]

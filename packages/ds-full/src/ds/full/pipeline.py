@@ -71,21 +71,20 @@ def settings(cfg: Any, model: Any) -> tuple[int, str]:
 
 
 def build(cfg: Any, communicator: Any, model: Any) -> Any:
-    """The pipeline mesh, with ``model`` built for this rank's stage. Collective."""
+    """The pipeline mesh, with ``model`` built for this rank's stage and, with
+    ``tensor_parallel.autotp_size``, that stage's layers split over its TP group. Collective."""
     from ds.full import parallel
     from ds.parallel.mesh import build_mesh, mesh_shape_from_config
     from ds.parallel.pipeline import check_stages
 
-    if parallel.sizes(cfg).active:
-        raise ConfigError(
-            "a PipelineModule with tensor_parallel.autotp_size / sequence_parallel_size > 1: "
-            "pipeline parallelism does not compose with tensor/sequence parallelism in ds yet; "
-            "remove those keys"
-        )
+    want = parallel.sizes(cfg)
     stages, _ = settings(cfg, model)
+    if want.sp > 1:
+        parallel.refuse_pipeline_sp(f"a PipelineModule of {stages} stages", want.sp)
     world = int(communicator.get_world_size()) if communicator.is_initialized() else 1
     check_stages(stages, world)
-    shape = mesh_shape_from_config(world, pp=stages)
+    check_stage_tp(world, stages, want.tp)
+    shape = mesh_shape_from_config(world, pp=stages, tp=want.tp)
     rank = int(communicator.get_rank()) if communicator.is_initialized() else 0
     model.bind(stages, shape.pp_index(rank))
     if model.num_parts > len(model._layer_specs):
@@ -95,7 +94,27 @@ def build(cfg: Any, communicator: Any, model: Any) -> Any:
         )
     mesh = build_mesh(communicator, shape)
     parallel._current = mesh
+    if want.tp > 1:
+        from ds.parallel.tp import autotp
+
+        # Only this stage's layers exist here: AutoTP splits them over the stage's TP group
+        # (tp ranks are adjacent and inside one stage), and the pp group pairs equal TP indices,
+        # so each TP rank exchanges its (replicated) boundary activation with its peer only.
+        partition = cfg.tensor_parallel.partition_config if cfg.tensor_parallel else None
+        autotp(model, mesh, communicator, partition_config=partition)
+        model.mark_tied_replicas()  # a tied weight AutoTP sliced is a new parameter
     return mesh
+
+
+def check_stage_tp(world: int, stages: int, tp: int) -> None:
+    """The TP size must divide each stage's ranks (``world / stages``)."""
+    per_stage = world // stages
+    if per_stage % tp:
+        raise ConfigError(
+            f"tensor_parallel.autotp_size={tp} does not divide the {per_stage} ranks of each "
+            f"pipeline stage (world {world} / pipeline.stages {stages}); choose an autotp_size "
+            f"dividing {per_stage} or launch {stages * tp} x k ranks"
+        )
 
 
 class PipelineEngine(ZeroEngine):
@@ -299,4 +318,4 @@ class PipelineEngine(ZeroEngine):
         return True
 
 
-__all__ = ["PipelineEngine", "build", "is_pipeline", "settings"]
+__all__ = ["PipelineEngine", "build", "check_stage_tp", "is_pipeline", "settings"]

@@ -2,7 +2,8 @@
 optimizer state per parameter (``layer_XX-optim_states.pt``: the flat ZeRO partitions gathered
 over the stage's data-parallel ranks and cut at the parameters), so a checkpoint saved with one
 pipeline and data-parallel size continues exactly with any other; engine counters and the LR
-schedule in ``pipeline_states.pt``. A tied module is saved once, under its first layer."""
+schedule in ``pipeline_states.pt``. A tied module is saved once, under its first layer. With
+tensor parallelism each TP rank writes its slices to its own files (:mod:`ds.full.pipeline_tp`)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,6 @@ log = get_logger(__name__)
 _LATEST = "latest"
 
 
-def _layer_file(idx: int) -> str:
-    return f"layer_{idx:02d}-model_states.pt"
-
-
 def _barrier(engine: Any) -> None:
     if engine.comm is not None:
         engine.comm.barrier()
@@ -33,14 +30,18 @@ def _host(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | None) -> None:
+    from ds.full.pipeline_tp import layer_file, pipeline_layout, tp_index, tp_size
+
     engine.strategy.synchronize_parameters()
+    tp, ti = tp_size(engine), tp_index(engine)
+    layout = pipeline_layout(engine)  # collective over the pp group
     where = os.path.join(save_dir, tag)
     os.makedirs(where, exist_ok=True)
     mesh = engine.mesh
     dp_index = mesh.index("dp") if mesh is not None else 0
-    if dp_index == 0:  # data-parallel ranks hold the same weights: one writes them
+    if dp_index == 0:  # data-parallel ranks hold the same weights: one (per TP slice) writes
         for idx, sd in engine.module.layer_state_dicts().items():
-            torch.save(_host(sd), os.path.join(where, _layer_file(idx)))
+            torch.save(_host(sd), os.path.join(where, layer_file(idx, "model", ti, tp)))
     states = _param_states(engine)  # collective over the stage's data-parallel ranks
     if dp_index == 0:
         by_layer: dict[int, dict[str, Any]] = {}
@@ -49,7 +50,7 @@ def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | No
             if name in owned:
                 by_layer.setdefault(owned[name], {})[name] = st
         for idx, part in by_layer.items():
-            torch.save(part, os.path.join(where, f"layer_{idx:02d}-optim_states.pt"))
+            torch.save(part, os.path.join(where, layer_file(idx, "optim", ti, tp)))
     is_global_zero = engine.comm is None or engine.comm.get_rank() == 0
     if is_global_zero:
         torch.save(
@@ -63,6 +64,9 @@ def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | No
                 "client_state": dict(client_state or {}),
                 "num_stages": engine.num_stages,
                 "dp_size": engine.dp_size,
+                # the TP size and slices, so another TP size can join and re-cut them
+                "tp_size": tp,
+                "tp_layout": layout,
                 # layer file index -> tied key, so `ds checkpoint export` names a tied module's
                 # tensors as the model does ("tied_modules.<key>.<name>")
                 "tied_layers": {i: k for k, i in engine.module.tied_first_layer().items()},
@@ -93,22 +97,24 @@ def load(
             return None, {}
         with open(latest) as f:
             tag = f.read().strip()
+    from ds.full.pipeline_tp import LayerFiles
+
     where = os.path.join(load_dir, tag)
     states = torch.load(os.path.join(where, "pipeline_states.pt"), weights_only=True)
     module = engine.module
+    files = LayerFiles(engine, where, states)
     full: dict[str, torch.Tensor] = {}
     for prefix, idx in module.layer_files_needed().items():
-        path = os.path.join(where, _layer_file(idx))
-        if not os.path.exists(path):
-            raise CheckpointError(f"{path} is missing: the checkpoint lacks layer {idx}")
-        for k, v in torch.load(path, weights_only=True).items():
+        if not files.exists(idx, "model"):
+            raise CheckpointError(f"{where} lacks layer {idx}'s model states")
+        for k, v in files.model(idx, prefix).items():
             full[f"{prefix}.{k}"] = v
     engine.strategy.synchronize_parameters()
     module.load_state_dict(full, strict=load_module_strict)
     # The optimizer's masters are the strategy's copies: refresh them from the loaded weights.
     _refresh_masters(engine)
     if load_optimizer_states and not load_module_only:
-        _load_param_states(engine, where)
+        _load_param_states(engine, files)
     if not load_module_only:
         engine.global_steps = int(states["global_steps"])
         engine.global_samples = int(states["global_samples"])
@@ -178,9 +184,9 @@ def _param_states(engine: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _load_param_states(engine: Any, where: str) -> None:
+def _load_param_states(engine: Any, layer_files: Any) -> None:
     """Rebuild each flat group's optimizer state from the per-parameter files, keeping this
-    rank's partition."""
+    rank's partition (and, at another TP size, this rank's slice)."""
     files: dict[int, dict[str, Any]] = {}
     module = engine.module
     for group in engine.strategy.groups:
@@ -190,8 +196,8 @@ def _load_param_states(engine: Any, where: str) -> None:
         for name, off in zip(flat.names, flat.offsets):
             idx = _layer_of(module, name)
             if idx not in files:
-                path = os.path.join(where, f"layer_{idx:02d}-optim_states.pt")
-                files[idx] = torch.load(path, weights_only=True) if os.path.exists(path) else {}
+                found = layer_files.exists(idx, "optim")
+                files[idx] = layer_files.optim(idx) if found else {}
             saved = files[idx].get(name)
             if saved is None:
                 log.warning("no optimizer state saved for a parameter; it starts afresh", name=name)
@@ -224,14 +230,17 @@ def _refresh_masters(engine: Any) -> None:
 def full_state_dict(engine: Any) -> dict[str, torch.Tensor]:
     """The whole model's state dict, named as a one-stage PipelineModule of the same layers
     names it (``"3.weight"``, ``"tied_modules.embed.weight"``). Collective over the world."""
+    from ds.full.pipeline_tp import whole_tensors
+
     engine.strategy.synchronize_parameters()
     module = engine.module
     first = module.tied_first_layer()
     by_index = {v: k for k, v in first.items()}
     mine: dict[str, torch.Tensor] = {}
-    for idx, sd in module.layer_state_dicts().items():
+    for idx, sd in module.layer_state_dicts(keep_vars=True).items():
         prefix = f"tied_modules.{by_index[idx]}" if idx in by_index else str(idx)
-        for k, v in _host(sd).items():
+        # Tensor-parallel slices joined over the stage's TP group (collective there).
+        for k, v in _host(whole_tensors(engine, sd)).items():
             mine[f"{prefix}.{k}"] = v
     if engine.comm is None or engine.num_stages == 1:
         return mine

@@ -175,7 +175,6 @@ class PipelineModule(torch.nn.Module):
         self._build()
 
     def _build(self) -> None:
-        tied_stages = self.tied_stages()
         self._chunks = []
         for part in self.local_parts():
             chunk: list[tuple[int, Callable[[Any], Any]]] = []
@@ -186,14 +185,6 @@ class PipelineModule(torch.nn.Module):
                         with self._seeded(idx):
                             self.tied_modules[layer.key] = layer.build()
                         self.tied_weight_attrs[layer.key] = layer.tied_weight_attr
-                        if tied_stages[layer.key][0] != self.stage_id:
-                            # An earlier stage holds (and counts) this weight.
-                            for attr in layer.tied_weight_attr:
-                                setattr(
-                                    getattr(self.tied_modules[layer.key], attr),
-                                    PP_REPLICA_ATTR,
-                                    True,
-                                )
                     module = self.tied_modules[layer.key]
                     fn: Callable[[Any], Any] = (
                         functools.partial(layer.forward_fn, module)
@@ -217,6 +208,16 @@ class PipelineModule(torch.nn.Module):
                     )
                 chunk.append((idx, fn))
             self._chunks.append(chunk)
+        self.mark_tied_replicas()
+
+    def mark_tied_replicas(self) -> None:
+        """Mark the tied weights an earlier stage holds (and counts in the gradient norm). Run
+        again after AutoTP replaced parameters: a new slice has lost the mark."""
+        tied_stages = self.tied_stages()
+        for key, module in self.tied_modules.items():
+            if tied_stages[key][0] != self.stage_id:
+                for attr in self.tied_weight_attrs[key]:
+                    setattr(getattr(module, attr), PP_REPLICA_ATTR, True)
 
     @contextlib.contextmanager
     def _seeded(self, idx: int) -> Iterator[None]:
@@ -283,9 +284,10 @@ class PipelineModule(torch.nn.Module):
         return x
 
     # -- per-layer state (checkpoint files ``layer_XX-model_states.pt``) ---------------------------
-    def layer_state_dicts(self) -> dict[int, dict[str, torch.Tensor]]:
+    def layer_state_dicts(self, keep_vars: bool = False) -> dict[int, dict[str, torch.Tensor]]:
         """Global layer index -> the layer's state dict, for the layers this stage owns: its
-        modules, and each tied module on the stage that owns it (under its first index)."""
+        modules, and each tied module on the stage that owns it (under its first index).
+        ``keep_vars``: the parameters themselves (their tensor-parallel marks with them)."""
         self._require_built()
         out: dict[int, dict[str, torch.Tensor]] = {}
         owners = self.tied_stages()
@@ -294,10 +296,10 @@ class PipelineModule(torch.nn.Module):
             for idx, _ in chunk:
                 module = self._modules.get(str(idx))
                 if module is not None:
-                    out[idx] = module.state_dict()
+                    out[idx] = module.state_dict(keep_vars=keep_vars)
         for key, module in self.tied_modules.items():
             if owners[key][0] == self.stage_id:
-                out[first[key]] = module.state_dict()
+                out[first[key]] = module.state_dict(keep_vars=keep_vars)
         return out
 
     def layer_files_needed(self) -> dict[str, int]:

@@ -143,6 +143,26 @@ def _weight_dim(p: Placement) -> tuple[int, int] | None:
     return None
 
 
+def _check_module_heads(model: nn.Module, plan: dict[str, Placement], tp: int) -> None:
+    """Head counts an attention module keeps as attributes must divide by TP. A model without a
+    transformers config (a pipeline stage's layers) is checked here only, and its q/k/v features
+    can divide by TP while its heads do not: 3 heads of 4 features (12) cut into 2 slices of 6
+    would split a head between two ranks."""
+    for name, p in plan.items():
+        parent_name, _, leaf = name.rpartition(".")
+        if p.style != COLWISE or leaf not in _HEAD_PROJECTIONS:
+            continue
+        parent = model.get_submodule(parent_name) if parent_name else model
+        for attr in _HEAD_ATTRS:
+            value = parent.__dict__.get(attr)
+            if isinstance(value, int) and not isinstance(value, bool) and value % tp:
+                raise ConfigError(
+                    f"module {parent_name!r}: {attr}={value} does not divide by "
+                    f"tensor_parallel.autotp_size={tp}; choose an autotp_size that divides "
+                    f"{value}"
+                )
+
+
 def _localize_heads(parent: nn.Module, tp: int, fused_child: bool) -> None:
     # transformers' attention forwards mostly reshape with -1 heads; the attributes some read
     # (GPT-2's split_size, older modules' num_heads) must describe this rank's heads.
@@ -174,6 +194,7 @@ def autotp(
     if any(p.style in (COLWISE, ROWWISE) for p in plan.values()):
         check_heads(model, tp.size)
     plan = _resolve(model, plan, tp.size)
+    _check_module_heads(model, plan, tp.size)
     result.plan = plan
     # Nothing above changed the model; from here on it is rewritten.
     cache: dict[int, Any] = {}
