@@ -1,10 +1,10 @@
 """Per-rank memory of a training configuration, measured on the simulated GPU world.
 
 ``simulate_memory`` builds the model on chosen ranks of a simulated world of ``world_size`` ranks
-(each on its own fake ``cuda:local_rank``), runs ``ds.initialize`` with the given config and one
-training step on a batch of token ids, and reads the bytes the simulation saw: the device's
-model-state bytes left after the step (parameters, gradients kept, masters, optimizer state,
-persistent buffers), its peak during the step (plus activations and transient buffers), its peak
+(each on its own fake ``cuda:local_rank``), runs ``ds.initialize`` with the given config and two
+training steps on a batch of token ids, and reads the bytes the simulation saw: the device's
+model-state bytes left after them (parameters, gradients kept, masters, optimizer state,
+persistent buffers), its peak during the steps (plus activations and transient buffers), its peak
 while the model and the engine were built (the whole model is built before it is partitioned;
 ``ds.zero.Init`` is not simulated yet) and the host's. Ranks of one world hold the same state up to the partitioning remainder, so measuring
 rank 0 and the last rank bounds the rest; the collectives are not replayed (``check=False``).
@@ -25,6 +25,8 @@ from ds.accel.sim import SimDevice, SimGpuAccelerator
 from ds.comm.backends.sim import SimWorld
 from ds.full.simulate import _process_state, sim_kernels
 from ds.interfaces.comm import GLOO_CAPABILITIES, NCCL_CAPABILITIES
+
+STEPS = 2  # training steps simulated per rank; the peak is over all of them
 
 
 @dataclass(frozen=True)
@@ -98,13 +100,16 @@ def _measure_ranks(
             engine, *_ = ds.initialize(model=model, config=dict(config))
             init_peak = sim.device_bytes().peak
             sim.reset_peak()  # the step's peak from here: states + activations + buffers
-            ids = torch.zeros(micro_batch, seq_len, dtype=torch.long, device=sim.device)
-            result = engine(input_ids=ids, labels=ids)
-            loss = result.loss if hasattr(result, "loss") else result
-            engine.backward(loss)
-            engine.step()
-            del result, loss, ids
-            gc.collect()
+            # Two steps: optimizers make their state in the first step(), so only the second
+            # step's backward runs with every state live beside the gradients and activations.
+            for _ in range(STEPS):
+                ids = torch.zeros(micro_batch, seq_len, dtype=torch.long, device=sim.device)
+                result = engine(input_ids=ids, labels=ids)
+                loss = result.loss if hasattr(result, "loss") else result
+                engine.backward(loss)
+                engine.step()
+                del result, loss, ids
+                gc.collect()
             mem = sim.memory()
             dev, host = mem.get(str(sim.device)), mem.get("cpu")
             out.append(
