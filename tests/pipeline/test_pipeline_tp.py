@@ -6,21 +6,23 @@ layer and TP rank) continues exactly at the same layout and at PP=1 x TP=1."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _pipe_gpt import TPBlock  # noqa: E402
+from _pipe_gpt import TPBlock, pipeline_module  # noqa: E402
 from test_pipeline_parity import _assert_same, _reference, _world  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(600)]
 
 # schedule:zero_stage:flags ("tp": tensor_parallel.autotp_size 2)
-WORLD4 = ["gpipe:0:tp", "1f1b:1:tp", "interleaved_1f1b:1:tp", "1f1b:1:tp:half"]
+WORLD4 = ["gpipe:0:tp:export", "1f1b:1:tp", "interleaved_1f1b:1:tp", "1f1b:1:tp:half"]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,26 @@ def test_pp2_x_tp2_checkpoint_writes_a_file_per_layer_and_tp_rank(pp2_tp2: dict)
         for t in (0, 1)
         for k in kinds
     }
+
+
+def test_pp2_x_tp2_save_16bit_model_writes_one_whole_model(pp2_tp2: dict) -> None:
+    result = pp2_tp2["gpipe:0:tp:export"]
+    exported = torch.load(result["dir"] / "export" / "pytorch_model.bin", weights_only=True)
+    pipeline_module(1, block=TPBlock).load_state_dict(exported)  # whole, one-stage names
+    for name, w in result["weights"].items():
+        torch.testing.assert_close(exported[name], w, rtol=0, atol=0, msg=name)
+
+
+def test_ds_checkpoint_export_joins_the_tp_files(pp2_tp2: dict, tmp_path: Path) -> None:
+    saved = pp2_tp2["1f1b:1:tp:half"]
+    cmd = [sys.executable, "-m", "ds.launcher", "checkpoint", "export", str(saved["dir"] / "ckpt")]
+    proc = subprocess.run(cmd + [str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    exported = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
+    pipeline_module(1, block=TPBlock).load_state_dict(exported)
+    assert set(exported) == set(saved["weights"])
+    for name, w in saved["weights"].items():
+        torch.testing.assert_close(exported[name], w, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.parametrize("world", [4, 1])
