@@ -77,3 +77,19 @@ def test_step_peak_covers_the_steps_after_the_first(stage: int) -> None:
     # step's output a little longer than this loop does).
     assert steady <= est.device_peak <= 1.02 * steady, (est.device_peak, steady)
     assert est.device_peak > est.device_states
+
+
+def test_gloo_runs_are_simulated_on_the_host_route_of_stage_3() -> None:
+    """On gloo, ranks train host tensors and stage 3 reduces each gradient in place; on NCCL it
+    packs a group of gradients into one reduce-scatter input. The fake devices would take the
+    device route either way, so a gloo estimate that skipped the host route would count the
+    packed copy (here the whole model's bf16 gradients, all in one bucket) that a CPU run never
+    makes."""
+    numel = sum(p.numel() for p in _build(torch.device("meta")).parameters())
+    cfg = _config(3)
+    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0  # every parameter sharded
+    gloo = simulate_memory(_build, cfg, 2, ranks=[0], seq_len=16, backend="gloo")[0]
+    nccl = simulate_memory(_build, cfg, 2, ranks=[0], seq_len=16, backend="nccl")[0]
+    assert nccl.device_peak - gloo.device_peak >= 2 * numel, (nccl, gloo, numel)
+    # The states are the same up to the routes' small receive buffers.
+    assert abs(gloo.device_states - nccl.device_states) <= 0.01 * nccl.device_states

@@ -53,7 +53,14 @@ def simulate_memory(
 ) -> list[RankMemory]:
     """Memory of ``ranks`` (default: the first and the last) training ``build_model(device)``
     with ``config``. ``build_model`` makes the model on the given (fake) device."""
-    caps = GLOO_CAPABILITIES if backend in ("gloo", "mpi") else NCCL_CAPABILITIES
+    host = backend in ("gloo", "mpi")
+    caps = GLOO_CAPABILITIES if host else NCCL_CAPABILITIES
+    if host:
+        # A gloo run trains host tensors, for which stage 3 gathers and reduces in place (no
+        # packed bucket copies); the fake devices would take the device route, so it is forced.
+        zero = dict(config.get("zero_optimization") or {})
+        zero.setdefault("use_all_reduce_for_fetch_params", True)
+        config = {**config, "zero_optimization": zero}
     world = SimWorld(world_size, local_size, caps)
     with sim_kernels():  # fake tensors have no memory for the native or Triton kernels to walk
         return _simulate(build_model, config, world, ranks, micro_batch, seq_len, device_bytes)

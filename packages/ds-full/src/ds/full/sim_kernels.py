@@ -2,8 +2,10 @@
 
 Native kernels read tensor memory through DLPack, and fake tensors have none, so under
 :func:`ds.full.simulate.run_world` the ``cpu`` and ``cuda`` entries of ``ds.kernels`` are these:
-the same optimizer updates written as torch ops (they allocate what a fused kernel allocates:
-nothing), plus the placement rule each real provider imposes. The ``cpu`` provider refuses any
+the same optimizer updates written as torch ops over slices of ``_CHUNK`` elements (a fused
+kernel allocates nothing; a whole-tensor temporary such as ``exp_avg_sq.sqrt()`` would add a
+full fp32 copy of the state to every simulated step's peak, so only a chunk-sized one is
+allowed), plus the placement rule each real provider imposes. The ``cpu`` provider refuses any
 tensor that is not on the host (a host kernel handed a device tensor is the bug it catches), the
 ``cuda`` provider any tensor not on the rank's device. NVMe I/O handles check that buffers are
 host tensors and count the bytes each file would receive; reads return nothing (no values).
@@ -19,6 +21,16 @@ import torch
 
 from ds.interfaces.errors import KernelError
 from ds.interfaces.kernels import AdagradHyper, AdamHyper, LionHyper, QuantizedTensor
+
+_CHUNK = 1 << 20  # elements per slice of an optimizer update: at most 4 MiB of temporaries
+
+
+def _slices(*tensors: torch.Tensor | None) -> Any:
+    """Matching 1-D slices of ``tensors`` (None stays None), ``_CHUNK`` elements at a time."""
+    flat = [t.view(-1) if t is not None else None for t in tensors]
+    n = flat[0].numel() if flat[0] is not None else 0
+    for start in range(0, n, _CHUNK):
+        yield [f[start : start + _CHUNK] if f is not None else None for f in flat]
 
 
 class SimAsyncIO:
@@ -108,11 +120,12 @@ class SimKernels:
         low_precision_out: torch.Tensor | None = None,
     ) -> None:
         self._check("adam_step", params, grads, exp_avg, exp_avg_sq)
-        exp_avg.mul_(hyper.beta1).add_(grads, alpha=1 - hyper.beta1)
-        exp_avg_sq.mul_(hyper.beta2).addcmul_(grads, grads, value=1 - hyper.beta2)
-        params.addcdiv_(exp_avg, exp_avg_sq.sqrt().add_(hyper.eps), value=-hyper.lr)
-        if low_precision_out is not None:
-            low_precision_out.copy_(params)
+        for p, g, m, v, out in _slices(params, grads, exp_avg, exp_avg_sq, low_precision_out):
+            m.mul_(hyper.beta1).add_(g, alpha=1 - hyper.beta1)
+            v.mul_(hyper.beta2).addcmul_(g, g, value=1 - hyper.beta2)
+            p.addcdiv_(m, v.sqrt().add_(hyper.eps), value=-hyper.lr)
+            if out is not None:
+                out.copy_(p)
 
     def adagrad_step(
         self,
@@ -124,10 +137,11 @@ class SimKernels:
         low_precision_out: torch.Tensor | None = None,
     ) -> None:
         self._check("adagrad_step", params, grads, state_sum)
-        state_sum.addcmul_(grads, grads)
-        params.addcdiv_(grads, state_sum.sqrt().add_(hyper.eps), value=-hyper.lr)
-        if low_precision_out is not None:
-            low_precision_out.copy_(params)
+        for p, g, s, out in _slices(params, grads, state_sum, low_precision_out):
+            s.addcmul_(g, g)
+            p.addcdiv_(g, s.sqrt().add_(hyper.eps), value=-hyper.lr)
+            if out is not None:
+                out.copy_(p)
 
     def lion_step(
         self,
@@ -139,10 +153,11 @@ class SimKernels:
         low_precision_out: torch.Tensor | None = None,
     ) -> None:
         self._check("lion_step", params, grads, exp_avg)
-        params.add_(exp_avg.lerp(grads, 1 - hyper.beta1).sign_(), alpha=-hyper.lr)
-        exp_avg.lerp_(grads, 1 - hyper.beta2)
-        if low_precision_out is not None:
-            low_precision_out.copy_(params)
+        for p, g, m, out in _slices(params, grads, exp_avg, low_precision_out):
+            p.add_(m.lerp(g, 1 - hyper.beta1).sign_(), alpha=-hyper.lr)
+            m.lerp_(g, 1 - hyper.beta2)
+            if out is not None:
+                out.copy_(p)
 
     def new_state(self, like: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
         self._check("new_state", like)
