@@ -93,3 +93,26 @@ def test_gloo_runs_are_simulated_on_the_host_route_of_stage_3() -> None:
     assert nccl.device_peak - gloo.device_peak >= 2 * numel, (nccl, gloo, numel)
     # The states are the same up to the routes' small receive buffers.
     assert abs(gloo.device_states - nccl.device_states) <= 0.01 * nccl.device_states
+
+
+@pytest.mark.parametrize("op", ["adam", "adagrad", "lion"])
+def test_simulated_optimizer_kernels_allocate_no_full_size_temporary(op: str) -> None:
+    """Fused kernels update in place; the simulated ones may allocate one slice's temporaries
+    (4 MiB of fp32), never a copy of a whole 8M-element state."""
+    from ds.full.sim_kernels import SimKernels
+    from ds.interfaces.kernels import AdagradHyper, AdamHyper, LionHyper
+
+    with SimDevice(0) as sim:
+        k = SimKernels("cuda")
+        n = 8 << 20
+        p, g, m, v = (torch.zeros(n, device=sim.device) for _ in range(4))
+        low = torch.zeros(n, dtype=torch.bfloat16, device=sim.device)
+        sim.reset_peak()
+        before = sim.device_bytes().current
+        if op == "adam":
+            k.adam_step(1, AdamHyper(lr=1e-3), p, g, m, v, low)
+        elif op == "adagrad":
+            k.adagrad_step(1, AdagradHyper(lr=1e-3), p, g, m, low)
+        else:
+            k.lion_step(1, LionHyper(lr=1e-3), p, g, m, low)
+        assert sim.device_bytes().peak - before <= 4 * 2**20 + 4096
