@@ -28,6 +28,14 @@ def test_flags_override_config_file(tmp_path: Path) -> None:
     }
     inline = _parser().parse_args(["m", "--config", '{"scheduler": {"token_budget": 64}}'])
     assert _config(inline) == {"scheduler": {"token_budget": 64}}
+    off = _parser().parse_args(["m", "--config", str(cfg), "--no-enable-prefix-caching"])
+    assert _config(off)["prefix_caching"] is False
+
+
+def test_prefix_caching_is_on_by_default() -> None:
+    from ds.inference.config import EngineConfig
+
+    assert EngineConfig().prefix_caching is True
 
 
 def test_bad_model_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

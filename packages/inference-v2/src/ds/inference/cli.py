@@ -46,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
         "--enable-prefix-caching",
         "--prefix-caching",
         dest="prefix_caching",
-        action="store_true",
-        help="reuse cached prompt prefixes",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reuse cached prompt prefixes (the default; --no-enable-prefix-caching turns it off)",
     )
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
     p.add_argument(
@@ -109,8 +110,8 @@ def _config(args: argparse.Namespace) -> dict[str, object]:
         cfg["max_model_len"] = args.max_model_len
     if getattr(args, "quantization", None):
         cfg["quantization"] = {**cfg.get("quantization", {}), "scheme": args.quantization}
-    if args.prefix_caching:
-        cfg["prefix_caching"] = True
+    if args.prefix_caching is not None:
+        cfg["prefix_caching"] = args.prefix_caching
     if args.dtype:
         cfg["dtype"] = args.dtype
     return cfg
