@@ -192,9 +192,11 @@ def offline(
     out_tokens: int,
     config: dict[str, Any],
 ) -> None:
-    engine = build_engine(model, config)
-    # The same engine with prefix caching on: no prompt of this workload shares a prefix, so the
-    # row measures what publishing and looking up blocks costs when nothing is ever hit.
+    # Prefix caching off for the comparison with generate: the workload repeats, and from the
+    # second run on every prompt would hit the blocks the first one cached.
+    engine = build_engine(model, {**config, "prefix_caching": False})
+    # Prefix caching on against off where nothing can hit (fresh prompts every run): what
+    # publishing and looking up blocks costs, the price of having it on by default.
     cached = build_engine(model, {**config, "prefix_caching": True})
     # Warm-up both sides on a couple of requests.
     run_ds(engine, prompts[:2], [4, 4])
@@ -207,16 +209,15 @@ def offline(
     case = f"{args.requests} req, prompts 16-512, outputs 16-128 ({out_tokens} out tok)"
     ds_runs: list[Usage] = []
     hf_runs: list[Usage] = []
-    pc_runs: list[Usage] = []
+    fresh: dict[bool, list[Usage]] = {False: [], True: []}
     ds_u, hf_u = [], []
     for i in range(args.repeat):  # interleaved so machine noise hits both alike
-        if i % 2:  # the two ds engines alternate which goes first
-            pc_runs.append(run_ds(cached, prompts, outs)[0])
         use, u = run_ds(engine, prompts, outs)
         ds_runs.append(use)
         ds_u.append(u)
-        if not i % 2:
-            pc_runs.append(run_ds(cached, prompts, outs)[0])
+        new_prompts, new_outs = workload(args.requests, seed=100 + i)
+        for on in (False, True) if i % 2 == 0 else (True, False):  # alternating which goes first
+            fresh[on].append(run_ds(cached if on else engine, new_prompts, new_outs)[0])
         use, u = run_hf(model, prompts, outs, args.hf_batch)
         hf_runs.append(use)
         hf_u.append(u)
@@ -232,15 +233,17 @@ def offline(
         kv_util=statistics.mean(ds_u),
         **_usage_extras(ds_runs),
     )
-    pc_t = [u.wall for u in pc_runs]
-    bench.add(
-        "ds-continuous-prefix-cache",
-        case,
-        pc_t,
-        tokens_per_s=out_tokens / statistics.median(pc_t),
-        speedup=hf_med / statistics.median(pc_t),
-        **_usage_extras(pc_runs),
-    )
+    fcase = f"{args.requests} req mixed, fresh prompts every run (no prefix hits)"
+    fresh_off = statistics.median(u.wall for u in fresh[False])
+    for on, us in fresh.items():
+        med = statistics.median(u.wall for u in us)
+        bench.add(
+            f"ds-prefix-cache-{'on' if on else 'off'}",
+            fcase,
+            [u.wall for u in us],
+            speedup=fresh_off / med,
+            **_usage_extras(us),
+        )
     bench.add(
         f"hf-generate-b{args.hf_batch}",
         case,
@@ -290,10 +293,11 @@ def offline(
         f"prefix-cache hit speedup: {pspeed:.2f}x"
     )
     print(f"KV utilisation: ds {statistics.mean(ds_u):.3f}, hf padded {statistics.mean(hf_u):.3f}")
-    pc_cpu = statistics.median(u.cpu for u in pc_runs) / statistics.median(u.cpu for u in ds_runs)
+    on_off = [statistics.median(getattr(u, k) for u in fresh[True]) /
+              statistics.median(getattr(u, k) for u in fresh[False]) for k in ("wall", "cpu")]  # fmt: skip
     print(
-        f"prefix caching on, no hits (mixed): {statistics.median(pc_t) / ds_med:.3f}x the wall "
-        f"time and {pc_cpu:.3f}x the CPU time of prefix caching off"
+        f"prefix caching on / off with no hits (fresh mixed prompts): {on_off[0]:.3f}x wall, "
+        f"{on_off[1]:.3f}x CPU time"
     )
 
 
@@ -303,7 +307,10 @@ def http(args: argparse.Namespace, model: Any, prompts: list[list[int]], outs: l
     n = args.http_requests
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
+        # Every client count replays the same prompts: with the prefix cache on, all but the
+        # first would be served from the blocks the first cached.
         server_args = [
+            "--no-enable-prefix-caching",
             "--block-size",
             "32",
             "--num-blocks",
