@@ -2,10 +2,11 @@
 
 Native kernels read tensor memory through DLPack, and fake tensors have none, so under
 :func:`ds.full.simulate.run_world` the ``cpu`` and ``cuda`` entries of ``ds.kernels`` are these:
-the same optimizer updates written as torch ops over slices of ``_CHUNK`` elements (a fused
-kernel allocates nothing; a whole-tensor temporary such as ``exp_avg_sq.sqrt()`` would add a
-full fp32 copy of the state to every simulated step's peak, so only a chunk-sized one is
-allowed), plus the placement rule each real provider imposes. The ``cpu`` provider refuses any
+the same optimizer updates written as torch ops that allocate what a fused kernel allocates:
+nothing (a whole-tensor temporary such as ``exp_avg_sq.sqrt()`` would add a full fp32 copy of
+the state to every simulated step's peak). On fake tensors, which hold no values, the ops run in
+place on the states themselves; real tensors are updated exactly, in slices of ``_CHUNK``
+elements whose temporaries are small. Plus the placement rule each real provider imposes. The ``cpu`` provider refuses any
 tensor that is not on the host (a host kernel handed a device tensor is the bug it catches), the
 ``cuda`` provider any tensor not on the rank's device. NVMe I/O handles check that buffers are
 host tensors and count the bytes each file would receive; reads return nothing (no values).
@@ -22,7 +23,16 @@ import torch
 from ds.interfaces.errors import KernelError
 from ds.interfaces.kernels import AdagradHyper, AdamHyper, LionHyper, QuantizedTensor
 
-_CHUNK = 1 << 20  # elements per slice of an optimizer update: at most 4 MiB of temporaries
+_CHUNK = 1 << 20  # elements per slice of a real-tensor update: at most 4 MiB of temporaries
+
+
+def _fake(*tensors: torch.Tensor | None) -> bool:
+    """Whether every tensor is fake. Fake ones are updated in place with the same reads and
+    writes and no temporaries, and in one op each: slicing a 70B-parameter state into 1M-element
+    pieces made each simulated step take minutes."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return all(t is None or is_fake(t) for t in tensors)
 
 
 def _slices(*tensors: torch.Tensor | None) -> Any:
@@ -120,6 +130,13 @@ class SimKernels:
         low_precision_out: torch.Tensor | None = None,
     ) -> None:
         self._check("adam_step", params, grads, exp_avg, exp_avg_sq)
+        if _fake(params, grads, exp_avg, exp_avg_sq, low_precision_out):
+            exp_avg.mul_(hyper.beta1).add_(grads, alpha=1 - hyper.beta1)
+            exp_avg_sq.mul_(hyper.beta2).addcmul_(grads, grads, value=1 - hyper.beta2)
+            params.addcdiv_(exp_avg, exp_avg_sq, value=-hyper.lr)  # reads both, as sqrt + eps do
+            if low_precision_out is not None:
+                low_precision_out.copy_(params)
+            return
         for p, g, m, v, out in _slices(params, grads, exp_avg, exp_avg_sq, low_precision_out):
             m.mul_(hyper.beta1).add_(g, alpha=1 - hyper.beta1)
             v.mul_(hyper.beta2).addcmul_(g, g, value=1 - hyper.beta2)
@@ -137,6 +154,12 @@ class SimKernels:
         low_precision_out: torch.Tensor | None = None,
     ) -> None:
         self._check("adagrad_step", params, grads, state_sum)
+        if _fake(params, grads, state_sum, low_precision_out):
+            state_sum.addcmul_(grads, grads)
+            params.addcdiv_(grads, state_sum, value=-hyper.lr)
+            if low_precision_out is not None:
+                low_precision_out.copy_(params)
+            return
         for p, g, s, out in _slices(params, grads, state_sum, low_precision_out):
             s.addcmul_(g, g)
             p.addcdiv_(g, s.sqrt().add_(hyper.eps), value=-hyper.lr)
@@ -153,6 +176,12 @@ class SimKernels:
         low_precision_out: torch.Tensor | None = None,
     ) -> None:
         self._check("lion_step", params, grads, exp_avg)
+        if _fake(params, grads, exp_avg, low_precision_out):
+            params.add_(exp_avg, alpha=-hyper.lr)  # reads the interpolated sign's inputs
+            exp_avg.lerp_(grads, 1 - hyper.beta2)
+            if low_precision_out is not None:
+                low_precision_out.copy_(params)
+            return
         for p, g, m, out in _slices(params, grads, exp_avg, low_precision_out):
             p.add_(m.lerp(g, 1 - hyper.beta1).sign_(), alpha=-hyper.lr)
             m.lerp_(g, 1 - hyper.beta2)
