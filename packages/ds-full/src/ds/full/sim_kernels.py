@@ -6,10 +6,11 @@ the same optimizer updates written as torch ops that allocate what a fused kerne
 nothing (a whole-tensor temporary such as ``exp_avg_sq.sqrt()`` would add a full fp32 copy of
 the state to every simulated step's peak). On fake tensors, which hold no values, the ops run in
 place on the states themselves; real tensors are updated exactly, in slices of ``_CHUNK``
-elements whose temporaries are small. Plus the placement rule each real provider imposes. The ``cpu`` provider refuses any
-tensor that is not on the host (a host kernel handed a device tensor is the bug it catches), the
-``cuda`` provider any tensor not on the rank's device. NVMe I/O handles check that buffers are
-host tensors and count the bytes each file would receive; reads return nothing (no values).
+elements whose temporaries are small. Plus the placement rule each real provider imposes: the
+``cpu`` provider refuses any tensor that is not on the host (a host kernel handed a device
+tensor is the bug it catches), the ``cuda`` provider any tensor not on the rank's device. NVMe
+I/O handles check that buffers are host tensors and count the bytes each file would receive;
+reads return nothing (no values).
 """
 
 from __future__ import annotations
