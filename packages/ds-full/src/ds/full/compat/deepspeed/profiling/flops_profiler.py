@@ -1,14 +1,28 @@
-"""``deepspeed.profiling.flops_profiler``: not available in ds yet (ds-monitor will carry it)."""
+"""``deepspeed.profiling.flops_profiler``: ds's flops profiler (:mod:`ds.monitor.flops`).
+
+``FlopsProfiler(model, ds_engine=None, recompute_fwd_factor=0.0)`` with ``start_profile`` /
+``stop_profile`` / ``get_total_flops`` / ``get_total_macs`` / ``get_total_params`` /
+``end_profile``, and ``get_model_profile(model, input_shape=..., args=..., kwargs=...)`` returning
+``(flops, macs, params)``, as in DeepSpeed."""
 
 from __future__ import annotations
 
-from ds.full.compat.deepspeed._missing import missing_class, missing_function
+from typing import Any
 
-_FEATURE = "the flops profiler (deepspeed.profiling.flops_profiler)"
-_HINT = "remove the flops_profiler section or profile with torch.profiler"
-FlopsProfiler = missing_class("deepspeed.profiling.flops_profiler.FlopsProfiler", _FEATURE, _HINT)
-get_model_profile = missing_function(
-    "deepspeed.profiling.flops_profiler.get_model_profile", _FEATURE, _HINT
-)
+import torch
 
-__all__ = ["FlopsProfiler", "get_model_profile"]
+from ds.monitor.flops import FlopsProfiler as _FlopsProfiler
+from ds.monitor.flops import get_model_profile, number_to_string
+
+
+class FlopsProfiler(_FlopsProfiler):
+    """ds's profiler under DeepSpeed's constructor (``ds_engine`` second, kept for callers)."""
+
+    def __init__(
+        self, model: torch.nn.Module, ds_engine: Any = None, recompute_fwd_factor: float = 0.0
+    ) -> None:
+        super().__init__(model, recompute_fwd_factor=recompute_fwd_factor)
+        self.ds_engine = ds_engine
+
+
+__all__ = ["FlopsProfiler", "get_model_profile", "number_to_string"]

@@ -24,6 +24,19 @@ def move_to_device(item: Any, device: Any, criterion_func: Any = None) -> Any:
     return item
 
 
+def set_random_seed(seed: int) -> None:
+    """Seed Python's ``random``, NumPy's global generator and torch (every device) with ``seed``
+    (reduced modulo what each accepts: 2**32 for NumPy, 2**63 for torch)."""
+    import random
+
+    import numpy
+
+    seed = int(seed)
+    random.seed(seed)
+    numpy.random.seed(seed % (2**32))
+    torch.manual_seed(seed % (2**63))
+
+
 def see_memory_usage(message: str, force: bool = False) -> None:
     """DeepSpeed prints allocator statistics here; ds reports memory through ``ds report`` and
     the engine's ``memory_report()``, so this only logs the message when forced."""
@@ -33,4 +46,4 @@ def see_memory_usage(message: str, force: bool = False) -> None:
         get_logger(__name__).info("memory usage", message=message)
 
 
-__all__ = ["move_to_device", "see_memory_usage"]
+__all__ = ["move_to_device", "see_memory_usage", "set_random_seed"]

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 
 from ds.full.compat.deepspeed._missing import missing_function
+from ds.full.compat.deepspeed.runtime.dataloader import RepeatingLoader
+from ds.full.compat.deepspeed.runtime.utils import set_random_seed
 
 # DeepSpeed's module-level logger is a plain ``logging.Logger`` that scripts call .info/.warning on.
 logger = logging.getLogger("ds.deepspeed_compat")
@@ -73,9 +75,11 @@ safe_set_full_fp32_param = missing_function(
 )
 
 __all__ = [
+    "RepeatingLoader",
     "log_dist",
     "logger",
     "safe_get_full_fp32_param",
+    "set_random_seed",
     "set_z3_leaf_modules",
     "z3_leaf_module",
 ]
