@@ -12,6 +12,7 @@ from ds.interfaces.kernels import KernelProvider
 from ds.zero.config.sections import OptimizerConfig
 from ds.zero.optim import flat
 from ds.zero.optim.lion import Lion
+from ds.zero.optim.options import adam_is_decoupled, config_params, refuse_client_options
 
 ClientOptimizer = torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer]
 
@@ -99,20 +100,15 @@ class OptimizerFactory:
         self, cfg: OptimizerConfig, groups: list[dict[str, Any]]
     ) -> torch.optim.Optimizer:
         kind = cfg.type
-        params = dict(cfg.params)
-        for k in ("torch_adam", "fused", "foreach"):
-            params.pop(k, None)
+        params = config_params(kind, dict(cfg.params))
         adamw_mode = kind == "adamw" or bool(params.pop("adam_w_mode", True))
         bias_correction = bool(params.pop("bias_correction", True))
-        if "betas" in params:
-            params["betas"] = tuple(params["betas"])
         if self.offload or (
             kind in ("adam", "adamw", "adagrad", "lion") and self._steps_on_device(groups)
         ):
             from ds.zero.optim.provider import ProviderAdagrad, ProviderAdam, ProviderLion
 
             assert self.kernels is not None
-            params.pop("amsgrad", None)
             if kind in ("adam", "adamw"):
                 return ProviderAdam(
                     groups,
@@ -122,16 +118,14 @@ class OptimizerFactory:
                     **params,
                 )
             if kind == "adagrad":
-                params.pop("lr_decay", None)
-                params.pop("initial_accumulator_value", None)
                 return ProviderAdagrad(groups, self.kernels, **params)
             if kind == "lion":
                 return ProviderLion(groups, self.kernels, **params)
             raise ConfigError(f"offload_optimizer does not support optimizer {kind!r}")
         if kind in ("adam", "adamw"):
-            if not bias_correction:
-                raise ConfigError("optimizer.params.bias_correction=false needs offload_optimizer")
-            return flat.Adam(groups, adamw_mode=adamw_mode, **params)
+            return flat.Adam(
+                groups, adamw_mode=adamw_mode, bias_correction=bias_correction, **params
+            )
         if kind == "adagrad":
             return flat.Adagrad(groups, **params)
         if kind == "sgd":
@@ -146,14 +140,13 @@ class OptimizerFactory:
         from ds.zero.optim.provider import ProviderAdagrad, ProviderAdam
 
         assert self.kernels is not None
+        refuse_client_options(client)
         hyper = {k: v for k, v in client.defaults.items() if k in _HYPER_KEYS}
+        hyper.pop("amsgrad", None)  # False: refuse_client_options refused True
         if isinstance(client, torch.optim.AdamW | torch.optim.Adam):
-            hyper.pop("amsgrad", None)
-            adamw = isinstance(client, torch.optim.AdamW)
+            adamw = adam_is_decoupled(client)
             return ProviderAdam(groups, self.kernels, adamw_mode=adamw, **hyper)
         if isinstance(client, torch.optim.Adagrad):
-            hyper.pop("lr_decay", None)
-            hyper.pop("initial_accumulator_value", None)
             return ProviderAdagrad(groups, self.kernels, **hyper)
         raise ConfigError(
             f"offload_optimizer cannot run a client {type(client).__name__} on the host kernels; "

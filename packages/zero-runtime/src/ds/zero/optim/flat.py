@@ -27,16 +27,15 @@ class Adam(FlatOptimizer):
         eps: float = 1e-8,
         weight_decay: float = 0.0,
         adamw_mode: bool = True,
-        amsgrad: bool = False,
+        bias_correction: bool = True,
     ) -> None:
-        if amsgrad:
-            raise ValueError("amsgrad is not supported by ds's Adam; pass a torch optimizer")
         defaults = {
             "lr": lr,
             "betas": tuple(betas),
             "eps": eps,
             "weight_decay": weight_decay,
             "adamw_mode": adamw_mode,
+            "bias_correction": bias_correction,
         }
         super().__init__(params, defaults)
 
@@ -49,10 +48,10 @@ class Adam(FlatOptimizer):
         step = next_step(state)
         lr, (beta1, beta2) = group["lr"], group["betas"]
         eps, wd = group["eps"], group["weight_decay"]
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
-        step_size = lr / bias_correction1
-        bias_correction2_sqrt = bias_correction2**0.5
+        # Without bias correction (DeepSpeed's bias_correction=false): step lr * m / (sqrt(v) + eps).
+        corrected = group.get("bias_correction", True)
+        step_size = lr / (1 - beta1**step) if corrected else lr
+        bias_correction2_sqrt = (1 - beta2**step) ** 0.5 if corrected else None
         # Elementwise, so chunks give the same bits as one pass while temporaries stay small.
         for p_c, g_c, m_c, v_c in _chunks(p, grad, state["exp_avg"], state["exp_avg_sq"]):
             if wd != 0:
@@ -63,7 +62,9 @@ class Adam(FlatOptimizer):
             m_c.lerp_(g_c, 1 - beta1)
             v_c.mul_(beta2).addcmul_(g_c, g_c, value=1 - beta2)
             denom = v_c.sqrt()
-            denom.div_(bias_correction2_sqrt).add_(eps)
+            if bias_correction2_sqrt is not None:
+                denom.div_(bias_correction2_sqrt)
+            denom.add_(eps)
             p_c.addcdiv_(m_c, denom, value=-step_size)
 
 

@@ -74,6 +74,9 @@ class ProviderAdam(_ProviderOptimizer):
 
 
 class ProviderAdagrad(_ProviderOptimizer):
+    """Adagrad as torch.optim.Adagrad: the kernels step ``lr / (1 + (step - 1) * lr_decay)`` and
+    the sum starts at ``initial_accumulator_value``."""
+
     def __init__(
         self,
         params: Any,
@@ -81,21 +84,36 @@ class ProviderAdagrad(_ProviderOptimizer):
         lr: float = 1e-2,
         eps: float = 1e-10,
         weight_decay: float = 0.0,
+        lr_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
     ) -> None:
-        super().__init__(params, {"lr": lr, "eps": eps, "weight_decay": weight_decay}, kernels)
+        defaults = {
+            "lr": lr,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "lr_decay": lr_decay,
+            "initial_accumulator_value": initial_accumulator_value,
+        }
+        super().__init__(params, defaults, kernels)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
         loss = closure() if closure is not None else None
         for group in self.param_groups:
-            hyper = AdagradHyper(
-                lr=group["lr"], eps=group["eps"], weight_decay=group["weight_decay"]
-            )
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                fresh = "sum" not in self.state.get(p, {})
                 state = self._state(p, ("sum",))
-                self.kernels.adagrad_step(int(state["step"]), hyper, p, p.grad, state["sum"])
+                if fresh and group["initial_accumulator_value"]:
+                    state["sum"].fill_(group["initial_accumulator_value"])
+                step = int(state["step"])
+                hyper = AdagradHyper(
+                    lr=group["lr"] / (1 + (step - 1) * group["lr_decay"]),
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                )
+                self.kernels.adagrad_step(step, hyper, p, p.grad, state["sum"])
         return loss
 
 

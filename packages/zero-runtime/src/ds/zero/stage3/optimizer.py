@@ -34,11 +34,12 @@ OffloadDevice = Literal["none", "cpu", "nvme"]
 
 def _adam_hyper(opt: torch.optim.Optimizer, group: dict[str, Any]) -> AdamHyper:
     name = type(opt).__name__.lower()
-    if "adam" not in name or "betas" not in group or group.get("amsgrad"):
+    unsupported = [k for k in ("amsgrad", "maximize") if group.get(k)]
+    if "adam" not in name or "betas" not in group or unsupported:
         raise ConfigError(
             f"NVMe optimizer offload steps Adam/AdamW in the kernel provider; got "
-            f"{type(opt).__name__}{' with amsgrad' if group.get('amsgrad') else ''}. Use Adam or "
-            "AdamW, or set zero_optimization.offload_optimizer.device to 'cpu' or 'none'"
+            f"{type(opt).__name__}{' with ' + ', '.join(unsupported) if unsupported else ''}. Use "
+            "Adam or AdamW, or set zero_optimization.offload_optimizer.device to 'cpu' or 'none'"
         )
     b1, b2 = group["betas"]
     if "adamw_mode" in group:  # ds's own Adam classes carry the mode in the group
