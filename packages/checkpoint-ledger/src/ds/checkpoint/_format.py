@@ -10,8 +10,11 @@ reader seeks straight to the bytes it needs whatever world size wrote them.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
+
+from ds.interfaces.errors import CheckpointError
 
 FORMAT_NAME = "ds-sharded-checkpoint"
 FORMAT_VERSION = 1
@@ -19,6 +22,44 @@ MANIFEST = "manifest.json"
 LATEST = "latest"
 OBJECTS = "objects.pt"
 ALIGN = 64
+
+
+class CheckpointPathError(CheckpointError):
+    """A tag (given, or read from a ``latest`` file) that names no directory inside the checkpoint
+    directory (``..``, a path, an absolute path): an operator's error, not a damaged checkpoint."""
+
+
+def check_tag(tag: str, source: str | None = None) -> str:
+    """``tag`` if it is a plain directory name inside the checkpoint directory, else raise.
+
+    ``source`` is the file the tag was read from (a ``latest`` file), named in the error. Every
+    format's reader resolves tags through here, so none reads outside the directory it was given.
+    """
+    if (
+        not tag
+        or tag == LATEST
+        or tag.startswith(".")
+        or any(c in tag for c in "/\\\0")
+        or os.path.isabs(tag)
+    ):
+        where = f" (named by {source})" if source else ""
+        fix = f"write one into {source}" if source else "pass one"
+        raise CheckpointPathError(
+            f"checkpoint tag {tag!r}{where} is not usable as a directory name inside the "
+            f"checkpoint directory; a tag is a plain name such as 'global_step100': {fix}"
+        )
+    return tag
+
+
+def read_latest(directory: str) -> str | None:
+    """The tag ``<directory>/latest`` names (checked with :func:`check_tag`); None without one."""
+    path = os.path.join(directory, LATEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            tag = f.read().strip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    return check_tag(tag, path) if tag else None
 
 
 def shard_file(rank: int, world_size: int) -> str:
@@ -61,8 +102,6 @@ def encode_manifest(manifest: dict[str, Any]) -> bytes:
 
 
 def decode_manifest(data: bytes, where: str) -> dict[str, Any]:
-    from ds.interfaces.errors import CheckpointError
-
     try:
         manifest = json.loads(data)
     except ValueError as exc:

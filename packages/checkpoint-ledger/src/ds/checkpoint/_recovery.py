@@ -167,7 +167,7 @@ def require_load(engine: Any, directory: str, tag: str | None, requests: Sequenc
     boundary = engine._boundary
     if boundary is None:
         return
-    err: str | None = None
+    err: tuple[bool, str] | None = None  # (a refused tag?, message)
     if engine.rank == 0:
         try:
             target = engine.checkpoint_dir(directory, tag)
@@ -175,9 +175,11 @@ def require_load(engine: Any, directory: str, tag: str | None, requests: Sequenc
             if any(str(r.name).startswith("optim.") for r in requests):
                 boundary.require(LOAD_OPTIMIZER_STATE, target)
         except ApprovalRequiredError as exc:
-            err = str(exc)
+            err = (False, str(exc))
+        except fmt.CheckpointPathError as exc:  # a tag leaving the directory: nothing is read
+            err = (True, str(exc))
         except CheckpointError:
             err = None  # the load itself names the missing checkpoint
     err = engine._bcast(err)
     if err is not None:
-        raise ApprovalRequiredError(err)
+        raise (fmt.CheckpointPathError if err[0] else ApprovalRequiredError)(err[1])

@@ -112,12 +112,13 @@ def _attr(obj: Any, name: str, default: Any = None) -> Any:
 
 # -- recognising a DeepSpeed checkpoint -----------------------------------------------------------
 def _tag_dir(directory: str, tag: str | None) -> str | None:
+    """The tag's folder (``tag``, else the one ``latest`` names), or None when there is none;
+    a tag that leaves ``directory`` is refused as ds's own format refuses it."""
+    from ds.checkpoint._format import check_tag, read_latest
+
+    tag = read_latest(directory) if tag is None else check_tag(tag)
     if tag is None:
-        try:
-            with open(os.path.join(directory, "latest"), encoding="utf-8") as f:
-                tag = f.read().strip()
-        except FileNotFoundError:
-            return None
+        return None
     path = os.path.join(directory, tag)
     return path if os.path.isdir(path) else None
 

@@ -438,13 +438,7 @@ class ShardedCheckpointEngine:
 
     # ------------------------------------------------------------------ load
     def latest_tag(self, directory: str) -> str | None:
-        path = os.path.join(directory, fmt.LATEST)
-        try:
-            with open(path, encoding="utf-8") as f:
-                tag = f.read().strip()
-        except FileNotFoundError:
-            return None
-        return tag or None
+        return fmt.read_latest(directory)
 
     def checkpoint_dir(self, directory: str, tag: str | None) -> str:
         if tag is None:
@@ -616,11 +610,7 @@ def _step_of(job: _SaveJob) -> int:
     return job.step
 
 
-def _check_tag(tag: str) -> None:
-    if not tag or "/" in tag or tag.startswith(".") or tag == fmt.LATEST or "\\" in tag:
-        raise CheckpointError(
-            f"checkpoint tag {tag!r} is not usable as a directory name; use e.g. 'global_step100'"
-        )
+_check_tag = fmt.check_tag
 
 
 def _validate(state: ShardedStateDict) -> None:

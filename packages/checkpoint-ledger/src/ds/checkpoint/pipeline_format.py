@@ -27,11 +27,9 @@ _LAYER = re.compile(r"^layer_(\d+)(?:-model_(\d+))?-model_states\.pt$")
 def pipeline_root(directory: str, tag: str | None) -> str | None:
     """The folder holding the layer files, if ``directory`` (at ``tag``, else at its ``latest``)
     is a pipeline checkpoint."""
-    if tag is None:
-        latest = os.path.join(directory, "latest")
-        if os.path.isfile(latest):
-            with open(latest, encoding="utf-8") as f:
-                tag = f.read().strip()
+    from ds.checkpoint._format import check_tag, read_latest
+
+    tag = read_latest(directory) if tag is None else check_tag(tag)
     for root in ([os.path.join(directory, tag)] if tag else []) + [directory]:
         if os.path.isdir(root) and any(_LAYER.match(n) for n in os.listdir(root)):
             return root
