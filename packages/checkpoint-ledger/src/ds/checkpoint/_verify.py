@@ -44,11 +44,19 @@ class LedgerScan:
         self.kinds: list[str] = []
         self.rotations: list[tuple[int, dict[str, Any]]] = []  # (index, payload)
         self.exists = True
+        self.roots: dict[int, str] = {}  # Merkle root (hex) at each size scan() was asked for
 
 
-def scan(path: str, keep_kinds: bool = False) -> LedgerScan:
-    """Verify the chain of ``path`` record by record and rebuild its Merkle tree."""
+def scan(path: str, keep_kinds: bool = False, roots_at: set[int] | None = None) -> LedgerScan:
+    """Verify the chain of ``path`` record by record and rebuild its Merkle tree.
+
+    ``roots_at``: sizes (those of tree heads) whose roots are taken as the tree passes them, in
+    O(log n) each, so checking every head costs nothing beyond the scan itself.
+    """
     out = LedgerScan()
+    want = roots_at or set()
+    if 0 in want:
+        out.roots[0] = merkle.EMPTY_ROOT.hex()
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -70,6 +78,8 @@ def scan(path: str, keep_kinds: bool = False) -> LedgerScan:
         out.records += 1
         pos += len(line) + 1
         out.good_bytes = pos
+        if out.records in want:
+            out.roots[out.records] = out.tree.root().hex()
         kind = rec["kind"]
         if keep_kinds:
             out.kinds.append(str(kind))

@@ -24,15 +24,15 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ds.checkpoint import _records, signing
+from ds.checkpoint import _records, _reopen, _seal, merkle, signing
 from ds.checkpoint._fsutil import atomic_write_bytes
 from ds.checkpoint._lockfile import WriterLock
+from ds.checkpoint._reopen import LedgerBreakError
 from ds.checkpoint._verify import (  # re-exported: the ledger's reading side
     ROTATION_KIND,
     LedgerScan,
     check_head,
     heads_path,
-    key_chain,
     read_heads,
     scan,
     verify_file,
@@ -44,6 +44,7 @@ from ds.interfaces.logging import get_logger
 log = get_logger(__name__)
 
 __all__ = [
+    "LedgerBreakError",
     "LedgerScan",
     "TechnicalDueDiligenceLedger",
     "check_head",
@@ -86,6 +87,7 @@ class TechnicalDueDiligenceLedger:
         self._server: Any = None
         self._fd: int | None = None
         self._writer_lock: WriterLock | None = None
+        self._seal: _seal.SealWriter | None = None
         self._broken: str | None = None
         self._head_sink: str | None = None
         self._initial_public: str | None = None
@@ -139,7 +141,11 @@ class TechnicalDueDiligenceLedger:
             raise
 
     def _open_locked(self, recover: bool) -> None:
-        s = scan(self.path)
+        try:
+            heads = read_heads(self.path)
+        except LedgerError as exc:  # a .heads line that is not a head: altered evidence
+            raise LedgerBreakError(f"{exc}; {_reopen.recover_hint(self.path)}") from exc
+        s = scan(self.path, roots_at={h.size for h in heads})
         torn: bytes | None = None
         if s.reason is not None:
             if s.torn_tail is None or not recover:
@@ -147,10 +153,13 @@ class TechnicalDueDiligenceLedger:
                     "open with recover_torn_tail=True (ledger.recover_torn_tail) to move the torn "
                     "bytes aside and record that"
                     if s.torn_tail is not None
-                    else "the ledger is damaged or tampered with; keep it as evidence and start a new one"
+                    else _reopen.recover_hint(self.path)
                 )
-                raise LedgerError(f"cannot append to ledger {self.path}: {s.reason}; {hint}")
+                err = LedgerError if s.torn_tail is not None else _reopen.LedgerBreakError
+                raise err(f"cannot append to ledger {self.path}: {s.reason}; {hint}")
             torn = s.torn_tail
+        state = _reopen.check(self.path, s, heads, self._key)  # before anything is changed
+        if torn is not None:
             aside = f"{self.path}.torn-{s.good_bytes}"
             with open(aside, "wb") as f:
                 f.write(torn)
@@ -159,13 +168,24 @@ class TechnicalDueDiligenceLedger:
             with open(self.path, "r+b") as f:
                 f.truncate(s.good_bytes)
                 os.fsync(f.fileno())
-        self._check_key(s)
+        self._initial_public = state.initial_public
+        if state.uncovered:
+            log.warning(
+                "unsigned ledger reopened with records no tree head covers (a crash, or appended "
+                "by anyone who can write the file; configure a signing key to tell them apart)",
+                path=self.path,
+                uncovered=state.uncovered,
+            )
+        if self._key is not None:
+            self._seal = _seal.SealWriter(self.path, signing.seal_key(self._key), state.seal)
         self._tree = s.tree
         self._prev = s.last_hash
         self._size = s.good_bytes
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if s.records == 0 and not os.path.exists(heads_path(self.path)):
-            self.tree_head()  # a new ledger has heads from the start: their absence is evidence
+        if (s.records == 0 and not os.path.exists(heads_path(self.path))) or state.adopt:
+            # A new ledger has heads from the start (their absence is evidence); a tail the
+            # writer's seal vouched for is committed by a signed head before anything else.
+            self.tree_head()
         if torn is not None:
             import hashlib
 
@@ -178,38 +198,6 @@ class TechnicalDueDiligenceLedger:
                     "moved_to": f"{self.path}.torn-{s.good_bytes}",
                 },
             )
-
-    def _check_key(self, s: LedgerScan) -> None:
-        """One ledger, one key: continuing it needs the key in effect (or a rotation)."""
-        heads = read_heads(self.path)
-        mine = signing.public_hex(self._key) if self._key is not None else None
-        if mine is not None and s.records and not os.path.exists(heads_path(self.path)):
-            raise LedgerError(
-                f"ledger {self.path} holds {s.records} records but no {heads_path(self.path)}: "
-                "a keyed ledger has heads from its first moment, so they were deleted; keep "
-                "the files as evidence and start a new ledger"
-            )
-        if not any(h.signature is not None for h in heads) and not s.rotations:
-            if mine is not None and s.records and heads:
-                raise LedgerError(
-                    f"ledger {self.path} was written with unsigned tree heads; a signing key "
-                    "cannot be added to it midway (its earlier heads would be unsigned): start "
-                    "a new ledger for signed records"
-                )
-            self._initial_public = mine
-            return
-        chain, problem = key_chain(s, heads, None)
-        if problem is not None:
-            raise LedgerError(f"cannot append to ledger {self.path}: {problem}")
-        current = chain.key_at(s.records)
-        if mine is None or current != mine:
-            raise LedgerError(
-                f"ledger {self.path} is signed by key {(current or '')[:16]}...; open it with "
-                f"that key (ledger.signing_key or ${signing.ENV_KEY}), or hand over to a new key "
-                "with rotate_key() while it is open with the old one"
-                + (f" (this process has key {mine[:16]}...)" if mine else " (no key configured)")
-            )
-        self._initial_public = chain.initial
 
     def record_training_event(self, kind: str, payload: Mapping[str, Any]) -> int:
         """Append one event; returns its index (its leaf position in the Merkle tree)."""
@@ -232,6 +220,9 @@ class TechnicalDueDiligenceLedger:
         index = len(self._tree)
         line, h = _records.encode(index, time.time(), kind, rank, payload, self._prev)
         data = line + b"\n"
+        leaf = merkle.leaf_hash(line)
+        if self._seal is not None:  # sealed before written: no record of ours is ever unsealed
+            self._seal.write(index, leaf.hex())
         try:
             # One unbuffered write: nothing of a failed record lingers in a buffer to be
             # flushed later behind the error (a buffered file would retry it on the next write).
@@ -247,7 +238,7 @@ class TechnicalDueDiligenceLedger:
                 "nothing of it was kept"
             ) from exc
         self._size += len(data)
-        self._tree.append(line)
+        self._tree.append_leaf_hash(leaf)
         self._prev = h
         return index
 
@@ -296,6 +287,8 @@ class TechnicalDueDiligenceLedger:
             }
             self._append_locked(ROTATION_KIND, payload, self._rank)
             self._key = new
+            if self._seal is not None:
+                self._seal.rekey(signing.seal_key(new))
         self.tree_head()
         return index
 
@@ -328,6 +321,9 @@ class TechnicalDueDiligenceLedger:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())  # heads are rare and are the evidence against truncation
+            if self._seal is not None and head.signature is not None:
+                last = self._tree.leaves[-1].hex() if size else ""
+                self._seal.write(size - 1, last, head=size)
             sink = self._head_sink
         if sink is not None:
             try:
@@ -406,6 +402,9 @@ class TechnicalDueDiligenceLedger:
                 finally:
                     os.close(self._fd)
                     self._fd = None
+            if self._seal is not None:
+                self._seal.close()
+                self._seal = None
             if self._writer_lock is not None:
                 self._writer_lock.release()
                 self._writer_lock = None

@@ -1,4 +1,4 @@
-"""``ds ledger verify | show | prove | keygen``: the run-ledger verbs of the ds CLI."""
+"""``ds ledger verify | show | prove | keygen | recover``: the run-ledger verbs of the ds CLI."""
 
 from __future__ import annotations
 
@@ -43,6 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("first", type=int, help="record index (inclusion) or old size (consistency)")
     pr.add_argument("second", type=int, nargs="?", default=None, help="tree size (default: all)")
     sub.add_parser("keygen", help="print a new Ed25519 signing key (hex) and its public key")
+    rc = sub.add_parser(
+        "recover",
+        help="after the writer refused a ledger: keep it as evidence and start a new signed "
+        "segment recording the break (exit 0; 2 for bad input or a wrong key)",
+    )
+    rc.add_argument("path")
+    rc.add_argument(
+        "--signing-key",
+        default=None,
+        help="the run's signing key (64 hex or a key file; default $DS_LEDGER_SIGNING_KEY)",
+    )
     return p
 
 
@@ -50,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return int(
-            {"verify": _verify, "show": _show, "prove": _prove, "keygen": _keygen}[args.cmd](args)
+            {
+                "verify": _verify,
+                "show": _show,
+                "prove": _prove,
+                "keygen": _keygen,
+                "recover": _recover,
+            }[args.cmd](args)
         )
     except DsError as exc:  # bad input: one line, exit 2 (exit 1 means "verification failed")
         print(f"error: {exc}", file=sys.stderr)
@@ -189,4 +206,18 @@ def _keygen(args: argparse.Namespace) -> int:
             indent=1,
         )
     )
+    return 0
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from ds.checkpoint._segment import recover
+
+    evidence = recover(args.path, args.signing_key)
+    if evidence is None:
+        print(f"OK {args.path}: the writer accepts it as it is; nothing to recover")
+    else:
+        print(
+            f"RECOVERED {args.path}: the refused ledger is kept as {evidence} (with its .heads "
+            "and .seal); a new signed segment starts with a ledger_break record describing it"
+        )
     return 0

@@ -143,3 +143,20 @@ def verify_rotation(index: int, old_public: str, new_public: str, signature: str
     except (InvalidSignature, ValueError, TypeError):
         return False
     return True
+
+
+_SEAL_DOMAIN = b"ds-ledger-writer-seal-v1"
+
+
+def seal_key(private_key: Any) -> bytes:
+    """The writer's MAC key for its seal (``_seal``), derived from the signing key: only a holder
+    of the signing key can make or check a seal."""
+    import hashlib
+    import hmac
+
+    from cryptography.hazmat.primitives import serialization
+
+    raw = private_key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    return hmac.digest(raw, _SEAL_DOMAIN, hashlib.sha256)

@@ -1,0 +1,89 @@
+"""The writer's seal: which record it wrote last, and the largest head it signed, MAC'd with its key.
+
+A signed tree head commits to a prefix of the ledger, but heads are signed only now and then (at
+checkpoint commits, verification and close), so after a crash the records written since the last
+head are covered by nothing a verifier could check, and look exactly like records someone else
+appended. The seal lets the writer tell them apart when it reopens the file: before every append
+it writes ``(n, index, leaf, head)``, the record's index and Merkle leaf hash and the size of its
+last signed head, with an HMAC-SHA256 under a key derived from the signing key
+(:func:`ds.checkpoint.signing.seal_key`), into ``<ledger>.seal``. The leaf hash covers the
+record's chain link, so a seal of the last record vouches for every record before it.
+
+The file has two fixed-size slots written alternately (``n`` is a sequence number, slot ``n % 2``),
+so a write torn by a crash spoils at most the newer slot and the older one still stands. The seal
+is written *before* its record: a crash between the two leaves a seal one record ahead of the file
+(the record was never acknowledged), never a record without its seal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from dataclasses import dataclass
+
+SLOT = 256  # bytes per slot: {"head":..,"i":..,"leaf":<64 hex>,"mac":<64 hex>,"n":..} + padding
+
+
+def seal_path(path: str) -> str:
+    return path + ".seal"
+
+
+@dataclass(frozen=True)
+class SealEntry:
+    n: int  # sequence number of the seal write
+    index: int  # the record it vouches for (its leaf hash is ``leaf``); -1: no record yet
+    leaf: str
+    head: int  # size of the largest head the writer had signed
+
+
+def _mac(key: bytes, n: int, index: int, leaf: str, head: int) -> str:
+    return hmac.digest(key, f"{n}|{index}|{leaf}|{head}".encode(), hashlib.sha256).hex()
+
+
+def read(path: str, key: bytes) -> tuple[list[SealEntry], bool]:
+    """The slots of ``path``'s seal whose MAC holds under ``key``, newest first; and whether the
+    seal file exists."""
+    try:
+        with open(seal_path(path), "rb") as f:
+            data = f.read(2 * SLOT)
+    except FileNotFoundError:
+        return [], False
+    good: list[SealEntry] = []
+    for k in range(2):
+        try:
+            obj = json.loads(data[k * SLOT : (k + 1) * SLOT])
+            e = SealEntry(int(obj["n"]), int(obj["i"]), str(obj["leaf"]), int(obj["head"]))
+            ok = hmac.compare_digest(str(obj["mac"]), _mac(key, e.n, e.index, e.leaf, e.head))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn or foreign slot vouches for nothing
+        if ok and e.n % 2 == k:
+            good.append(e)
+    return sorted(good, key=lambda e: e.n, reverse=True), True
+
+
+class SealWriter:
+    """Writes the seal of one ledger (the writer's, under the ledger's lock)."""
+
+    def __init__(self, path: str, key: bytes, last: SealEntry | None) -> None:
+        self._key = key
+        self._fd = os.open(seal_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+        self._n = last.n if last is not None else -1
+        self.head = last.head if last is not None else 0
+
+    def rekey(self, key: bytes) -> None:
+        self._key = key
+
+    def write(self, index: int, leaf: str, head: int | None = None) -> None:
+        if head is not None:
+            self.head = max(self.head, head)
+        self._n += 1
+        n = self._n
+        body = {"head": self.head, "i": index, "leaf": leaf, "n": n}
+        body["mac"] = _mac(self._key, n, index, leaf, self.head)
+        line = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        os.pwrite(self._fd, line.ljust(SLOT - 1) + b"\n", (n % 2) * SLOT)
+
+    def close(self) -> None:
+        os.close(self._fd)
