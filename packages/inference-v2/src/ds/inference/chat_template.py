@@ -112,6 +112,17 @@ def _compile(template: str) -> Any:
         raise ConfigError(f"the chat template does not parse: {exc}") from exc
 
 
+@lru_cache(maxsize=8)
+def variables(template: str) -> frozenset[str]:
+    """The variables the template reads from its context (``messages``, ``tools``, ...)."""
+    import jinja2
+    from jinja2 import meta
+    from jinja2.ext import loopcontrols
+
+    env = jinja2.Environment(extensions=[loopcontrols])
+    return frozenset(meta.find_undeclared_variables(env.parse(template)))
+
+
 def check_template(template: str) -> None:
     _compile(template)
 

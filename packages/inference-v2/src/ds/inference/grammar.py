@@ -4,6 +4,11 @@ The grammar is compiled once per schema against the tokenizer's vocabulary; each
 matcher that masks the tokens the grammar forbids before sampling and ends the request when the
 JSON value is complete. Whitespace between tokens is not free (``any_whitespace=False``) so that a
 weak model cannot wander in blanks until ``max_tokens``.
+
+Objects keep the schema's property order (the cache key is the schema as written, not sorted).
+xgrammar 0.2.9 lets a string with ``minLength``/``maxLength`` hold raw control characters, which
+no JSON parser accepts; such strings are rewritten into the equivalent ``pattern`` (any
+character but U+0000-U+001F, the same length bounds) before compiling.
 """
 
 from __future__ import annotations
@@ -58,6 +63,28 @@ class CompiledGrammar:
         return _Matcher(self._compiled, self._vocab)
 
 
+# Keys whose values are literal JSON data, not sub-schemas.
+_DATA_KEYS = frozenset({"const", "enum", "default", "examples"})
+
+
+def without_control_chars(schema: Any) -> Any:
+    """``schema`` with every length-bounded string (no pattern or format of its own) given the
+    pattern of printable characters of that length, so that its output always parses."""
+    if isinstance(schema, list):
+        return [without_control_chars(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v if k in _DATA_KEYS else without_control_chars(v) for k, v in schema.items()}
+    lo, hi = out.get("minLength", 0), out.get("maxLength", "")
+    bounded = "minLength" in out or "maxLength" in out
+    plain = "pattern" not in out and "format" not in out and out.get("type") == "string"
+    if bounded and plain and isinstance(lo, int) and isinstance(hi, (int, str)):
+        out.pop("minLength", None)
+        out.pop("maxLength", None)
+        out["pattern"] = f"^[^\\x00-\\x1f]{{{lo},{hi}}}$"
+    return out
+
+
 class GrammarCompiler:
     """Compiles ``response_format`` schemas for one tokenizer; thread-safe, cached by schema."""
 
@@ -78,18 +105,51 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self._cached = lru_cache(maxsize=64)(self._compile)
 
-    def _compile(self, schema_json: str | None) -> CompiledGrammar:
+    def _compile(self, kind: str, text: str | None) -> CompiledGrammar:
         with self._lock:
-            if schema_json is None:
+            if kind == "tag":
+                compiled = self._compiler.compile_structural_tag(text)
+            elif text is None:
                 compiled = self._compiler.compile_builtin_json_grammar()
             else:
-                compiled = self._compiler.compile_json_schema(schema_json, any_whitespace=False)
+                compiled = self._compiler.compile_json_schema(text, any_whitespace=False)
         return CompiledGrammar(compiled, self._vocab)
+
+    def _get(self, kind: str, text: str | None, what: str) -> CompiledGrammar:
+        try:
+            return self._cached(kind, text)
+        except (RuntimeError, ValueError, TypeError) as exc:
+            raise ConfigError(f"the {what} cannot be compiled: {exc}") from exc
 
     def __call__(self, schema: dict[str, Any] | None) -> CompiledGrammar:
         """A grammar for any JSON object (``schema`` None) or for a JSON schema."""
-        key = None if schema is None else json.dumps(schema, sort_keys=True)
-        try:
-            return self._cached(key)
-        except (RuntimeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"the JSON schema cannot be compiled: {exc}") from exc
+        text = None if schema is None else json.dumps(without_control_chars(schema))
+        return self._get("schema", text, "JSON schema")
+
+    def structural_tag(self, tag: dict[str, Any]) -> CompiledGrammar:
+        """A grammar for an xgrammar structural tag (``{"type": "structural_tag", ...}``): free
+        text and tagged JSON (tool calls)."""
+        return self._get("tag", json.dumps(without_control_chars(tag)), "tool schema")
+
+
+class LazyCompiler:
+    """A :class:`GrammarCompiler` built on first use (building walks the whole vocabulary)."""
+
+    def __init__(
+        self, tokenizer_dir: Path, vocab_size: int, eos_token_ids: tuple[int, ...]
+    ) -> None:
+        self._args = (tokenizer_dir, vocab_size, eos_token_ids)
+        self._compiler: GrammarCompiler | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> GrammarCompiler:
+        with self._lock:
+            if self._compiler is None:
+                self._compiler = GrammarCompiler(*self._args)
+            return self._compiler
+
+    def __call__(self, schema: dict[str, Any] | None) -> CompiledGrammar:
+        return self._get()(schema)
+
+    def structural_tag(self, tag: dict[str, Any]) -> CompiledGrammar:
+        return self._get().structural_tag(tag)

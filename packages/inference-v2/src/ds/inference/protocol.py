@@ -18,12 +18,14 @@ from ds.inference.chat_template import TemplateError
 from ds.inference.openai_errors import APIError, bad_request
 from ds.inference.sampling import SamplingOptions, fold_seed
 from ds.inference.tokenizer import TextCodec
+from ds.inference.tools import plan_tools
 from ds.interfaces.errors import DsError
 
 _ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 _MAX_N = 64
 _MAX_STOPS = 64
 _MAX_LOGPROBS = 20
+_MAX_CHOICES = 1024  # prompts x n in one request
 
 
 @dataclass(frozen=True)
@@ -32,18 +34,66 @@ class Limits:
     max_context: int  # prompt + output tokens of one sequence
     cache_tokens: int  # tokens the whole KV cache holds
     vocab_size: int
+    # Characters of prompt text one request may send (checked before tokenizing); None: the
+    # default, max(100_000, 32 * max_context).
+    max_prompt_chars: int | None = None
+
+    @property
+    def prompt_chars(self) -> int:
+        if self.max_prompt_chars is not None:
+            return self.max_prompt_chars
+        return max(100_000, 32 * self.max_context)
 
 
 @dataclass(frozen=True)
 class ParsedRequest:
     chat: bool
-    prompt: list[int]
-    prompt_text: str | None
-    params: list[SamplingOptions]  # one per choice (n)
+    prompts: list[list[int]]  # one or more (a completions request may batch prompts)
+    prompt_texts: list[str | None]
+    params: list[SamplingOptions]  # one per choice: prompt-major, n per prompt
     stream: bool
     include_usage: bool
     logprobs: int | None  # None: off; k: the sampled token's and k alternatives
     echo: bool
+    n: int = 1
+    tools: Any = None  # a ds.inference.tools.ToolPlan when the model may call tools
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.prompts[0]
+
+    def prompt_of(self, choice: int) -> int:
+        """The index of the prompt that choice ``choice`` continues."""
+        return choice // self.n
+
+
+def load_body(raw: bytes) -> Any:
+    """The JSON body of a request, or a 400: malformed JSON, nesting deeper than the parser
+    allows, or text that is not valid Unicode (a lone UTF-16 surrogate such as \\ud800, which
+    JSON's escapes can spell but no tokenizer can encode)."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise APIError(
+            400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
+        ) from exc
+    except RecursionError:
+        raise APIError(
+            400, "the JSON body of your request is nested too deeply", code="invalid_json"
+        ) from None
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise APIError(
+            400,
+            f"the request contains {bad.encode('unicode_escape').decode()}, a lone UTF-16 "
+            "surrogate that is not valid Unicode; send valid UTF-8 text",
+            code="invalid_unicode",
+        ) from None
+    except (RecursionError, ValueError):
+        raise APIError(400, "the JSON body of your request is nested too deeply") from None
+    return body
 
 
 def _is_int(v: Any) -> bool:
@@ -168,22 +218,46 @@ def messages_of(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _prompt_of(body: dict[str, Any], codec: TextCodec, vocab: int) -> tuple[list[int], str | None]:
+def check_chars(count: int, limits: Limits, param: str) -> None:
+    """Refuse prompt text longer than the server's character limit, before tokenizing it."""
+    if count > limits.prompt_chars:
+        raise APIError(
+            400,
+            f"Invalid '{param}': {count} characters of prompt text, more than this server's limit "
+            f"of {limits.prompt_chars} (ds serve --max-prompt-chars); shorten the prompt",
+            param=param,
+            code="prompt_too_long",
+        )
+
+
+def _prompts_of(
+    body: dict[str, Any], codec: TextCodec, limits: Limits, add_special: bool
+) -> tuple[list[list[int]], list[str | None]]:
+    """The prompts of a completions request: a string, a list of token ids, or a list of
+    either (a batch, as OpenAI and vLLM accept)."""
     v = body.get("prompt")
-    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, list)):
-        v = v[0]  # a batch of one
-    if isinstance(v, str):
-        if not codec.available:
-            raise bad_request("prompt", "this model has no tokenizer; send token ids")
-        ids = codec.encode(v)
-        if not ids:
-            raise bad_request("prompt", "the prompt encodes to no tokens")
-        return ids, v
-    if isinstance(v, list) and v and all(_is_int(t) for t in v):
-        return _token_ids(v, "prompt", vocab), None
-    if isinstance(v, list) and len(v) > 1 and all(isinstance(p, (str, list)) for p in v):
-        raise bad_request("prompt", "one prompt per request is supported; send several requests")
-    raise bad_request("prompt", "expected a non-empty string or a list of token ids")
+    batch = v if isinstance(v, list) and v and all(isinstance(p, (str, list)) for p in v) else [v]
+    check_chars(sum(len(p) for p in batch if isinstance(p, str)), limits, "prompt")
+    prompts: list[list[int]] = []
+    texts: list[str | None] = []
+    for j, p in enumerate(batch):
+        where = "prompt" if len(batch) == 1 else f"prompt[{j}]"
+        if isinstance(p, str):
+            if not codec.available:
+                raise bad_request(where, "this model has no tokenizer; send token ids")
+            ids = codec.encode(p, add_special)
+            if not ids:
+                raise bad_request(where, "the prompt encodes to no tokens")
+            prompts.append(ids)
+            texts.append(p)
+        elif isinstance(p, list) and p and all(_is_int(t) for t in p):
+            prompts.append(_token_ids(p, where, limits.vocab_size))
+            texts.append(None)
+        else:
+            raise bad_request(
+                where, "expected a non-empty string, a list of token ids, or a list of either"
+            )
+    return prompts, texts
 
 
 def _response_format(
@@ -220,6 +294,43 @@ def _response_format(
         raise bad_request("response_format", str(exc)) from exc
 
 
+def _max_tokens(
+    body: dict[str, Any], key: str, chat: bool, prompt: list[int], limits: Limits, least: int
+) -> int:
+    """The output length of one prompt: ``key`` checked against the context and the KV cache,
+    else OpenAI's defaults (16 for completions, the rest of the context for chat)."""
+    room = limits.max_context - len(prompt)
+    if room < least:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_context} tokens. However, your "
+            f"prompt has {len(prompt)} tokens. Please reduce the length of the "
+            f"{'messages' if chat else 'prompt'}.",
+            param="messages" if chat else "prompt",
+            code="context_length_exceeded",
+        )
+    max_tokens: int | None = _int(body, key, None, least, None)
+    if max_tokens is None:
+        max_tokens = min(room, limits.cache_tokens - len(prompt)) if chat else min(16, room)
+    if len(prompt) + max_tokens > limits.max_context:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {limits.max_context} tokens. However, you "
+            f"requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the "
+            f"{'messages' if chat else 'prompt'}, {max_tokens} in the completion). Please reduce "
+            f"the length of the {'messages' if chat else 'prompt'} or completion.",
+            param=key,
+            code="context_length_exceeded",
+        )
+    if len(prompt) + max_tokens > limits.cache_tokens:
+        raise bad_request(
+            key,
+            f"{len(prompt) + max_tokens} tokens do not fit the whole KV cache "
+            f"({limits.cache_tokens} tokens); lower {key} or start the server with more KV memory",
+        )
+    return max_tokens
+
+
 def parse(
     body: Any,
     chat: bool,
@@ -238,25 +349,29 @@ def parse(
             code="model_not_found",
         )
     vocab = limits.vocab_size
-    prompt_text: str | None = None
+    tools = None
+    add_special = _bool(body, "add_special_tokens", not chat)
     if chat:
         messages = messages_of(body)
+        check_chars(sum(len(m["content"]) for m in messages), limits, "messages")
         if not codec.available:
             raise bad_request("messages", "this model has no tokenizer for chat messages")
+        messages, extra, tools = plan_tools(body, messages, codec, grammar)
         try:
-            prompt = codec.chat_ids(messages)
+            prompts = [codec.chat_ids(messages, add_special, **extra)]
         except TemplateError as exc:
             raise bad_request("messages", str(exc)) from exc
+        texts: list[str | None] = [None]
     else:
-        prompt, prompt_text = _prompt_of(body, codec, vocab)
+        prompts, texts = _prompts_of(body, codec, limits, add_special)
     n = _int(body, "n", 1, 1, _MAX_N)
+    if len(prompts) * n > _MAX_CHOICES:
+        raise bad_request("n", f"{len(prompts)} prompts x n={n} exceed {_MAX_CHOICES} choices")
     if body.get("best_of") not in (None, 1, n):
         raise bad_request("best_of", "only best_of == n is supported")
-    if chat:
-        for key in ("tools", "functions"):
-            if body.get(key):
-                raise bad_request(key, "tool calling is not supported by this server")
-    elif body.get("suffix"):
+    if chat and body.get("functions"):
+        raise bad_request("functions", "the legacy 'functions' are not supported; send 'tools'")
+    if not chat and body.get("suffix"):
         raise bad_request("suffix", "suffix (insertion) is not supported by this server")
     stream = _bool(body, "stream")
     so = body.get("stream_options")
@@ -284,39 +399,10 @@ def parse(
     score_prompt = echo and logprobs is not None
     least = 0 if score_prompt else 1
 
-    # Output length: OpenAI's defaults (16 for completions, the rest of the context for chat).
-    room = limits.max_context - len(prompt)
-    if room < least:
-        raise APIError(
-            400,
-            f"This model's maximum context length is {limits.max_context} tokens. However, your "
-            f"prompt has {len(prompt)} tokens. Please reduce the length of the "
-            f"{'messages' if chat else 'prompt'}.",
-            param="messages" if chat else "prompt",
-            code="context_length_exceeded",
-        )
     key = "max_tokens"
     if chat and body.get("max_completion_tokens") is not None:
         key = "max_completion_tokens"
-    max_tokens = _int(body, key, None, least, None)
-    if max_tokens is None:
-        max_tokens = min(room, limits.cache_tokens - len(prompt)) if chat else min(16, room)
-    if len(prompt) + max_tokens > limits.max_context:
-        raise APIError(
-            400,
-            f"This model's maximum context length is {limits.max_context} tokens. However, you "
-            f"requested {len(prompt) + max_tokens} tokens ({len(prompt)} in the "
-            f"{'messages' if chat else 'prompt'}, {max_tokens} in the completion). Please reduce "
-            f"the length of the {'messages' if chat else 'prompt'} or completion.",
-            param=key,
-            code="context_length_exceeded",
-        )
-    if len(prompt) + max_tokens > limits.cache_tokens:
-        raise bad_request(
-            key,
-            f"{len(prompt) + max_tokens} tokens do not fit the whole KV cache "
-            f"({limits.cache_tokens} tokens); lower {key} or start the server with more KV memory",
-        )
+    lengths = [_max_tokens(body, key, chat, p, limits, least) for p in prompts]
 
     stops = _stops(body)
     if stops and not codec.available:
@@ -327,7 +413,7 @@ def parse(
         raise bad_request("seed", f"expected an integer, got {json.dumps(seed)}")
     top_k = _int(body, "top_k", 0, -1, None)
     base = SamplingOptions(
-        max_new_tokens=max_tokens,
+        max_new_tokens=lengths[0],
         temperature=_num(body, "temperature", 1.0, 0.0, 100.0),
         top_k=max(top_k, 0),  # vLLM's -1 also disables
         top_p=_num(body, "top_p", 1.0, 0.0, 1.0),
@@ -348,9 +434,21 @@ def parse(
         raise bad_request("top_p", "must be > 0")
     if base.repetition_penalty == 0:
         raise bad_request("repetition_penalty", "must be > 0")
-    # Each choice samples on its own stream: choice i of seed s uses seed s + i.
-    params = [base] + [
-        replace(base, seed=None if base.seed is None else fold_seed(base.seed + i))
-        for i in range(1, n)
+    if tools is not None and base.grammar is not None:
+        raise bad_request("response_format", "cannot be combined with tools; send one of them")
+    if tools is not None:
+        base = replace(base, grammar=tools.grammar)
+    # Each choice samples on its own stream: choice i of seed s uses seed s + i (per prompt, so
+    # a batched prompt gets what it would get alone).
+    params = [
+        replace(
+            base,
+            max_new_tokens=length,
+            seed=None if base.seed is None else fold_seed(base.seed + i),
+        )
+        for length in lengths
+        for i in range(n)
     ]
-    return ParsedRequest(chat, prompt, prompt_text, params, stream, include_usage, logprobs, echo)
+    return ParsedRequest(
+        chat, prompts, texts, params, stream, include_usage, logprobs, echo, n, tools
+    )

@@ -26,8 +26,9 @@ from ds.inference.engine import InferenceEngineV2
 from ds.inference.engine_loop import EngineLoop, ErrorEvent, Event, LogProb, TokenEvent
 from ds.inference.metrics import ServerMetrics
 from ds.inference.openai_errors import APIError, install_handlers
-from ds.inference.protocol import Limits, ParsedRequest, parse
+from ds.inference.protocol import Limits, ParsedRequest, load_body, parse
 from ds.inference.tokenizer import TextCodec
+from ds.inference.tools import ToolCallParser
 from ds.interfaces.logging import get_logger
 
 __all__ = ["EngineLoop", "create_app"]
@@ -50,24 +51,15 @@ class _Choice:
     cached: int = 0
     prompt_logprobs: list[LogProb] | None = None  # echo + logprobs: prompt tokens 1.. scored
     echo_length: int = 0  # text offset where generated tokens start (streamed echo + logprobs)
+    parser: ToolCallParser | None = None  # streamed tool calls
 
 
-def _grammar_factory(engine: InferenceEngineV2, codec: TextCodec) -> Callable[..., Any] | None:
+def _grammar_factory(engine: InferenceEngineV2, codec: TextCodec) -> Any:
     from ds.inference import grammar
 
     if not grammar.available() or codec.path is None:
         return None
-    compiler: Any = None
-
-    def compile_(schema: dict[str, Any] | None) -> Any:
-        nonlocal compiler
-        if compiler is None:  # built on first use: it walks the whole vocabulary
-            compiler = grammar.GrammarCompiler(
-                codec.path, engine.model.vocab_size, engine.eos_token_ids
-            )
-        return compiler(schema)
-
-    return compile_
+    return grammar.LazyCompiler(codec.path, engine.model.vocab_size, engine.eos_token_ids)
 
 
 class _BearerAuth:
@@ -94,6 +86,7 @@ def create_app(
     model_name: str,
     api_key: str | None = None,
     on_death: Callable[[], None] | None = None,
+    max_prompt_chars: int | None = None,
 ) -> Any:
     metrics = ServerMetrics(model_name)
 
@@ -108,7 +101,11 @@ def create_app(
     loop_ = EngineLoop(engine, codec, metrics, died)
     cap = engine.capacity()
     limits = Limits(
-        model_name, engine.max_context, cap.total_blocks * cap.block_size, engine.model.vocab_size
+        model_name,
+        engine.max_context,
+        cap.total_blocks * cap.block_size,
+        engine.model.vocab_size,
+        max_prompt_chars,
     )
     grammar = _grammar_factory(engine, codec)
     ids = itertools.count()
@@ -128,13 +125,7 @@ def create_app(
 
     # -- helpers ------------------------------------------------------------------------------
     async def body_of(request: Request) -> Any:
-        raw = await request.body()
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise APIError(
-                400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
-            ) from exc
+        return load_body(await request.body())
 
     def logprobs_json(chat: bool, entries: list[_Entry], offset: int) -> Any:
         if chat:
@@ -175,26 +166,34 @@ def create_app(
             "text_offset": offsets,
         }
 
-    def prompt_entries(req: ParsedRequest, scored: list[LogProb] | None) -> list[_Entry]:
+    def prompt_entries(req: ParsedRequest, c: _Choice) -> list[_Entry]:
         """The echoed prompt's logprob entries: its first token unscored, the rest scored."""
-        first: _Entry = (req.prompt[0], None, None)
-        return [first] + [(t, lp, top) for t, (lp, top) in zip(req.prompt[1:], scored or ())]
+        prompt = req.prompts[req.prompt_of(c.index)]
+        first: _Entry = (prompt[0], None, None)
+        scored = c.prompt_logprobs or ()
+        return [first] + [(t, lp, top) for t, (lp, top) in zip(prompt[1:], scored)]
 
     def text_length(entries: list[_Entry]) -> int:
         return sum(len(codec.token_text(tok)) for tok, _, _ in entries)
 
     def usage(req: ParsedRequest, choices: list[_Choice]) -> dict[str, Any]:
         done = sum(len(c.tokens) for c in choices)
-        cached = max((c.cached for c in choices), default=0)
+        cached = sum(
+            max(c.cached for c in choices[p * req.n : (p + 1) * req.n])
+            for p in range(len(req.prompts))
+        )
+        prompt = sum(len(p) for p in req.prompts)
         return {
-            "prompt_tokens": len(req.prompt),
+            "prompt_tokens": prompt,
             "completion_tokens": done,
-            "total_tokens": len(req.prompt) + done,
+            "total_tokens": prompt + done,
             "prompt_tokens_details": {"cached_tokens": cached},
         }
 
-    def prompt_text(req: ParsedRequest) -> str:
-        return req.prompt_text if req.prompt_text is not None else codec.decode(req.prompt)
+    def prompt_text(req: ParsedRequest, index: int) -> str:
+        p = req.prompt_of(index)
+        text = req.prompt_texts[p]
+        return text if text is not None else codec.decode(req.prompts[p])
 
     def start(req: ParsedRequest) -> tuple[list[int], asyncio.Queue[tuple[int, Event]]]:
         aloop = asyncio.get_running_loop()
@@ -203,7 +202,10 @@ def create_app(
         def deliver_to(i: int) -> Callable[[Event], None]:
             return lambda ev: aloop.call_soon_threadsafe(q.put_nowait, (i, ev))
 
-        uids = loop_.submit(req.prompt, req.params, [deliver_to(i) for i in range(len(req.params))])
+        uids: list[int] = []
+        for p, prompt in enumerate(req.prompts):  # n choices of a prompt share its blocks
+            own = range(p * req.n, (p + 1) * req.n)
+            uids += loop_.submit(prompt, req.params[own[0] : own[-1] + 1], [deliver_to(i) for i in own])
         return uids, q
 
     def apply(c: _Choice, ev: TokenEvent) -> None:
@@ -217,6 +219,36 @@ def create_app(
         c.tokens.append(ev.token)
         if ev.logprob is not None:
             c.logprobs.append((ev.token, ev.logprob[0], ev.logprob[1]))
+
+    def tool_message(c: _Choice, text: str) -> dict[str, Any]:
+        """The assistant message of a choice that may call tools: content and tool_calls."""
+        parser = ToolCallParser()
+        parser.feed(text)
+        parser.finish()
+        if not parser.calls:
+            return {"role": "assistant", "content": parser.content}
+        c.finish_reason = "tool_calls"
+        return {
+            "role": "assistant",
+            "content": parser.content or None,
+            "tool_calls": [call.json() for call in parser.calls],
+        }
+
+    def tool_delta(c: _Choice, ev: TokenEvent, item: dict[str, Any]) -> dict[str, Any]:
+        """A streamed delta of a choice that may call tools: released content, completed calls
+        (each whole, with its id, as one ``tool_calls`` entry), finish_reason tool_calls."""
+        if c.parser is None:
+            c.parser = ToolCallParser()
+        text, calls = c.parser.feed(ev.text)
+        if ev.finish_reason is not None:
+            text += c.parser.finish()
+            if c.parser.calls:
+                item["finish_reason"] = "tool_calls"
+        delta: dict[str, Any] = {"content": text} if text else {}
+        first = len(c.parser.calls) - len(calls)
+        if calls:
+            delta["tool_calls"] = [call.json(first + k) for k, call in enumerate(calls)]
+        return delta
 
     # -- completion handling ------------------------------------------------------------------
     async def complete(request: Request, chat: bool) -> Any:
@@ -272,7 +304,7 @@ def create_app(
         for c in choices:
             text = c.text
             if req.echo:
-                text = prompt_text(req) + text
+                text = prompt_text(req, c.index) + text
             item: dict[str, Any] = {
                 "index": c.index,
                 "finish_reason": c.finish_reason,
@@ -282,10 +314,13 @@ def create_app(
             if req.logprobs is not None:
                 entries = c.logprobs
                 if req.echo:  # the echoed prompt's entries first, offsets over the whole text
-                    entries = prompt_entries(req, c.prompt_logprobs) + entries
+                    entries = prompt_entries(req, c) + entries
                 lp = logprobs_json(req.chat, entries, 0)
             if req.chat:
                 item["message"] = {"role": "assistant", "content": text}
+                if req.tools is not None:
+                    item["message"] = tool_message(c, text)
+                    item["finish_reason"] = c.finish_reason
                 item["logprobs"] = lp
             else:
                 item["text"] = text
@@ -343,7 +378,7 @@ def create_app(
                     [
                         {
                             "index": i,
-                            "text": prompt_text(req),
+                            "text": prompt_text(req, i),
                             "logprobs": None,
                             "finish_reason": None,
                             "token_ids": [],
@@ -362,13 +397,13 @@ def create_app(
                 apply(c, ev)
                 if ev.prompt_logprobs is not None and req.echo:
                     # The echo waits for the prompt's scores, which come with the first event.
-                    entries = prompt_entries(req, c.prompt_logprobs)
+                    entries = prompt_entries(req, c)
                     c.echo_length = text_length(entries)
                     yield chunk(
                         [
                             {
                                 "index": i,
-                                "text": prompt_text(req),
+                                "text": prompt_text(req, i),
                                 "logprobs": logprobs_json(False, entries, 0),
                                 "finish_reason": None,
                                 "token_ids": [],
@@ -380,15 +415,19 @@ def create_app(
                     base = c.echo_length + len(c.text) - len(ev.text)
                     lp = logprobs_json(req.chat, c.logprobs[before:], base)
                 item: dict[str, Any] = {"index": i, "finish_reason": ev.finish_reason}
-                if req.chat:
+                if req.chat and req.tools is not None:
+                    item["delta"] = tool_delta(c, ev, item)
+                elif req.chat:
                     item["delta"] = {"content": ev.text}
                 else:
                     item["text"] = ev.text
                 item["logprobs"] = lp
                 item["token_ids"] = [] if ev.token is None else [ev.token]
-                yield chunk([item])
                 if ev.finish_reason is not None:
                     left.discard(i)
+                elif req.chat and not item["delta"] and lp is None:
+                    continue  # inside a tool call: nothing to say yet
+                yield chunk([item])
             else:
                 if req.include_usage:
                     yield chunk([], usage(req, choices))

@@ -49,6 +49,11 @@ class TextCodec:
         return cls(Tokenizer.from_file(str(file)), template, ct.special_tokens(config), root)
 
     @property
+    def uses_tools(self) -> bool:
+        """The chat template renders a ``tools`` variable (transformers' ``tools=``)."""
+        return self.chat_template is not None and "tools" in ct.variables(self.chat_template)
+
+    @property
     def available(self) -> bool:
         return self._tok is not None
 
@@ -62,8 +67,12 @@ class TextCodec:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of ``text``; special tokens (BOS) are added as tokenizer.json's post
-        processor defines, like transformers' ``tokenizer(text)``."""
-        ids: list[int] = self._need().encode(text, add_special_tokens=add_special_tokens).ids
+        processor defines, like transformers' ``tokenizer(text)``.
+
+        Encoded through ``encode_batch``, which releases the GIL (``encode`` holds it): a huge
+        prompt tokenized on a worker thread then does not stall the engine thread's streams."""
+        batch = self._need().encode_batch([text], add_special_tokens=add_special_tokens)
+        ids: list[int] = batch[0].ids
         return ids
 
     def decode(self, ids: list[int]) -> str:
@@ -79,15 +88,18 @@ class TextCodec:
         text = self._tok.decode([token], skip_special_tokens=False)
         return str(text)
 
-    def chat_prompt(self, messages: list[dict[str, Any]]) -> str:
-        """The rendered prompt text of a conversation (no generation yet)."""
+    def chat_prompt(self, messages: list[dict[str, Any]], **extra: Any) -> str:
+        """The rendered prompt text of a conversation (no generation yet); ``extra`` are
+        template variables (``tools=...``), as apply_chat_template's keyword arguments."""
         if self.chat_template is None:
             return _fallback_transcript(messages)
-        return ct.render(self.chat_template, messages, self.special)
+        return ct.render(self.chat_template, messages, self.special, **extra)
 
-    def chat_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+    def chat_ids(
+        self, messages: list[dict[str, Any]], add_special_tokens: bool = False, **extra: Any
+    ) -> list[int]:
         """Token ids of a conversation: the template's text tokenized without added special
         tokens (the template writes BOS itself), as apply_chat_template(tokenize=True)."""
         if self.chat_template is None:
             return self.encode(_fallback_transcript(messages))
-        return self.encode(self.chat_prompt(messages), add_special_tokens=False)
+        return self.encode(self.chat_prompt(messages, **extra), add_special_tokens)
