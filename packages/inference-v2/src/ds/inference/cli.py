@@ -1,4 +1,5 @@
-"""``ds serve MODEL_DIR``: serve a model over an OpenAI-compatible HTTP API.
+"""``ds serve MODEL``: serve a model (a Hugging Face directory or a GGUF file) over an
+OpenAI-compatible HTTP API.
 
 Options follow vLLM's names where they mean the same thing. SIGTERM (or Ctrl-C) stops accepting
 connections, lets requests in flight finish for ``--shutdown-grace`` seconds, then exits 0; if
@@ -31,7 +32,10 @@ def _bytes(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ds serve", description=__doc__)
-    p.add_argument("model", help="Hugging Face model directory (config.json + safetensors)")
+    p.add_argument(
+        "model",
+        help="Hugging Face model directory (config.json + safetensors) or a GGUF file",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--config", help="engine config: a JSON file or inline JSON object")
@@ -74,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         "--chat-template", help="chat template: a Jinja file or the template text itself"
     )
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        help="characters of prompt text a request may send, refused with a 400 before "
+        "tokenizing (default: max(100000, 32 x max_model_len))",
+    )
     p.add_argument("--served-model-name", help="model id reported to clients (default: dir name)")
     p.add_argument(
         "--shutdown-grace",
@@ -117,6 +127,19 @@ def _config(args: argparse.Namespace) -> dict[str, object]:
     return cfg
 
 
+def _tokenizer_dir(args: argparse.Namespace) -> str | Path:
+    """--tokenizer, else the model directory, else the tokenizer a GGUF file carries."""
+    if args.tokenizer:
+        return str(args.tokenizer)
+    from ds.inference.gguf_file import is_gguf
+
+    if is_gguf(args.model):
+        from ds.inference.gguf_tokenizer import tokenizer_dir
+
+        return tokenizer_dir(args.model)
+    return str(args.model)
+
+
 def serve(app: Any, host: str, port: int, grace: float) -> int:
     """Run ``app`` until SIGTERM/SIGINT (exit 0) or until its engine thread dies (exit 1)."""
     import uvicorn
@@ -158,12 +181,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         engine = build_engine(args.model, _config(args))
-        codec = TextCodec.from_dir(args.tokenizer or args.model, args.chat_template)
+        codec = TextCodec.from_dir(_tokenizer_dir(args), args.chat_template)
     except (DsError, OSError, ValueError) as exc:
         print(f"ds serve: {exc}")
         return 2
     name = args.served_model_name or Path(args.model).name
-    app = create_app(engine, codec, name, api_key=args.api_key)
+    app = create_app(
+        engine, codec, name, api_key=args.api_key, max_prompt_chars=args.max_prompt_chars
+    )
     print(
         f"ds serve: {name} on http://{args.host}:{args.port}/v1 "
         f"(max_model_len {engine.max_context}, {engine.capacity().total_blocks} KV blocks)",
