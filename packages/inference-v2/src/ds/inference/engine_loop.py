@@ -68,6 +68,8 @@ class _Live:
     deliver: Deliver
     arrived: float
     last: float | None = None
+    admitted: float | None = None  # first scheduled (the start of the step that took it)
+    first: float | None = None  # first token
 
 
 class EngineLoop:
@@ -92,7 +94,8 @@ class EngineLoop:
         self._inbox: queue.Queue[_Submission | int | None] = queue.Queue()
         self._uids = itertools.count()
         self._live: dict[int, _Live] = {}
-        self._forwards_seen = self._prompt_seen = self._hits_seen = 0
+        self._forwards_seen = self._prompt_seen = self._hits_seen = self._preempted_seen = 0
+        self._step_started = time.monotonic()
         self._update_gauges()
         self._thread = threading.Thread(target=self._run, name="ds-serve-engine", daemon=True)
         self._thread.start()
@@ -160,6 +163,10 @@ class EngineLoop:
         if req is None or live is None:
             return
         now = time.monotonic()
+        if live.admitted is None:
+            live.admitted = self._step_started
+        if live.first is None:
+            live.first = now
         if self.metrics is not None:
             if live.last is None:
                 self.metrics.ttft.observe(now - live.arrived)
@@ -168,7 +175,7 @@ class EngineLoop:
             if token is not None:
                 self.metrics.generation_tokens.inc()
             if finished and req.finish_reason:
-                self.metrics.finished(req.finish_reason)
+                self._observe_finish(live, req.finish_reason, now)
         first = live.last is None
         live.last = now
         scored = None
@@ -184,6 +191,16 @@ class EngineLoop:
             scored,
         )
         self._send(uid, event)
+
+    def _observe_finish(self, live: _Live, reason: str, now: float) -> None:
+        m = self.metrics
+        m.finished(reason)
+        m.e2e.observe(now - live.arrived)
+        admitted = live.admitted if live.admitted is not None else now
+        first = live.first if live.first is not None else now
+        m.queue_time.observe(admitted - live.arrived)
+        m.prefill_time.observe(first - admitted)
+        m.decode_time.observe(now - first)
 
     def _on_error(self, uid: int, message: str) -> None:
         if self.metrics is not None:
@@ -211,11 +228,16 @@ class EngineLoop:
         if not self._drain_inbox(block=not self.scheduler.has_unfinished()):
             return False
         if self.scheduler.has_unfinished():
+            self._step_started = time.monotonic()
             try:
                 self.scheduler.step()
             except Exception as exc:  # not pinned on one request: fail those in flight
                 log.error("engine step failed", error=repr(exc))
                 self._fail_in_flight(500, f"engine step failed: {exc}")
+            for req in self.scheduler.running:  # admitted by this step, no token yet
+                live = self._live.get(req.uid)
+                if live is not None and live.admitted is None:
+                    live.admitted = self._step_started
             self.scheduler.finished.clear()  # results went out through the callbacks
             self.scheduler.failed.clear()
         self._update_gauges()
@@ -239,6 +261,8 @@ class EngineLoop:
         m.kv_usage.set((cap.total_blocks - cap.free_blocks) / cap.total_blocks)
         m.forwards.inc(s.forwards - self._forwards_seen)
         self._forwards_seen = s.forwards
+        m.preemptions.inc(s.preemptions - self._preempted_seen)
+        self._preempted_seen = s.preemptions
         prompt, hits = s.prompt_tokens, s.prefix_hit_tokens
         m.prompt_tokens.inc(prompt - self._prompt_seen)
         m.prefix_hit_tokens.inc(hits - self._hits_seen)

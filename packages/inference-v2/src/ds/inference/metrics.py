@@ -1,7 +1,9 @@
 """Prometheus metrics of ``ds serve`` (prometheus_client, one registry per app).
 
 Names follow vLLM's where one exists, under the ``ds_`` prefix: running / waiting requests, KV
-blocks used and free, prefix-cache hits, time to first token and time per output token.
+blocks used and free, prefix-cache hits, time to first token, time per output token, end-to-end
+request latency, the time each request spent queued, in prefill and in decode, and preemptions.
+Counters carry prometheus' ``_total`` suffix; the ``_created`` timestamp series are not exported.
 """
 
 from __future__ import annotations
@@ -10,12 +12,20 @@ from typing import Any
 
 _TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_REQUEST_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
 
 
 class ServerMetrics:
     def __init__(self, model_name: str) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            disable_created_metrics,
+        )
 
+        disable_created_metrics()
         self.registry = CollectorRegistry()
         labels = ["model_name"]
         r = self.registry
@@ -44,20 +54,42 @@ class ServerMetrics:
         self._finished = counter(
             "ds_request_finished", "Requests finished, by finish reason", ("finished_reason",)
         )
-        self.ttft = Histogram(
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(model_name)
+
+        self.ttft = histogram(
             "ds_time_to_first_token_seconds",
             "Time from request arrival to its first token",
-            labels,
-            buckets=_TTFT_BUCKETS,
-            registry=r,
-        ).labels(model_name)
-        self.tpot = Histogram(
+            _TTFT_BUCKETS,
+        )
+        self.tpot = histogram(
             "ds_time_per_output_token_seconds",
             "Time between consecutive output tokens of a request",
-            labels,
-            buckets=_TPOT_BUCKETS,
-            registry=r,
-        ).labels(model_name)
+            _TPOT_BUCKETS,
+        )
+        self.e2e = histogram(
+            "ds_e2e_request_latency_seconds",
+            "Time from request arrival to its last token",
+            _REQUEST_BUCKETS,
+        )
+        self.queue_time = histogram(
+            "ds_request_queue_time_seconds",
+            "Time from request arrival to its first scheduling",
+            _REQUEST_BUCKETS,
+        )
+        self.prefill_time = histogram(
+            "ds_request_prefill_time_seconds",
+            "Time from a request's first scheduling to its first token",
+            _REQUEST_BUCKETS,
+        )
+        self.decode_time = histogram(
+            "ds_request_decode_time_seconds",
+            "Time from a request's first token to its last",
+            _REQUEST_BUCKETS,
+        )
+        self.preemptions = counter(
+            "ds_num_preemptions", "Requests preempted (KV blocks freed, recomputed later)"
+        )
         self.forwards = counter("ds_engine_forwards", "Engine forward passes")
 
     def finished(self, reason: str) -> None:

@@ -107,6 +107,7 @@ class ContinuousBatchScheduler:
         self.failed: dict[int, Request] = {}
         self._live: dict[int, Request] = {}
         self.forwards = 0
+        self.preemptions = 0
         self.prefix_hit_tokens = 0
         self.prompt_tokens = 0
 
@@ -348,6 +349,7 @@ class ContinuousBatchScheduler:
             self.engine.flush(victim.uid)
         victim.fed = 0
         victim.preemptions += 1
+        self.preemptions += 1
         self.waiting.appendleft(victim)
 
     def _plan(self) -> list[tuple[Request, int]]:
