@@ -20,10 +20,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import socket
 import socketserver
+import sys
 import threading
 from dataclasses import asdict
 from typing import Any
@@ -74,6 +76,10 @@ class _Handler(socketserver.StreamRequestHandler):
         except (OSError, ValueError, KeyError, TypeError):
             ok, rank = False, -1
         if not ok:
+            with server.refused_lock:
+                server.refused += 1
+                count = server.refused
+            _trace_refusal(count, peer, server.ledger.path)
             log.warning(
                 "ledger writer refused a connection without the job secret",
                 peer=peer,
@@ -82,6 +88,28 @@ class _Handler(socketserver.StreamRequestHandler):
             return None
         self.connection.settimeout(None)
         return rank
+
+
+def _trace_refusal(count: int, peer: str, path: Any) -> None:
+    """A line on stderr for refusals 1, 2, 4, 8, ... when logging would drop the warning: a
+    library's loggers have only a NullHandler until the application configures logging."""
+    if count & (count - 1):
+        return
+    logger: logging.Logger | None = logging.getLogger(__name__)
+    while logger is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
+            return
+        logger = logger.parent if logger.propagate else None
+    import structlog
+
+    if structlog.is_configured():
+        return
+    print(
+        f"ds ledger: refused a connection from {peer} without the job secret ({count} refused "
+        f"so far; ledger {path})",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _dispatch(ledger: Any, op: str, args: dict[str, Any]) -> Any:
@@ -109,6 +137,8 @@ class _Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     ledger: Any
     secret: str
+    refused = 0  # connections refused for want of the job secret
+    refused_lock = threading.Lock()
 
 
 def rendezvous_host() -> str:
@@ -147,6 +177,11 @@ class LedgerServer:
             else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
         )
         self.address = (advertised, self._server.server_address[1])
+
+    @property
+    def refused(self) -> int:
+        """How many connections were refused for want of the job secret."""
+        return self._server.refused
 
     def stop(self) -> None:
         self._server.shutdown()
