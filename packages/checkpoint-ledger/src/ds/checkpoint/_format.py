@@ -29,6 +29,11 @@ class CheckpointPathError(CheckpointError):
     directory (``..``, a path, an absolute path): an operator's error, not a damaged checkpoint."""
 
 
+class CheckpointDamagedError(CheckpointError):
+    """A checkpoint file that differs from the digest its manifest records (or is missing): the
+    checkpoint was changed or damaged. ``ds checkpoint`` exits 1 for it, 2 for operator errors."""
+
+
 def check_tag(tag: str, source: str | None = None) -> str:
     """``tag`` if it is a plain directory name inside the checkpoint directory, else raise.
 

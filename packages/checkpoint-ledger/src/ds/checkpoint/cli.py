@@ -90,8 +90,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from ds.checkpoint._format import CheckpointDamagedError
+
     try:
         return int({"inspect": _inspect, "verify": _verify, "export": _export}[args.cmd](args))
+    except CheckpointDamagedError as exc:  # changed or damaged files: as verify's problems
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except DsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -80,14 +80,12 @@ def _deepspeed_entries(directory: str, tag: str | None, exclude_frozen: bool) ->
 def _ds_entries(directory: str, tag: str | None, exclude_frozen: bool) -> list[Entry]:
     from ds.checkpoint._reader import FileCache, dtype_from_name, read_range, tensor_metas
     from ds.checkpoint.engine import ShardedCheckpointEngine
-    from ds.checkpoint.safe_load import check_hash
+    from ds.checkpoint.export import check_shards
 
     eng = ShardedCheckpointEngine()
     root = eng.checkpoint_dir(directory, tag)
     manifest = eng.manifest(directory, tag)
-    for name, info in manifest["files"].items():  # refuse a changed shard before reading it
-        if name.startswith("shard-"):
-            check_hash(os.path.join(root, name), info.get("sha256"))
+    check_shards(manifest, root)  # refuse a changed shard before reading it
     metas = tensor_metas(manifest)
     files = FileCache(root)
     out = []

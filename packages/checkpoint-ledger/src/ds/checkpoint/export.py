@@ -96,6 +96,20 @@ def make_renamer(
     return rename
 
 
+def check_shards(manifest: Mapping[str, Any], root: str) -> None:
+    """Refuse a checkpoint whose shard files differ from the SHA-256 in its manifest, before
+    anything is read from them or written (the error names the file)."""
+    from ds.checkpoint._format import CheckpointDamagedError
+    from ds.checkpoint.safe_load import check_hash
+
+    for name, info in sorted(manifest["files"].items()):
+        if name.startswith("shard-"):
+            try:
+                check_hash(os.path.join(root, name), info.get("sha256"))
+            except CheckpointError as exc:
+                raise CheckpointDamagedError(str(exc)) from exc
+
+
 class _Source:
     """Reads one logical tensor at a time into a single reused buffer sized for the largest.
 
@@ -104,6 +118,7 @@ class _Source:
     """
 
     def __init__(self, manifest: Mapping[str, Any], root: str, plans: list[ExportPlan]) -> None:
+        check_shards(manifest, root)
         self._manifest = manifest
         self._files = FileCache(root)
         metas = tensor_metas(manifest)
