@@ -11,6 +11,7 @@ import torch
 
 from ds.inference.allocator import BlockAllocator
 from ds.inference.config import EngineConfig
+from ds.inference.gguf_file import is_gguf, open_gguf, read_gguf
 from ds.inference.kv_cache import KVCache, bytes_per_block, resolve_num_blocks
 from ds.inference.models.loader import family_for, from_module, read_config, read_weights
 from ds.inference.ragged import build_ragged_batch, logit_layout
@@ -260,9 +261,14 @@ def build_engine(
     path_or_model: str | Path | Any,
     config: EngineConfig | dict[str, Any] | None = None,
 ) -> InferenceEngineV2:
-    """An engine for a local Hugging Face directory or an in-memory ``transformers`` model."""
+    """An engine for a local Hugging Face directory, a GGUF file or an in-memory
+    ``transformers`` model."""
     cfg = EngineConfig.parse(config)
-    if isinstance(path_or_model, (str, Path)):
+    if isinstance(path_or_model, (str, Path)) and is_gguf(path_or_model):
+        model_config = open_gguf(path_or_model).config()
+        family = family_for(model_config)
+        weights = read_gguf(path_or_model)[1]
+    elif isinstance(path_or_model, (str, Path)):
         model_config = read_config(path_or_model)
         family = family_for(model_config)  # before reading weights: fail fast
         weights = read_weights(path_or_model)
