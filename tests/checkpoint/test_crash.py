@@ -89,3 +89,43 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+CRASHER = Path(__file__).parent / "_commit_crasher.py"
+from _commit_crasher import POINTS, state  # noqa: E402
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("point", POINTS)
+def test_a_crash_after_the_commit_rename_is_completed_on_the_next_open(
+    tmp_path: Path, point: str
+) -> None:
+    """Killed at each point after b's commit rename, a resumed run completes b's commit (record,
+    signed head in b/ledger_head.json, stale temporaries removed) and every checkpoint verifies
+    against the ledger with the key pinned."""
+    from ds.checkpoint import signing
+    from ds.checkpoint.cli import main as checkpoint_main
+    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+
+    key = signing.generate_key_hex()
+    pub = signing.public_hex(signing.load_private_key(key))
+    ledger, directory = str(tmp_path / "run.jsonl"), str(tmp_path / "ck")
+    child = subprocess.run(
+        [sys.executable, str(CRASHER), ledger, key, directory, point],
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert child.returncode == -signal.SIGKILL, "the saver did not die at the crash point"
+    # The resumed run: opens the ledger and saves on in the same directory.
+    with TechnicalDueDiligenceLedger(ledger, signing_key=key) as led:
+        ShardedCheckpointEngine(ledger=led).save(directory, "c", state(3))
+    leftovers = [
+        os.path.join(root, n)
+        for root, _, names in os.walk(directory)
+        for n in names
+        if ".tmp." in n
+    ]
+    assert leftovers == []
+    for tag in ("a", "b", "c"):
+        args = ["verify", directory, "--tag", tag, "--ledger", ledger, "--public-key", pub]
+        assert checkpoint_main(args) == 0, (point, tag)

@@ -7,9 +7,15 @@ A saver killed at the wrong moment leaves one of:
   Without ``<tag>/`` (died between the two renames) it is the only copy: renamed back.
 * ``.del-<tag>/`` (died while deleting): removed.
 * ``latest.tmp.<pid>`` of a process that no longer runs (died replacing ``latest``): removed.
+* ``<tag>/ledger_head.json.tmp.<pid>`` of a process that no longer runs (died copying a head):
+  removed.
 * a committed ``<tag>/`` with no ledger record (died after the rename, before recording it): the
   ledger gets a ``checkpoint_recovered`` record with the manifest's and files' SHA-256, so the
   ledger and the directory agree again and the auditor sees that it happened.
+* a committed ``<tag>/`` whose ``ledger_head.json`` is missing or does not cover its ledger record
+  (died between the record and the signed head's copy): the commit is completed, a head is signed
+  over the ledger as it stands and written there, so ``ds checkpoint verify --ledger
+  --public-key`` passes again.
 
 Rank 0 does this once per checkpoint directory per engine, before its first save there. One
 saving job per checkpoint directory is assumed (as for ``latest``).
@@ -18,13 +24,16 @@ saving job per checkpoint directory is assumed (as for ``latest``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from ds.checkpoint import _format as fmt
-from ds.checkpoint._ledger_check import SAVE_KINDS
+from ds.checkpoint._fsutil import atomic_write_bytes
+from ds.checkpoint._ledger_check import HEAD_FILE, SAVE_KINDS
 from ds.checkpoint.boundary import LOAD_CHECKPOINT, LOAD_OPTIMIZER_STATE
 from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
 from ds.interfaces.logging import get_logger
@@ -40,6 +49,12 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _stale_tmp(name: str) -> bool:
+    """``<file>.tmp.<pid>`` (an atomic replacement's temporary) of a process that is gone."""
+    pid = name.rsplit(".", 1)[-1]
+    return pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid))
 
 
 def clean_stale(directory: str, keep_tmp: str | None = None) -> list[str]:
@@ -63,34 +78,51 @@ def clean_stale(directory: str, keep_tmp: str | None = None) -> list[str]:
             else:
                 os.rename(path, os.path.join(directory, tag))
                 done.append(f"restored {tag} from {name}")
-        elif name.startswith(f"{fmt.LATEST}.tmp."):
-            pid = name.rsplit(".", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-                os.unlink(path)
-                done.append(f"removed {name}")
+        elif name.startswith(f"{fmt.LATEST}.tmp.") and _stale_tmp(name):
+            os.unlink(path)
+            done.append(f"removed {name}")
+        elif not name.startswith(".") and os.path.isdir(path):
+            for inner in os.listdir(path):
+                if inner.startswith(f"{HEAD_FILE}.tmp.") and _stale_tmp(inner):
+                    os.unlink(os.path.join(path, inner))
+                    done.append(f"removed {name}/{inner}")
     if done:
         log.warning("cleaned up after a crashed checkpoint save", directory=directory, done=done)
     return done
 
 
-def record_unrecorded(directory: str, ledger: Any) -> list[str]:
-    """Give every committed checkpoint in ``directory`` that the ledger lacks a recovery record."""
-    path = getattr(ledger, "path", None)
-    if path is None or not hasattr(ledger, "set_head_sink"):
-        return []  # not a ledger this process writes (or not ours to read)
+def _save_records(path: str) -> dict[str, int]:
+    """manifest SHA-256 -> index of its save (or recovery) record in the ledger at ``path``."""
     from ds.checkpoint._verify import scan
 
     s = scan(path)
-    known: set[str] = set()
+    known: dict[str, int] = {}
     if s.records:
-        import json
-
         with open(path, "rb") as f:
             for line in f.read().split(b"\n")[: s.records]:
                 rec = json.loads(line)
                 if rec["kind"] in SAVE_KINDS:
-                    known.add(str(rec["payload"].get("manifest_sha256")))
+                    known.setdefault(str(rec["payload"].get("manifest_sha256")), int(rec["i"]))
+    return known
+
+
+def _head_covers(path: str, index: int) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(json.load(f)["size"]) > index
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def record_unrecorded(directory: str, ledger: Any) -> list[str]:
+    """Complete every committed checkpoint in ``directory``: a recovery record for one the
+    ledger lacks, a signed head covering its record for one whose ``ledger_head.json`` lacks it."""
+    path = getattr(ledger, "path", None)
+    if path is None or not hasattr(ledger, "set_head_sink"):
+        return []  # not a ledger this process writes (or not ours to read)
+    known = _save_records(path)
     recovered: list[str] = []
+    headless: list[str] = []
     for tag in sorted(os.listdir(directory)):
         manifest = os.path.join(directory, tag, fmt.MANIFEST)
         if tag.startswith(".") or not os.path.isfile(manifest):
@@ -98,26 +130,34 @@ def record_unrecorded(directory: str, ledger: Any) -> list[str]:
         with open(manifest, "rb") as f:
             data = f.read()
         sha = hashlib.sha256(data).hexdigest()
-        if sha in known:
-            continue
-        try:
-            files = fmt.decode_manifest(data, manifest)["files"]
-        except Exception:  # not ours to vouch for: leave it unrecorded
-            continue
-        ledger.record_training_event(
-            "checkpoint_recovered",
-            {
-                "directory": directory,
-                "tag": tag,
-                "manifest_sha256": sha,
-                "shard_sha256": {n: str(i["sha256"]) for n, i in files.items() if i.get("sha256")},
-                "reason": "committed checkpoint had no ledger record (its saver died after "
-                "the commit)",
-            },
-        )
-        recovered.append(tag)
+        if sha not in known:
+            try:
+                files = fmt.decode_manifest(data, manifest)["files"]
+            except Exception:  # not ours to vouch for: leave it unrecorded
+                continue
+            known[sha] = ledger.record_training_event(
+                "checkpoint_recovered",
+                {
+                    "directory": directory,
+                    "tag": tag,
+                    "manifest_sha256": sha,
+                    "shard_sha256": {
+                        n: str(i["sha256"]) for n, i in files.items() if i.get("sha256")
+                    },
+                    "reason": "committed checkpoint had no ledger record (its saver died after "
+                    "the commit)",
+                },
+            )
+            recovered.append(tag)
+        if not _head_covers(os.path.join(directory, tag, HEAD_FILE), known[sha]):
+            headless.append(tag)
     if recovered:
         log.warning("recorded committed checkpoints the ledger lacked", tags=recovered)
+    if headless:
+        text = (json.dumps(asdict(ledger.tree_head()), sort_keys=True) + "\n").encode()
+        for tag in headless:
+            atomic_write_bytes(os.path.join(directory, tag, HEAD_FILE), text)
+        log.warning("completed the ledger heads of committed checkpoints", tags=headless)
     return recovered
 
 
@@ -142,8 +182,6 @@ def publish_head(ledger: Any, final: str) -> None:
     The ledger keeps rewriting that file with every later head (and its final one at close), so
     the run's last checkpoint always carries the run's latest head.
     """
-    from ds.checkpoint._ledger_check import HEAD_FILE
-
     if not hasattr(ledger, "set_head_sink"):
         return
     ledger.set_head_sink(os.path.join(final, HEAD_FILE))
