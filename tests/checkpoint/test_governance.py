@@ -135,3 +135,52 @@ def test_watched_environment_change_needs_approval_before_a_save(
         }
     finally:
         engine.ledger.close()
+
+
+def _forge_save_record(led: Path, manifest: Path) -> None:
+    """What anyone who can write the run directory can do: append a well-chained record."""
+    import hashlib
+
+    from ds.checkpoint import _records
+
+    last = json.loads(led.read_bytes().split(b"\n")[-2])
+    sha = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    payload = {
+        "directory": str(manifest.parent.parent),
+        "tag": manifest.parent.name,
+        "manifest_sha256": sha,
+        "shard_sha256": {},
+    }
+    line, _ = _records.encode(
+        last["i"] + 1, last["t"] + 1, "checkpoint_save", 0, payload, last["hash"]
+    )
+    with open(led, "ab") as f:
+        f.write(line + b"\n")
+
+
+def test_recorded_checkpoint_trusts_only_records_under_a_signed_head(tmp_path: Path) -> None:
+    from ds.checkpoint import signing
+
+    led = tmp_path / "run.jsonl"
+    key = signing.generate_key_hex()
+    engine = _engine(tmp_path, ledger={"path": str(led), "signing_key": key})
+    try:
+        d = str(tmp_path / "ck")
+        engine.save_checkpoint(d, tag="good")
+        # A planted checkpoint: the same model with its weights x100, saved outside the run ...
+        planted = _engine(tmp_path)
+        with torch.no_grad():
+            for p in planted.module.parameters():
+                p.mul_(100)
+        planted.save_checkpoint(d, tag="planted")
+        # ... behind a forged checkpoint_save record appended to the live run's ledger.
+        _forge_save_record(led, tmp_path / "ck" / "planted" / "manifest.json")
+        before = [p.detach().clone() for p in engine.module.parameters()]
+        with pytest.raises(ApprovalRequiredError, match="no head signed by the writer covers it"):
+            engine.load_checkpoint(d, tag="planted")
+        for p, q in zip(engine.module.parameters(), before):
+            assert torch.equal(p, q)  # nothing was loaded
+        # The run's own save is still approved by the policy.
+        assert engine.load_checkpoint(d, tag="good")[0] is not None
+    finally:
+        engine.ledger.close_local()

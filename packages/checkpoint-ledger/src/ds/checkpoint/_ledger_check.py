@@ -43,16 +43,47 @@ def checkpoint_heads(root: str, manifest: dict[str, Any]) -> tuple[list[TreeHead
     return heads, problems
 
 
-def find_save_record(
+def save_records(
     ledger_path: str, manifest_sha: str, records: int, kinds: tuple[str, ...] = SAVE_KINDS
-) -> dict[str, Any] | None:
+) -> list[tuple[bytes, dict[str, Any]]]:
+    """Every (line, record) among the first ``records`` of the file that saved ``manifest_sha``."""
     with open(ledger_path, "rb") as f:
         lines = f.read().split(b"\n")[:records]
+    found = []
     for line in lines:
         rec = json.loads(line)
         if rec["kind"] in kinds and rec["payload"].get("manifest_sha256") == manifest_sha:
-            return dict(rec)
-    return None
+            found.append((line, dict(rec)))
+    return found
+
+
+def find_save_record(
+    ledger_path: str, manifest_sha: str, records: int, kinds: tuple[str, ...] = SAVE_KINDS
+) -> dict[str, Any] | None:
+    found = save_records(ledger_path, manifest_sha, records, kinds)
+    return found[0][1] if found else None
+
+
+def trusted_save_record(ledger: Any, manifest_sha: str) -> str | None:
+    """Why ``ledger`` (the writer) does not vouch for a ``checkpoint_save`` of ``manifest_sha``
+    (None when it does). With a signing key only a record the writer itself holds, covered by a
+    head it signed, counts: anyone who can write the file can append a well-chained record."""
+    from ds.checkpoint._verify import scan
+
+    path = ledger.path
+    found = save_records(path, manifest_sha, scan(path).records, ("checkpoint_save",))
+    if not found:
+        return f"this run's ledger has no record of saving it (manifest {manifest_sha[:12]})"
+    if not getattr(ledger, "signed", False):
+        return None
+    vouches = getattr(ledger, "vouches", None)
+    if vouches is not None and any(vouches(int(rec["i"]), line) for line, rec in found):
+        return None
+    return (
+        f"ledger {path} record {found[0][1]['i']} claims this save (manifest "
+        f"{manifest_sha[:12]}), but no head signed by the writer covers it (appended by "
+        "someone who can write the file)"
+    )
 
 
 def cross_check_ledger(

@@ -14,7 +14,8 @@ in its private state is refused at :meth:`MutationBoundary.require`.
 Policies are functions registered by name (:func:`register_policy`); a policy approves an intent
 only when its function says so. Built in: ``keep-last-N`` (N = 1, 2, 3, 5, 10: delete a checkpoint
 only when N newer ones exist beside it), ``recorded-checkpoint`` (load a checkpoint whose manifest
-this boundary's ledger recorded as saved) and ``config`` (whatever the run's config, recorded in
+this boundary's ledger recorded as saved; with a signing key, by a record the writer holds under a
+signed head) and ``config`` (whatever the run's config, recorded in
 the ledger at start, lists for it).
 """
 
@@ -127,13 +128,9 @@ def _recorded_checkpoint(intent: Record, b: MutationBoundary) -> str | None:
             sha = hashlib.sha256(f.read()).hexdigest()
     except OSError as exc:
         return f"cannot read the manifest of {intent.target}: {exc}"
-    from ds.checkpoint._ledger_check import find_save_record
-    from ds.checkpoint._verify import scan
+    from ds.checkpoint._ledger_check import trusted_save_record
 
-    s = scan(path)
-    if find_save_record(path, sha, s.records, ("checkpoint_save",)) is None:
-        return f"this run's ledger has no record of saving {intent.target} (manifest {sha[:12]})"
-    return None
+    return trusted_save_record(b._ledger, sha)
 
 
 def _config(intent: Record, b: MutationBoundary) -> str | None:

@@ -88,6 +88,7 @@ class TechnicalDueDiligenceLedger:
         self._fd: int | None = None
         self._writer_lock: WriterLock | None = None
         self._seal: _seal.SealWriter | None = None
+        self._head_size = 0  # size of the last head this writer signed
         self._broken: str | None = None
         self._head_sink: str | None = None
         self._initial_public: str | None = None
@@ -321,6 +322,7 @@ class TechnicalDueDiligenceLedger:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())  # heads are rare and are the evidence against truncation
+            self._head_size = size
             if self._seal is not None and head.signature is not None:
                 last = self._tree.leaves[-1].hex() if size else ""
                 self._seal.write(size - 1, last, head=size)
@@ -363,6 +365,22 @@ class TechnicalDueDiligenceLedger:
             return str(self._client.call("root_hash", size=size))
         with self._lock:
             return self._tree.root(size).hex()
+
+    def vouches(self, index: int, line: bytes) -> bool:
+        """Whether ``line`` is record ``index`` as this writer holds it, committed by a signed
+        head (one is signed now if none covers it yet). The writer's own view: what it wrote,
+        and what it verified when it opened the file, never what the file says now."""
+        if self._client is not None:
+            raise LedgerError("vouches() is a writer operation; call it on rank 0")
+        with self._lock:
+            if not 0 <= index < len(self._tree):
+                return False
+            if self._tree.leaves[index] != merkle.leaf_hash(line):
+                return False
+            covered = index < self._head_size
+        if self._key is not None and not covered:
+            self.tree_head()
+        return True
 
     def verify_ledger_integrity(self) -> VerificationResult:
         """Sign a head over everything so far, then re-read the file from disk and verify it.
