@@ -101,7 +101,8 @@ class Tap:
             if after is not None:
                 after()
             if timed:
-                self.record(name, nbytes, group, _perf() - t0)
+                latency = _perf() - t0
+                self.record(name, nbytes, group, latency, latency)
             return None
         work = call(True)
         if work is None:  # this rank is not part of the group
@@ -128,7 +129,11 @@ class Tap:
             self, work, None, name, nbytes, None, _perf(), None, limit, timed, peer=peer
         )
 
-    def record(self, name: str, nbytes: int, group: Any, latency_s: float) -> None:
+    def record(
+        self, name: str, nbytes: int, group: Any, latency_s: float, wait_s: float | None = None
+    ) -> None:
+        """``latency_s``: launch to completion; ``wait_s``: the part the caller was blocked in
+        (the launch and the wait), which is what a collective costs the step."""
         from ds.comm._groups import group_size
 
         size = group_size(group)
@@ -140,7 +145,7 @@ class Tap:
             from ds.comm._groups import global_rank
             from ds.interfaces.telemetry import CommEvent
 
-            bus.publish(CommEvent(name, nbytes, latency_s, size, global_rank()))
+            bus.publish(CommEvent(name, nbytes, latency_s, size, global_rank(), wait_s))
 
 
 class TapHandle:
@@ -150,6 +155,7 @@ class TapHandle:
         "_after",
         "_done",
         "_group",
+        "_launch_s",
         "_limit",
         "_name",
         "_nbytes",
@@ -187,6 +193,7 @@ class TapHandle:
         self._timed = timed
         self._peer = peer
         self._done = False
+        self._launch_s = _perf() - t0  # the caller was blocked in the launch, too
 
     def wait(self, timeout: float | datetime.timedelta | None = None) -> bool:
         if self._done:
@@ -207,6 +214,11 @@ class TapHandle:
             now = _perf()
             waited = now - self._t0
             timed_out = limit is not None and now - w0 >= 0.9 * limit
+            if timed_out:
+                # The backend still holds the collective; releasing the group would join it.
+                from ds.comm._abandon import abandon
+
+                abandon(self._group, self._name)
             if timed_out and wd is not None and self._token is not None:
                 raise wd.timeout_error(self._token, waited, exc) from exc
             target = f" with rank {self._peer}" if self._peer is not None else ""
@@ -229,7 +241,9 @@ class TapHandle:
         if after is not None:
             after()
         if self._timed:
-            self._tap.record(self._name, self._nbytes, self._group, _perf() - self._t0)
+            now = _perf()
+            exposed = self._launch_s + now - w0
+            self._tap.record(self._name, self._nbytes, self._group, now - self._t0, exposed)
         return True
 
     def _timeout_without_watchdog(self, waited: float, target: str) -> CollectiveTimeoutError:
