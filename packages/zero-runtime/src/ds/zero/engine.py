@@ -11,7 +11,7 @@ import os
 import random
 import resource
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -219,6 +219,27 @@ class ZeroEngine:
                 f"scheduler.params {', '.join(autos)} are 'auto' but nothing filled them; set numbers"
             )
         return build_schedule(cfg.type, self.optimizer, params)
+
+    # -- moving states off the device between phases (DeepSpeed's API) ---------------------------
+    def offload_states(
+        self,
+        include: Container[Any] | None = None,
+        device: Any = "cpu",
+        pin_memory: bool = True,
+        non_blocking: bool = False,
+    ) -> None:
+        """Move the ``include``d states (``OffloadStateTypeEnum``; all when None) to host memory
+        until :meth:`reload_states` (see :mod:`ds.zero.offload_states`)."""
+        from ds.zero.offload_states import StateOffloader
+
+        if not hasattr(self, "_state_offloader"):
+            self._state_offloader = StateOffloader()
+        self._state_offloader.offload(self, include, device, pin_memory, non_blocking)
+
+    def reload_states(self, non_blocking: bool = False) -> None:
+        """Bring back what :meth:`offload_states` moved (nothing when nothing was moved)."""
+        if hasattr(self, "_state_offloader"):
+            self._state_offloader.reload(non_blocking)
 
     # -- accessors -------------------------------------------------------------------------------
     def train_batch_size(self) -> int:
@@ -974,4 +995,3 @@ def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
         for t in [*model.parameters(), *model.buffers()]:
             if t.is_floating_point() and t.dtype != dtype:
                 t.data = t.data.to(dtype)
-
