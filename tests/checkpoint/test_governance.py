@@ -184,3 +184,30 @@ def test_recorded_checkpoint_trusts_only_records_under_a_signed_head(tmp_path: P
         assert engine.load_checkpoint(d, tag="good")[0] is not None
     finally:
         engine.ledger.close_local()
+
+
+def test_a_resumed_run_refuses_a_forged_ledger_and_signs_nothing(tmp_path: Path) -> None:
+    from ds.checkpoint import signing
+    from ds.checkpoint._reopen import LedgerBreakError
+    from ds.checkpoint.ledger import heads_path
+    from ds.checkpoint.ledger_cli import main as ledger_main
+
+    led = tmp_path / "run.jsonl"
+    key = signing.generate_key_hex()
+    pub = signing.public_hex(signing.load_private_key(key))
+    cfg = {"path": str(led), "signing_key": key}
+    engine = _engine(tmp_path, ledger=cfg)
+    engine.save_checkpoint(str(tmp_path / "ck"), tag="good")
+    engine.ledger.close()
+    _forge_save_record(led, tmp_path / "ck" / "good" / "manifest.json")
+    heads = Path(heads_path(str(led))).read_bytes()
+    with pytest.raises(LedgerBreakError, match=f"ds ledger recover {led}"):
+        _engine(tmp_path, ledger=cfg)
+    assert Path(heads_path(str(led))).read_bytes() == heads  # no head signed over the forgery
+    assert ledger_main(["verify", str(led), "--public-key", pub]) == 1
+    # The documented way on: a new signed segment that records the break.
+    assert ledger_main(["recover", str(led), "--signing-key", key]) == 0
+    engine = _engine(tmp_path, ledger=cfg)
+    engine.ledger.close()
+    assert _kinds(led)[0] == "ledger_break"
+    assert ledger_main(["verify", str(led), "--public-key", pub]) == 0

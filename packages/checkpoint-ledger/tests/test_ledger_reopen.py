@@ -11,12 +11,8 @@ from pathlib import Path
 import pytest
 
 from ds.checkpoint import _records, signing
-from ds.checkpoint.ledger import (
-    LedgerBreakError,
-    TechnicalDueDiligenceLedger,
-    heads_path,
-    verify_file,
-)
+from ds.checkpoint._reopen import LedgerBreakError
+from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, verify_file
 from ds.checkpoint.ledger_cli import main as ledger_main
 from ds.interfaces.errors import LedgerError
 
