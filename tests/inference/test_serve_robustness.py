@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +22,8 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_model import CHAT_TEMPLATE, EOS_PROMPT, make_model_dir, serve_command
+from serve_harness import KEY, MODEL, Server, check_error, running_server
+from serve_model import CHAT_TEMPLATE, EOS_PROMPT, make_model_dir
 
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
@@ -33,8 +32,6 @@ pytest.importorskip("prometheus_client")
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(600)]
 
-KEY = "sk-ds-test"
-MODEL = "tiny-serve"
 BLOCKS = 256
 ASCII_PROMPTS = ["the lazy dog", "quick brown", "symbols and quotes", "over the"]
 UNICODE_PROMPTS = [
@@ -49,107 +46,11 @@ UNICODE_PROMPTS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen[str], port: int, model_dir: Path) -> None:
-        self.proc = proc
-        self.url = f"http://127.0.0.1:{port}"
-        self.model_dir = model_dir
-        self.http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120
-        )
-        self.client = openai.OpenAI(
-            base_url=self.url + "/v1", api_key=KEY, max_retries=0, timeout=120
-        )
-
-    def post(self, path: str, body: Any = None, raw: bytes | None = None) -> Any:
-        content = raw if raw is not None else json.dumps(body).encode()
-        return self.http.post(path, content=content, headers={"content-type": "application/json"})
-
-    def complete(self, **body: Any) -> dict[str, Any]:
-        r = self.post("/v1/completions", {"model": MODEL, **body})
-        assert r.status_code == 200, r.text
-        return dict(r.json())
-
-    def chat(self, **body: Any) -> dict[str, Any]:
-        r = self.post("/v1/chat/completions", {"model": MODEL, **body})
-        assert r.status_code == 200, r.text
-        return dict(r.json())
-
-    def stream(self, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        chunks = []
-        with self.http.stream("POST", path, json={"model": MODEL, **body, "stream": True}) as r:
-            assert r.status_code == 200, r.read()
-            for line in r.iter_lines():
-                if line.startswith("data: ") and line != "data: [DONE]":
-                    chunks.append(json.loads(line[6:]))
-        return chunks
-
-    def metric(self, name: str, **labels: str) -> float:
-        """Sum of the samples of ``name`` whose labels include ``labels``."""
-        text = self.http.get("/metrics").text
-        total = 0.0
-        for line in text.splitlines():
-            if not (line.startswith(name + "{") or line.startswith(name + " ")):
-                continue
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def free_blocks(self) -> int:
-        return int(self.http.get("/health").json()["free_blocks"])
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     model_dir = make_model_dir(tmp_path_factory.mktemp("serve"), MODEL)
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            *serve_command(),
-            str(model_dir),
-            "--port",
-            str(port),
-            "--block-size",
-            "16",
-            "--num-blocks",
-            str(BLOCKS),
-            "--api-key",
-            KEY,
-            "--shutdown-grace",
-            "30",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    srv = Server(proc, port, model_dir)
-    deadline = time.monotonic() + 180
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"ds serve exited early:\n{proc.stdout.read() if proc.stdout else ''}")
-        try:
-            if srv.http.get("/health").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("ds serve did not come up within 180 s")
-        time.sleep(0.5)
-    yield srv
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    args = ["--block-size", "16", "--num-blocks", str(BLOCKS), "--shutdown-grace", "30"]
+    yield from running_server(model_dir, *args)
 
 
 @pytest.fixture(scope="module")
@@ -207,19 +108,6 @@ def _beside_valid(srv: Server, expected: list[Any], bad: Callable[[], None]) -> 
         t.join(timeout=120)
     assert not errors, errors
     assert [results[i] for i in range(len(expected))] == expected
-
-
-def _check_error(r: Any, status: int, param: str | None, *words: str) -> None:
-    assert r.status_code == status, (r.status_code, r.text)
-    body = r.json()
-    assert set(body) == {"error"}, body
-    err = body["error"]
-    assert set(err) >= {"message", "type", "param", "code"}, err
-    assert isinstance(err["message"], str) and err["message"]
-    if param is not None:
-        assert err["param"] == param, err
-    for w in words:
-        assert w in err["message"], err
 
 
 # -- items 1, 2, 6: bad input ends alone, as a 4xx with OpenAI's body --------------------------
@@ -285,18 +173,18 @@ def test_bad_requests_get_openai_errors_beside_valid_ones(
 ) -> None:
     def bad() -> None:
         for body, status, param, word in BAD_COMPLETIONS:
-            _check_error(
+            check_error(
                 server.post("/v1/completions", {"model": MODEL, **body}), status, param, word
             )
         for body, status, param, word in BAD_CHATS:
-            _check_error(
+            check_error(
                 server.post("/v1/chat/completions", {"model": MODEL, **body}), status, param, word
             )
         # Malformed JSON and non-object bodies: 400 with OpenAI's body, not FastAPI's 422.
-        _check_error(server.post("/v1/completions", raw=b"{bad json"), 400, None, "JSON")
-        _check_error(server.post("/v1/chat/completions", [1, 2]), 400, None, "JSON object")
-        _check_error(server.http.get("/v1/nope"), 404, None)
-        _check_error(server.http.get("/v1/completions"), 405, None)
+        check_error(server.post("/v1/completions", raw=b"{bad json"), 400, None, "JSON")
+        check_error(server.post("/v1/chat/completions", [1, 2]), 400, None, "JSON object")
+        check_error(server.http.get("/v1/nope"), 404, None)
+        check_error(server.http.get("/v1/completions"), 405, None)
 
     _beside_valid(server, expected, bad)
     # The OpenAI client parses these bodies into its exceptions.
@@ -591,7 +479,7 @@ def test_metrics_and_api_key(server: Server) -> None:
     assert server.metric("ds_time_to_first_token_seconds_count") >= 1
     assert server.metric("ds_kv_cache_free_blocks") == BLOCKS
     unauth = httpx.post(server.url + "/v1/completions", json={"prompt": "x"})
-    _check_error(unauth, 401, None, "API key")
+    check_error(unauth, 401, None, "API key")
     assert httpx.get(server.url + "/health").status_code == 200  # probes need no key
 
 
