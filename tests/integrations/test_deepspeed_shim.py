@@ -125,11 +125,11 @@ def test_names_whose_feature_ds_lacks_raise_naming_it_when_used() -> None:
     from ds.full.compat.deepspeed.moe.utils import (
         split_params_into_different_moe_groups_for_optimizer as split,
     )
-    from ds.full.compat.deepspeed.profiling.flops_profiler import get_model_profile
+    from ds.full.compat.deepspeed.ops.op_builder import InferenceBuilder
 
     for call, feature in [
-        (lambda: get_model_profile(None), "flops profiler"),
         (lambda: deepspeed.init_inference(None), "DeepSpeed-Inference"),
+        (lambda: InferenceBuilder().load(), "DeepSpeed-Inference"),
     ]:
         with pytest.raises(FeatureNotAvailableError, match=feature):
             call()

@@ -14,6 +14,8 @@ from ds.full.compat.deepspeed import (
     checkpoint,
     checkpointing,
     comm,
+    elasticity,
+    git_version_info,
     launcher,
     moe,
     ops,
@@ -25,12 +27,17 @@ from ds.full.compat.deepspeed import (
     zero,
 )
 from ds.full.compat.deepspeed._missing import missing_function
+from ds.full.compat.deepspeed.accelerator import get_accelerator
+from ds.full.compat.deepspeed.git_version_info import git_branch, git_hash, version
 from ds.full.training import init_distributed
 from ds.full.training import initialize as _ds_initialize
 from ds.interfaces.errors import ConfigError
 
-__version__ = "0.1.0+ds"
-__version_major__, __version_minor__, __version_patch__ = 0, 1, 0
+# The DeepSpeed release whose API ds serves (libraries gate features on it); ds's own version is
+# git_version_info.ds_version.
+__version__ = version
+__version_major__, __version_minor__, __version_patch__ = (int(v) for v in version.split("."))
+__git_hash__, __git_branch__ = git_hash, git_branch
 
 
 def _engine_class() -> Any:
@@ -119,6 +126,9 @@ __all__ = [
     "__version__",
     "accelerator",
     "add_config_arguments",
+    "elasticity",
+    "get_accelerator",
+    "git_version_info",
     "checkpoint",
     "checkpointing",
     "comm",
