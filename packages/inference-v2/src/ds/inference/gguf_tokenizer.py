@@ -81,7 +81,9 @@ def build_tokenizer(ckpt: GGUFCheckpoint) -> tuple[Any, dict[str, Any]]:
     if add_bos and bos is not None:
         bos_id = tokens.index(bos)
         tokenizer.post_processor = processors.TemplateProcessing(
-            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, bos_id)]
+            single=f"{bos}:0 $A:0",
+            pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+            special_tokens=[(bos, bos_id)],
         )
     else:
         tokenizer.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1")
