@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--accelerator", default="")
     p.add_argument("--local_rank_arg", action="store_true")
     p.add_argument("--terminate_timeout", type=float, default=3.0)
+    p.add_argument("--collective_timeout", type=float, default=None)
     p.add_argument("--watch_stdin", action="store_true")
     p.add_argument("--watch_output", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER)
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         grace_s=args.terminate_timeout,
         report_dir=plan.log_dir,
         name=f"ds agent {plan.host}",
+        hang_timeout_s=args.collective_timeout,
     )
 
     def stop() -> None:

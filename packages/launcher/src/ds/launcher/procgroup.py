@@ -26,6 +26,7 @@ from typing import IO
 import psutil  # type: ignore[import-untyped]
 
 from ds.interfaces.errors import LaunchError
+from ds.launcher.hangwatch import HANG_EXIT_CODE, HangWatch
 from ds.launcher.proctree import (
     alive,
     become_subreaper,
@@ -59,13 +60,19 @@ class Failure:
     returncode: int
     tail: list[str]
     log_path: Path | None
+    hang: str | None = None  # set when the member was stopped for a collective that hung
 
     @property
     def exit_code(self) -> int:
-        """The code the launcher exits with: the member's code, or 128+N for signal N."""
+        """The code the launcher exits with: the member's code, 128+N for signal N, or 124
+        for a collective that hung."""
+        if self.hang is not None:
+            return HANG_EXIT_CODE
         return 128 - self.returncode if self.returncode < 0 else self.returncode
 
     def describe(self) -> str:
+        if self.hang is not None:
+            return self.hang
         if self.returncode < 0:
             return f"killed by signal {signal_name(-self.returncode)} ({-self.returncode})"
         return f"exit code {self.returncode}"
@@ -125,7 +132,11 @@ class ProcessGroup:
     """Start ``members``, wait, and tear everything down on the first failure or signal."""
 
     def __init__(
-        self, members: Sequence[Member], grace_s: float = 3.0, adopt_orphans: bool = False
+        self,
+        members: Sequence[Member],
+        grace_s: float = 3.0,
+        adopt_orphans: bool = False,
+        hang_timeout_s: float | None = None,
     ) -> None:
         if not members:
             raise LaunchError("nothing to launch: the job has no ranks")
@@ -134,11 +145,14 @@ class ProcessGroup:
         self._events: queue.Queue[tuple[int, float]] = queue.Queue()
         self._signal: int | None = None
         self._running: list[_Running] = []
+        self._hang_text = ""
         self._console = _Console()
         # Only a process whose sole children are the members may sweep all its descendants.
         self.adopt_orphans = adopt_orphans and become_subreaper()
         # Ranks die with the launcher even when it is SIGKILLed and cannot stop them itself.
         self._pdeathsig = parent_death_signal()
+        # Members are ranks (not runner processes) whose collectives are watched.
+        self._hangs = HangWatch(hang_timeout_s) if hang_timeout_s else None
 
     # signals -----------------------------------------------------------------
     def request_stop(self, signum: int) -> None:
@@ -158,7 +172,7 @@ class ProcessGroup:
         try:
             proc = subprocess.Popen(
                 list(member.argv),
-                env=member.env,
+                env=self._hangs.rank_env(idx, member.env) if self._hangs else member.env,
                 stdin=subprocess.PIPE if member.stdin_pipe else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -216,6 +230,11 @@ class ProcessGroup:
             except queue.Empty:
                 if self._signal is not None:
                     break
+                failed = self._hung()
+                if failed is not None:
+                    m = failed.member
+                    failure = Failure(m.label, failed.proc.pid, 0, [], m.log_path, self._hang_text)
+                    break
                 continue
             remaining -= 1
             run = self._running[idx]
@@ -233,11 +252,26 @@ class ProcessGroup:
         self._finish()
         if failure is not None and failed is not None:
             failure.tail[:] = list(failed.tail)
+            if failure.hang is not None and failed.proc.returncode is not None:
+                failure.returncode = failed.proc.returncode  # how it ended once stopped
         if self._signal is not None:
             return Outcome(128 + self._signal, None, self._signal, stopped)
         if failure is not None:
             return Outcome(failure.exit_code, failure, None, stopped)
         return Outcome(0, None, None, stopped)
+
+    def _hung(self) -> _Running | None:
+        """The member stuck in one collective past the hang timeout, if any."""
+        if self._hangs is None:
+            return None
+        runs = self._running
+        hang = self._hangs.check(
+            [r.member.label for r in runs], [r.proc.poll() is None for r in runs]
+        )
+        if hang is None:
+            return None
+        self._hang_text = self._hangs.describe(hang)
+        return runs[hang.index]
 
     def _terminate_all(self) -> list[str]:
         """SIGTERM every live member tree, SIGKILL what is left after the grace period."""
@@ -284,6 +318,8 @@ class ProcessGroup:
         return [p for p in descendants(os.getpid()) if p.pid not in own]
 
     def _finish(self) -> None:
+        if self._hangs is not None:
+            self._hangs.close()
         for run in self._running:
             for p in run.pumps:
                 p.join(timeout=1.0)

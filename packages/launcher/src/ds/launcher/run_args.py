@@ -153,6 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between SIGTERM and SIGKILL when stopping ranks",
     )
     proc.add_argument(
+        "--collective_timeout",
+        "--collective-timeout",
+        default=None,
+        metavar="S",
+        help="stop the job (exit code 124) when a rank has been inside one torch.distributed "
+        "collective for S seconds, naming the rank and the op (default: $DS_COLLECTIVE_TIMEOUT, "
+        "else off; 0 switches it off)",
+    )
+    proc.add_argument(
         "--env",
         action="append",
         default=[],

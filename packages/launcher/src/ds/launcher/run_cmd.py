@@ -18,6 +18,8 @@ from ds.interfaces.errors import ConfigError, DsError, LaunchError
 from ds.interfaces.runner import LaunchSpec
 from ds.launcher import accel_env, envfile, hostfile
 from ds.launcher.agent import parse_core_list
+from ds.launcher.hangwatch import ENV_VAR as HANG_ENV_VAR
+from ds.launcher.hangwatch import parse_timeout
 from ds.launcher.node import NodePlan, build_members
 from ds.launcher.procgroup import Member
 from ds.launcher.run_args import UsageError, parse
@@ -93,6 +95,8 @@ def agent_args(
     args: Namespace, log_dir: Path | None, visible: list[str], accel: str = ""
 ) -> list[str]:
     out = [f"--terminate_timeout={args.terminate_timeout}"]
+    if args.hang_timeout_s:
+        out.append(f"--collective_timeout={args.hang_timeout_s:g}")
     if accel:
         out.append(f"--accelerator={accel}")  # each node checks its own device count
     if args.bind_cores_to_rank:
@@ -159,6 +163,16 @@ def asked_for(args: Namespace) -> str:
     return ""
 
 
+def hang_timeout(args: Namespace) -> float | None:
+    """``--collective_timeout``, else ``$DS_COLLECTIVE_TIMEOUT``, in seconds; None when off."""
+    try:
+        if args.collective_timeout is not None:
+            return parse_timeout(args.collective_timeout, "--collective_timeout")
+        return parse_timeout(os.environ.get(HANG_ENV_VAR), HANG_ENV_VAR)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def prepare(argv: list[str], device_probe: accel_env.DeviceProbe | None = None) -> Supervisor:
     """Validate everything and build the supervisor; nothing is started here.
 
@@ -167,6 +181,7 @@ def prepare(argv: list[str], device_probe: accel_env.DeviceProbe | None = None) 
     """
     args = parse(argv)
     check_target(args)
+    args.hang_timeout_s = hang_timeout(args)
     if args.max_restarts < 0:
         raise UsageError(f"--max_restarts {args.max_restarts}: must be >= 0")
     core_list = parse_core_list(args.bind_core_list) if args.bind_core_list else None
@@ -210,9 +225,21 @@ def prepare(argv: list[str], device_probe: accel_env.DeviceProbe | None = None) 
             )
             return build_members(plan, restart, os.environ)
 
-        return Supervisor(local_members, args.max_restarts, args.terminate_timeout, log_dir)
+        return Supervisor(
+            local_members,
+            args.max_restarts,
+            args.terminate_timeout,
+            log_dir,
+            hang_timeout_s=args.hang_timeout_s,
+        )
 
     name = args.launcher or "pdsh"
+    if args.hang_timeout_s and name not in ("pdsh", "ssh"):
+        raise UsageError(
+            f"--collective_timeout (or ${HANG_ENV_VAR}) needs ranks started by ds: the {name} "
+            "runner starts them itself; use --launcher pdsh or ssh, or ds.comm's watchdog "
+            "(--env DS_COMM_WATCHDOG=SECONDS)"
+        )
     runner = make_runner(name, args, agent_args(args, log_dir, visible, accel))
     if not runner.backend_exists():  # type: ignore[attr-defined]
         raise LaunchError(

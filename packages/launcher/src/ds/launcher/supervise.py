@@ -27,6 +27,7 @@ class Supervisor:
         report_dir: Path | None = None,
         err: TextIO | None = None,
         name: str = "ds run",
+        hang_timeout_s: float | None = None,
     ) -> None:
         self.make_members = make_members
         self.max_restarts = max_restarts
@@ -34,6 +35,7 @@ class Supervisor:
         self.report_dir = report_dir
         self.err = err or sys.stderr
         self.name = name
+        self.hang_timeout_s = hang_timeout_s
         self.group: ProcessGroup | None = None
         self.outcomes: list[Outcome] = []
 
@@ -42,7 +44,12 @@ class Supervisor:
         restart = 0
         while True:
             members = self.make_members(restart)
-            self.group = ProcessGroup(members, grace_s=self.grace_s, adopt_orphans=True)
+            self.group = ProcessGroup(
+                members,
+                grace_s=self.grace_s,
+                adopt_orphans=True,
+                hang_timeout_s=self.hang_timeout_s,
+            )
             started = time.monotonic()
             outcome = self.group.run()
             self.outcomes.append(outcome)
@@ -104,7 +111,8 @@ class Supervisor:
     def report(self, outcome: Outcome, elapsed_s: float, restart: int) -> None:
         f = outcome.failure
         assert f is not None
-        self._line(f"{f.label} (pid {f.pid}) failed first: {f.describe()}")
+        how = "hung" if f.hang is not None else "failed first"
+        self._line(f"{f.label} (pid {f.pid}) {how}: {f.describe()}")
         if outcome.stopped:
             self._line(f"stopped the other process(es): {', '.join(outcome.stopped)}")
         if f.tail:
@@ -126,6 +134,7 @@ class Supervisor:
             "returncode": f.returncode,
             "exit_code": f.exit_code,
             "signal": signal_name(-f.returncode) if f.returncode < 0 else None,
+            "hang": f.hang,
             "stopped": outcome.stopped,
             "tail": f.tail,
             "log": str(f.log_path) if f.log_path else None,

@@ -1,0 +1,81 @@
+"""A collective that never completes ends the job: real 2-rank ``ds run`` jobs on gloo.
+
+Rank 1 skips an all-reduce and stays alive elsewhere, so nothing but a timeout can end the job.
+Each job must end within its timeout plus 10 s of rank 0 entering the collective, with a non-zero
+exit code and a summary naming the rank and the op.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+TIMEOUT_S = 3.0
+
+
+def _elapsed_since(stamp: Path) -> float:
+    assert stamp.exists(), "rank 0 never reached the collective"
+    return time.time() - float(stamp.read_text())
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("exit_how", ["raise", "sys_exit"])
+def test_ds_comm_watchdog_timeout_ends_the_job(
+    run_ds, scripts: Path, env_for, tmp_path: Path, exit_how: str
+) -> None:  # type: ignore[no-untyped-def]
+    stamp = tmp_path / "entered"
+    env = env_for(
+        HANG_API="ds", HANG_WATCHDOG=str(TIMEOUT_S), HANG_EXIT=exit_how, HANG_STAMP=str(stamp)
+    )
+    proc = run_ds("--nproc", "2", str(scripts / "hang.py"), env=env, timeout=150)
+    elapsed = _elapsed_since(stamp)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert elapsed <= TIMEOUT_S + 10, f"the job took {elapsed:.1f} s to end\n{proc.stderr}"
+    assert "ds run: rank 0 (pid " in proc.stderr and "failed first: exit code 1" in proc.stderr
+    assert "stopped the other process(es): rank 1" in proc.stderr
+    # The rank's last words, repeated in the summary, say which op and which peer.
+    summary = proc.stderr[proc.stderr.index("ds run: rank 0 (pid ") :]
+    assert "rank 0 waited" in summary
+    assert "in all_reduce(#2, 16 B) on group world (ranks 0..1)" in summary
+    assert "ranks missing: 1 (last entered #1 all_reduce)" in summary
+    assert "never gets here" not in proc.stdout
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_launcher_collective_timeout_ends_a_raw_torch_hang(
+    run_ds, scripts: Path, env_for, tmp_path: Path, how: str
+) -> None:  # type: ignore[no-untyped-def]
+    stamp = tmp_path / "entered"
+    env = env_for(HANG_API="torch", HANG_STAMP=str(stamp))
+    flags = ["--collective_timeout", f"{TIMEOUT_S:g}"]
+    if how == "env":
+        env["DS_COLLECTIVE_TIMEOUT"] = f"{TIMEOUT_S:g}"
+        flags = []
+    proc = run_ds(
+        "--nproc",
+        "2",
+        "--log_dir",
+        str(tmp_path / "logs"),
+        *flags,
+        str(scripts / "hang.py"),
+        env=env,
+        timeout=150,
+    )
+    elapsed = _elapsed_since(stamp)
+    assert proc.returncode == 124, proc.stderr[-3000:]
+    assert elapsed <= TIMEOUT_S + 10, f"the job took {elapsed:.1f} s to end\n{proc.stderr}"
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("ds run: rank 0 (pid ")]
+    assert len(lines) == 1, proc.stderr
+    assert " hung: no progress for " in lines[0]
+    assert "s in torch.distributed all_reduce (--collective_timeout 3)" in lines[0]
+    assert lines[0].endswith("; meanwhile rank 1 not in a collective")
+    assert "stopped the other process(es): rank 0, rank 1" in proc.stderr
+    report = json.loads((tmp_path / "logs" / "failure.json").read_text())
+    assert report["failed"] == "rank 0" and report["exit_code"] == 124
+    assert "torch.distributed all_reduce" in report["hang"]
