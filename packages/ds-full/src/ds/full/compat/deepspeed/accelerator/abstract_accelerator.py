@@ -197,7 +197,7 @@ class DeepSpeedAccelerator:
         supported = torch._dynamo.list_backends(exclude_tags=())
         if backend not in supported:
             raise ValueError(
-                f"{backend} is not a torch.compile backend here; use one of {supported}"
+                f"{backend} is not a torch compile backend here; use one of {supported}"
             )
         self._compile_backend = backend
 
