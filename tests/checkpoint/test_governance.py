@@ -211,3 +211,30 @@ def test_a_resumed_run_refuses_a_forged_ledger_and_signs_nothing(tmp_path: Path)
     engine.ledger.close()
     assert _kinds(led)[0] == "ledger_break"
     assert ledger_main(["verify", str(led), "--public-key", pub]) == 0
+
+
+def test_config_pins_approver_keys_and_a_signed_run_needs_the_approvers_own_key(
+    tmp_path: Path,
+) -> None:
+    from ds.checkpoint import signing
+
+    first = _engine(tmp_path)  # a checkpoint this run's ledger never saw
+    d = str(tmp_path / "ck")
+    first.save_checkpoint(d, tag="foreign")
+    bob = signing.generate_key_hex()
+    pub = signing.public_hex(signing.load_private_key(bob))
+    ledger = {
+        "path": str(tmp_path / "run.jsonl"),
+        "signing_key": signing.generate_key_hex(),
+        "approvals": {"approver_keys": {"bob": pub}},
+    }
+    engine = _engine(tmp_path, ledger=ledger)
+    try:
+        b = engine.boundary
+        target = str(tmp_path / "ck" / "foreign")
+        with pytest.raises(ApprovalRequiredError, match="must be signed with their key"):
+            b.approve(b.request(LOAD_CHECKPOINT, target, "alice"), "bob")
+        b.approve(b.request(LOAD_CHECKPOINT, target, "alice"), "bob", key=bob)
+        assert engine.load_checkpoint(d, tag="foreign", load_module_only=True)[0] is not None
+    finally:
+        engine.ledger.close()

@@ -26,13 +26,13 @@ import hmac
 import json
 import os
 import secrets
-import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ds.checkpoint._identity import check_identity, identity_key
 from ds.interfaces.errors import ApprovalRequiredError, ConfigError
 
 OVERWRITE_CHECKPOINT = "overwrite_checkpoint"
@@ -63,8 +63,9 @@ class Record:
 
 
 def canonical_identity(name: str) -> str:
-    """The form identities are compared in: NFKC, trimmed, case-folded ("Alice" is "alice")."""
-    return unicodedata.normalize("NFKC", str(name)).strip().casefold()
+    """The form identities are compared in (``_identity.identity_key``): NFKC, combining marks
+    and Cyrillic/Greek look-alikes folded, trimmed, case-folded ("Alİce" is "alice")."""
+    return identity_key(name)
 
 
 # -- policies ------------------------------------------------------------------------------------
@@ -146,6 +147,23 @@ register_policy("recorded-checkpoint", _recorded_checkpoint)
 register_policy("config", _config)
 
 
+def _pin_keys(keys: Mapping[str, str]) -> dict[str, str]:
+    from ds.checkpoint import signing
+
+    pinned: dict[str, str] = {}
+    for name, key in keys.items():
+        try:
+            who = check_identity(name, "approver")
+        except ApprovalRequiredError as exc:
+            raise ConfigError(f"ledger.approvals.approver_keys: {exc}") from None
+        if who in pinned:
+            raise ConfigError(
+                f"ledger.approvals.approver_keys lists {name!r} twice (names compare as {who!r})"
+            )
+        pinned[who] = signing.check_public_hex(key, f"ledger.approvals.approver_keys[{name!r}]")
+    return pinned
+
+
 # -- the rule ------------------------------------------------------------------------------------
 def never_equate_intent_to_approval(intent: Record, approval: Record | None) -> None:
     """Raise ApprovalRequiredError unless ``approval`` is a distinct, valid approval of ``intent``."""
@@ -210,8 +228,10 @@ class MutationBoundary:
         watched_env: Sequence[str] = (),
         actor: str = "ds",
         config_allows: Mapping[str, Any] | None = None,
+        approver_keys: Mapping[str, str] | None = None,
     ) -> None:
         self._ledger = ledger
+        self._approver_keys = _pin_keys(approver_keys or {})
         self._policies = dict(policies or {})
         for op, name in self._policies.items():
             if name not in _POLICIES:
@@ -273,15 +293,28 @@ class MutationBoundary:
 
     def request(self, operation: str, target: str, requested_by: str, **extra: Any) -> int:
         """Record an intent; returns its id (ledger index)."""
-        if not canonical_identity(requested_by):
+        if not str(requested_by).strip():
             raise ApprovalRequiredError(f"an intent to {operation} {target!r} needs a requester")
+        check_identity(requested_by, "requester")
         rec = self._record(Record(-1, "intent", operation, target, requested_by, extra=extra))
         self._intents[rec.index] = (rec, self._seal(rec))
         return rec.index
 
     def approve(
-        self, intent_id: int, approver: str = "", *, policy: str | None = None, reason: str = ""
+        self,
+        intent_id: int,
+        approver: str = "",
+        *,
+        policy: str | None = None,
+        reason: str = "",
+        signature: str | None = None,
+        key: Any = None,
     ) -> int:
+        """Record an approval of intent ``intent_id`` by ``approver`` or by a registered ``policy``.
+
+        With a signing key on the ledger a person's approval is signed by that person's key from
+        ``approver_keys``: pass ``signature`` (``ds ledger sign-approval``) or the private ``key``.
+        """
         entry = self._intents.get(intent_id)
         if entry is None:
             raise ApprovalRequiredError(f"no intent #{intent_id} to approve; request it first")
@@ -301,6 +334,11 @@ class MutationBoundary:
                     f"policy {policy!r} does not approve {intent.operation} of "
                     f"{intent.target!r}: {refusal}"
                 )
+        extra: dict[str, Any] = {"reason": reason} if reason else {}
+        if policy is None:
+            check_identity(approver, "approver")
+            if getattr(self._ledger, "signed", False):
+                extra.update(self._signed_by(intent, approver, signature, key))
         draft = Record(
             1 << 62,
             "approval",
@@ -309,12 +347,48 @@ class MutationBoundary:
             approver,
             intent_id,
             policy,
-            {"reason": reason} if reason else {},
+            extra,
         )
         never_equate_intent_to_approval(intent, draft)  # invalid approvals are never recorded
         rec = self._record(draft)
         self._approvals[intent_id] = (rec, self._seal(rec))
         return rec.index
+
+    def _signed_by(
+        self, intent: Record, approver: str, signature: str | None, key: Any
+    ) -> dict[str, Any]:
+        """The approval's signature fields, checked against the approver's pinned key."""
+        from ds.checkpoint import signing
+
+        who = identity_key(approver)
+        pinned = self._approver_keys.get(who)
+        if pinned is None:
+            raise ApprovalRequiredError(
+                f"approver {approver!r} has no pinned public key: with a signing key configured, "
+                "a person approves with their own key, listed in ledger.approvals.approver_keys "
+                "(MutationBoundary(approver_keys=...))"
+            )
+        message = signing.approval_bytes(
+            who,
+            intent.index,
+            str(self._ledger.leaf_hash(intent.index)),
+            intent.operation,
+            intent.target,
+        )
+        if key is not None:
+            signature = signing.load_private_key(key).sign(message).hex()
+        if signature is None:
+            raise ApprovalRequiredError(
+                f"approval of intent #{intent.index} by {approver!r} must be signed with their "
+                f"key: `ds ledger sign-approval LEDGER {intent.index} --approver {who} --key "
+                "KEY` prints the signature to pass as signature="
+            )
+        if not signing.verify_signature(pinned, str(signature), message):
+            raise ApprovalRequiredError(
+                f"approval of intent #{intent.index}: the signature is not by {approver!r}'s "
+                f"pinned key {pinned[:16]}... (signed by someone else, or for another intent)"
+            )
+        return {"signature": str(signature), "public_key": pinned}
 
     def require(self, operation: str, target: str) -> int:
         """Allow one ``operation`` on ``target``: consumes an approved intent or raises."""

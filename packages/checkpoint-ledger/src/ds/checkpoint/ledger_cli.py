@@ -1,4 +1,4 @@
-"""``ds ledger verify | show | prove | keygen | recover``: the run-ledger verbs of the ds CLI."""
+"""``ds ledger verify | show | prove | keygen | recover | sign-approval``: the run-ledger verbs of the ds CLI."""
 
 from __future__ import annotations
 
@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("first", type=int, help="record index (inclusion) or old size (consistency)")
     pr.add_argument("second", type=int, nargs="?", default=None, help="tree size (default: all)")
     sub.add_parser("keygen", help="print a new Ed25519 signing key (hex) and its public key")
+    sa = sub.add_parser(
+        "sign-approval",
+        help="print an approver's signature of intent INDEX (for MutationBoundary.approve)",
+    )
+    sa.add_argument("path")
+    sa.add_argument("intent", type=int, help="the intent's record index")
+    sa.add_argument("--approver", required=True, help="your name, as pinned in approver_keys")
+    sa.add_argument("--key", required=True, help="your Ed25519 private key (64 hex or a key file)")
     rc = sub.add_parser(
         "recover",
         help="after the writer refused a ledger: keep it as evidence and start a new signed "
@@ -67,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 "prove": _prove,
                 "keygen": _keygen,
                 "recover": _recover,
+                "sign-approval": _sign_approval,
             }[args.cmd](args)
         )
     except DsError as exc:  # bad input: one line, exit 2 (exit 1 means "verification failed")
@@ -220,4 +229,34 @@ def _recover(args: argparse.Namespace) -> int:
             f"RECOVERED {args.path}: the refused ledger is kept as {evidence} (with its .heads "
             "and .seal); a new signed segment starts with a ledger_break record describing it"
         )
+    return 0
+
+
+def _sign_approval(args: argparse.Namespace) -> int:
+    from ds.checkpoint import merkle, signing
+    from ds.checkpoint._identity import check_identity
+    from ds.checkpoint.ledger import scan
+
+    who = check_identity(args.approver, "approver")
+    s = scan(args.path)
+    if not 0 <= args.intent < s.records:
+        raise DsError(f"ledger {args.path} has no record {args.intent} ({s.records} records)")
+    with open(args.path, "rb") as f:
+        line = f.read().split(b"\n")[args.intent]
+    rec = json.loads(line)
+    if rec["kind"] != "intent":
+        raise DsError(f"ledger {args.path} record {args.intent} is a {rec['kind']}, not an intent")
+    p = rec["payload"]
+    message = signing.approval_bytes(
+        who, args.intent, merkle.leaf_hash(line).hex(), p["operation"], p["target"]
+    )
+    out = {
+        "intent": args.intent,
+        "operation": p["operation"],
+        "target": p["target"],
+        "requested_by": p["actor"],
+        "approver": who,
+        "signature": signing.load_private_key(args.key).sign(message).hex(),
+    }
+    print(json.dumps(out, indent=1))
     return 0

@@ -160,3 +160,48 @@ def seal_key(private_key: Any) -> bytes:
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
     )
     return hmac.digest(raw, _SEAL_DOMAIN, hashlib.sha256)
+
+
+_APPROVAL_DOMAIN = b"ds-ledger-approval-v1\n"
+
+
+def approval_bytes(
+    approver: str, intent: int, intent_leaf: str, operation: str, target: str
+) -> bytes:
+    """What an approver signs: who approves which intent (its index and Merkle leaf hash, which
+    fix the one record in one ledger), for which operation and target."""
+    body = json.dumps(
+        {
+            "approver": approver,
+            "intent": intent,
+            "intent_leaf": intent_leaf,
+            "operation": operation,
+            "target": target,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return _APPROVAL_DOMAIN + body.encode()
+
+
+def verify_signature(public_hex_key: str, signature: str, message: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_hex_key))
+        key.verify(bytes.fromhex(signature), message)
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+    return True
+
+
+def check_public_hex(key: str, what: str) -> str:
+    """``key`` as lower-case hex when it is an Ed25519 public key; ConfigError naming ``what``."""
+    k = str(key).strip().lower()
+    if len(k) != 64 or any(c not in "0123456789abcdef" for c in k):
+        raise ConfigError(
+            f"{what} must be 64 hex characters (an Ed25519 public key; `ds ledger keygen` prints "
+            f"one as public_key), got {str(key)[:80]!r}"
+        )
+    return k

@@ -8,7 +8,9 @@ From the ds config (docs/ledger.md):
   loading model and optimizer state and changing a watched environment variable each need an
   approval. ``ledger.approvals.policies`` names the registered policy that approves an operation;
   by default loads of checkpoints this ledger recorded are approved (``recorded-checkpoint``);
-  ``ledger.approvals.allow`` lists operations the ``config`` policy approves.
+  ``ledger.approvals.allow`` lists operations the ``config`` policy approves;
+  ``ledger.approvals.approver_keys`` pins each approver's public key (with a signing key, a
+  person's approval must be signed by their own key).
 * ``gate`` sets the readiness gate's thresholds (``enabled: false`` turns it off).
 * ``checkpoint.{writer, async, checksum}`` configure the checkpoint engine.
 """
@@ -74,6 +76,7 @@ def build(
             watched_env=list(approvals.watched_env) if approvals is not None else [],
             actor="ds.initialize",
             config_allows={op: True for op in allow},
+            approver_keys=dict(getattr(approvals, "approver_keys", None) or {}),
         )
     ckpt = cfg.checkpoint
     gov.checkpoint_kwargs = {

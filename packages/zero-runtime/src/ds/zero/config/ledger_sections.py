@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, create_model, model_validator
 
+from ds.interfaces.ledger import GateThresholds, gate_fields
 from ds.zero.config.sections import CheckpointConfig, Section
 
 Operation = Literal[
@@ -29,6 +30,7 @@ class ApprovalsSection(Section):
     policies: dict[Operation, str] | None = None  # None: the defaults of docs/ledger.md
     allow: list[Operation] = Field(default_factory=list)  # what the "config" policy approves
     watched_env: list[str] = Field(default_factory=list)
+    approver_keys: dict[str, str] = Field(default_factory=dict)  # name -> Ed25519 public key hex
 
 
 class LedgerSection(Section):
@@ -39,14 +41,16 @@ class LedgerSection(Section):
     approvals: ApprovalsSection = Field(default_factory=ApprovalsSection)
 
 
-class GateSection(Section):
+class GateSection(create_model("_GateFields", __base__=Section, **gate_fields())):  # type: ignore[misc]
+    """``gate``: ``enabled`` and the fields of ds.interfaces.ledger.GateThresholds (defined there
+    once, with their checks)."""
+
     enabled: bool = True
-    ddi_max: float = Field(12.0, gt=0)
-    zomm_max: float = Field(1.08, gt=0)
-    p99_step_latency_s_max: float = Field(0.45, gt=0)
-    window: int = Field(100, ge=1)
-    baseline_steps: int = Field(10, ge=1)
-    warn_fraction: float = Field(0.9, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> GateSection:
+        GateThresholds(**self.model_dump(exclude={"enabled"}))
+        return self
 
 
 class DsCheckpointConfig(CheckpointConfig):
