@@ -134,7 +134,9 @@ def test_ledger_and_gate_sections(tmp_path) -> None:
 
     led = build_ledger({"path": str(tmp_path / "run.jsonl")})
     bus = EventBus()
-    gate = build_gate({"p99_step_latency_s_max": 0.1, "window": 5}, ledger=led, events=bus)
+    gate = build_gate(
+        {"p99_step_latency_s_max": 0.1, "window": 5, "warmup_steps": 0}, ledger=led, events=bus
+    )
     bus.publish(StepMetrics(step=0, loss=1.0, lr=0.1, step_time_s=0.2))
     assert not gate.report().passed
     led.close()

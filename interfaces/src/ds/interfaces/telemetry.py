@@ -29,6 +29,8 @@ class StepMetrics:
     peak_host_rss_bytes: int = 0
     nvme_buffer_bytes: int = 0
     allotted_device_bytes: int = 0
+    host_memory_limit_bytes: int = 0  # the host memory this process may use (cgroup, else RAM)
+    late_rank: int = -1  # the rank the others waited for at this step's collectives (-1: none)
     grad_norm: float | None = None
     overflow: bool = False
     loss_scale: float | None = None
@@ -54,6 +56,7 @@ class CommEvent:
     latency_s: float
     group_size: int
     rank: int = 0
+    wait_s: float | None = None  # the part of latency_s the caller spent blocked (exposed)
 
 
 @dataclass(frozen=True)

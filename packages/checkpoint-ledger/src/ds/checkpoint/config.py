@@ -3,17 +3,18 @@
 ``checkpoint: {writer: "python" | "aio", async: bool, checksum: bool}``: ``aio`` writes through
 the asynchronous I/O handle of ds-ops-kernels and fails (naming it) when that is not installed.
 ``ledger: {path, signing_key, fsync, recover_torn_tail, approvals}``: the signing key may also come from
-``$DS_LEDGER_SIGNING_KEY``. ``gate: {enabled, ddi_max, zomm_max, p99_step_latency_s_max, window,
-baseline_steps, warn_fraction}``: readiness thresholds.
+``$DS_LEDGER_SIGNING_KEY``. ``gate: {enabled, ...}``: the readiness gate's thresholds
+(ds.interfaces.ledger.GateThresholds).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from ds.interfaces.errors import ConfigError
+from ds.interfaces.ledger import GateThresholds, gate_fields
 
 
 class CheckpointConfig(BaseModel):
@@ -36,16 +37,19 @@ class LedgerConfig(BaseModel):
     approvals: dict[str, Any] | None = None
 
 
-class GateConfig(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+
+class GateConfig(create_model("_GateFields", __base__=_Strict, **gate_fields())):  # type: ignore[misc]
+    """``gate``: ``enabled`` and the fields of ds.interfaces.ledger.GateThresholds."""
+
     enabled: bool = True
-    ddi_max: float = Field(12.0, gt=0)
-    zomm_max: float = Field(1.08, gt=0)
-    p99_step_latency_s_max: float = Field(0.45, gt=0)
-    window: int = Field(100, ge=1)
-    baseline_steps: int = Field(10, ge=1)
-    warn_fraction: float = Field(0.9, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> GateConfig:
+        GateThresholds(**self.model_dump(exclude={"enabled"}))
+        return self
 
 
 def _parse(model: type[BaseModel], section: str, value: Any) -> Any:
@@ -76,7 +80,7 @@ def parse_gate_config(value: Any) -> GateConfig:
 
 def build_gate(config: Any = None, ledger: Any | None = None, events: Any | None = None) -> Any:
     """A ProductionDebtZeROGate with the ``gate`` section's thresholds, subscribed to ``events``."""
-    from ds.checkpoint.gate import GateThresholds, ProductionDebtZeROGate
+    from ds.checkpoint.gate import ProductionDebtZeROGate
 
     cfg = parse_gate_config(config)
     gate = ProductionDebtZeROGate(

@@ -3,14 +3,22 @@ timings, the host-offload time and the memory in use before any subscriber sees 
 
 What each field means here (docs/ledger.md, "What the gate measures"):
 
-* ``allgather_stall_s``: seconds inside parameter-gathering collectives this step (all-gathers,
-  broadcasts, point-to-point parameter transfers), launch to completion, as ds.comm times them.
-* ``sync_wait_s``: seconds inside gradient-synchronising collectives (all-reduce,
-  reduce-scatter, reduce, barrier).
+* ``allgather_stall_s`` and ``sync_wait_s``: the exposed wait (the time the caller was blocked:
+  launch plus wait, not launch to completion, so an asynchronous collective that completed
+  behind compute costs nothing) in parameter-gathering collectives (all-gathers, broadcasts,
+  point-to-point parameter transfers) and gradient-synchronising ones (all-reduce,
+  reduce-scatter, reduce, barrier), less the least any rank waited in them that step: the
+  collectives' own cost is not a stall, waiting for a peer that arrives later is
+  (:mod:`ds.full.peer_waits`). ``late_rank`` is the rank that waited least: the one the others
+  waited for. Rank 0 compares (its assessment is the one recorded); the other ranks, and a run
+  without a key-value store, report their own exposed wait, an upper bound.
 * ``offload_time_s``: with optimizer or parameter offload on, the optimizer step's time less the
-  collectives inside it: the host step and its device<->host copies (0 without offload).
+  exposed collective wait inside it: the host step and its device<->host copies (0 without
+  offload).
 * ``peak_device_bytes`` and ``allotted_device_bytes``: the accelerator's peak allocation and the
-  device's total memory (on the CPU, the process's peak RSS and the machine's memory).
+  device's memory; on the CPU, where the device is the host, the peak RSS and the host limit.
+* ``host_memory_limit_bytes``: the host memory the process may use: its cgroup's limit when set,
+  else the machine's (:mod:`ds.full.memory_limit`).
 * ``nvme_buffer_bytes``: bytes of the swap files under the NVMe offload paths.
 """
 
@@ -25,7 +33,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ds.full.memory_limit import host_memory_limit
+from ds.full.peer_waits import PeerWaits
+from ds.interfaces.logging import get_logger
 from ds.interfaces.telemetry import CommEvent, EventBus, StepMetrics
+
+log = get_logger(__name__)
 
 GATHER_OPS = frozenset(
     {
@@ -55,6 +68,27 @@ SYNC_OPS = frozenset(
 )
 
 
+def _machine_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError):
+        return 0
+
+
+def _peer_waits() -> PeerWaits | None:
+    """The cross-rank wait comparison over torch.distributed's store (None in a 1-rank run)."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() < 2:
+        return None
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # a backend initialised without a store: own waits only
+        return None
+    rank = dist.get_rank()
+    return PeerWaits(store, rank, dist.get_world_size(), compare=rank == 0)
+
+
 def _dir_bytes(paths: Iterable[Path]) -> int:
     total = 0
     for root in paths:
@@ -81,8 +115,10 @@ class SignalBus(EventBus):
         device_index: int | None = None,
         offload: bool = False,
         nvme_paths: Iterable[str] = (),
+        peers: PeerWaits | None = None,
     ) -> None:
         super().__init__()
+        self.peers = peers
         self.accelerator = accelerator
         self.device_index = device_index
         self.offload = offload
@@ -95,12 +131,13 @@ class SignalBus(EventBus):
         self.comm_bus.subscribe(self.on_comm, CommEvent)
 
     def on_comm(self, event: CommEvent) -> None:
+        wait = event.latency_s if event.wait_s is None else event.wait_s
         with self._comm_lock:
-            self._recent.append((time.perf_counter(), event.latency_s))
+            self._recent.append((time.perf_counter(), wait))
             if event.op in GATHER_OPS:
-                self._gather += event.latency_s
+                self._gather += wait
             elif event.op in SYNC_OPS:
-                self._sync += event.latency_s
+                self._sync += wait
 
     def _take(self, since: float) -> tuple[float, float, float]:
         """(gather s, sync s, collective s that ended after ``since``), and reset."""
@@ -111,28 +148,51 @@ class SignalBus(EventBus):
             self._recent.clear()
         return out
 
-    def _memory(self) -> tuple[int, int]:
+    def _memory(self) -> tuple[int, int, int]:
+        """(peak device bytes, device memory, host memory limit)."""
+        host = host_memory_limit(_machine_memory())
         acc = self.accelerator
         if acc is None:
-            return 0, 0
+            return 0, 0, host
         try:
-            return (
-                int(acc.max_memory_allocated(self.device_index)),
-                int(acc.total_memory(self.device_index)),
-            )
+            peak = int(acc.max_memory_allocated(self.device_index))
+            total = int(acc.total_memory(self.device_index))
+            on_host = acc.device(self.device_index).type == "cpu"
         except Exception:  # an accelerator without memory statistics reports none
-            return 0, 0
+            return 0, 0, host
+        return peak, (host if on_host else total), host
+
+    def _stalls(self, m: StepMetrics, gather: float, sync: float) -> tuple[float, float, int]:
+        """(gather stall, sync stall, late rank): compared across ranks where possible."""
+        peers = self.peers
+        if peers is None:
+            return gather, sync, -1
+        try:
+            peers.publish(m.step, gather, sync)
+            c = peers.compare_previous(m.step)
+        except Exception as exc:  # a store that went away must not stop training
+            log.debug("peer wait exchange failed", error=str(exc))
+            self.peers = None
+            return gather, sync, -1
+        if not peers.compare:
+            return gather, sync, -1
+        if c is None:
+            return 0.0, 0.0, -1
+        return c.gather_stall_s, c.sync_stall_s, c.late_rank
 
     def enrich(self, m: StepMetrics) -> StepMetrics:
         # The engine publishes as its optimizer step ends: collectives that completed within the
         # last ``optimizer_s`` seconds ran inside the step.
         gather, sync, in_step = self._take(time.perf_counter() - m.optimizer_s)
-        peak, total = self._memory()
+        gather_stall, sync_stall, late = self._stalls(m, gather, sync)
+        peak, total, host = self._memory()
         changes: dict[str, Any] = {
-            "allgather_stall_s": m.allgather_stall_s or gather,
-            "sync_wait_s": m.sync_wait_s or sync,
+            "allgather_stall_s": m.allgather_stall_s or gather_stall,
+            "sync_wait_s": m.sync_wait_s or sync_stall,
+            "late_rank": late if m.late_rank < 0 else m.late_rank,
             "peak_device_bytes": m.peak_device_bytes or peak,
             "allotted_device_bytes": m.allotted_device_bytes or total,
+            "host_memory_limit_bytes": m.host_memory_limit_bytes or host,
         }
         if self.offload and not m.offload_time_s:
             # Collectives inside the step (clipping's norm, the stage 1-2 re-gather) are not offload.
@@ -160,7 +220,13 @@ def signal_bus_for(cfg: Any, accelerator: Any, device: Any) -> SignalBus:
         if path and getattr(section, "device", None) == "nvme":
             nvme.append(str(path))
     index = getattr(device, "index", None)
-    bus = SignalBus(accelerator=accelerator, device_index=index, offload=offload, nvme_paths=nvme)
+    bus = SignalBus(
+        accelerator=accelerator,
+        device_index=index,
+        offload=offload,
+        nvme_paths=nvme,
+        peers=_peer_waits(),
+    )
     from ds import comm
 
     comm.configure(event_bus=bus.comm_bus)
