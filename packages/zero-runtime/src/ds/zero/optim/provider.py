@@ -51,7 +51,7 @@ class ProviderAdam(_ProviderOptimizer):
         super().__init__(params, defaults, kernels)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             hyper = AdamHyper(
@@ -97,7 +97,7 @@ class ProviderAdagrad(_ProviderOptimizer):
         super().__init__(params, defaults, kernels)
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             for p in group["params"]:
@@ -131,7 +131,7 @@ class ProviderLion(_ProviderOptimizer):
         )
 
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             hyper = LionHyper(
