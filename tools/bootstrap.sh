@@ -14,7 +14,7 @@ PIP=("$VPY" -m pip --disable-pip-version-check -q)
 # Distributions, in dependency order. ops-kernels compiles its extension here (never at import).
 DISTS=(interfaces packages/accel-abstraction packages/comm packages/ops-kernels packages/zero-runtime
        packages/inference-v2 packages/checkpoint-ledger packages/launcher packages/monitor
-       packages/autotune packages/parallel packages/ds-full)
+       packages/sim packages/autotune packages/parallel packages/ds-full)
 ARGS=()
 for d in "${DISTS[@]}"; do ARGS+=(-e "$d"); done
 "${PIP[@]}" install --no-build-isolation -c tools/constraints-dev.txt "${ARGS[@]}"

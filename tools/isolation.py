@@ -31,11 +31,20 @@ DISTS: dict[str, tuple[str, str]] = {
     "ds-checkpoint-ledger": ("packages/checkpoint-ledger", "ds.checkpoint"),
     "ds-launcher": ("packages/launcher", "ds.launcher"),
     "ds-monitor": ("packages/monitor", "ds.monitor"),
+    "ds-sim": ("packages/sim", "ds.sim.world"),
     "ds-autotune": ("packages/autotune", "ds.autotune"),
     "ds-parallel": ("packages/parallel", "ds.parallel.mesh"),
     "ds-hf": ("integrations/hf", "ds.integrations.hf"),
     "ds-lightning": ("integrations/lightning", "ds.integrations.lightning"),
     "ds-full": ("packages/ds-full", "ds.full"),
+}
+
+# The ds distributions a distribution declares besides ds-interfaces: installed beside it (from the
+# built wheels) and allowed in its environment. ds-sim builds on the packages it simulates;
+# ds-autotune's `ds estimate` runs on ds-sim.
+DECLARED: dict[str, tuple[str, ...]] = {
+    "ds-sim": ("ds-accel-abstraction", "ds-comm"),
+    "ds-autotune": ("ds-sim", "ds-accel-abstraction", "ds-comm"),
 }
 
 # ds-full is checked differently: with every sibling wheel, in the same venv once the others are
@@ -109,6 +118,7 @@ def check_full(work: Path, wheels: dict[str, Path], venv: Path) -> None:
         "ds-launcher",
         "ds-monitor",
         "ds-autotune",
+        "ds-sim",
         "ds-parallel",
     }
     if not expected <= present:
@@ -149,7 +159,8 @@ def main() -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="ds-isolation-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    wanted = ["ds-interfaces", *names]
+    wanted = ["ds-interfaces", *names, *(d for n in names for d in DECLARED.get(n, ()))]
+    wanted = list(dict.fromkeys(wanted))
     if args.full:
         wanted = list(dict.fromkeys([*wanted, *PER_DIST, "ds-full"]))
     wheels = build_wheels(work / "wheels", wanted)
@@ -161,6 +172,7 @@ def main() -> int:
     failures: list[str] = []
     for name in names:
         module = DISTS[name][1]
+        declared = DECLARED.get(name, ())
         try:
             sh(
                 [
@@ -169,11 +181,12 @@ def main() -> int:
                     "-c",
                     str(CONSTRAINTS),
                     str(wheels["ds-interfaces"]),
+                    *(str(wheels[d]) for d in declared),
                     str(wheels[name]),
                 ]
             )
             present = ds_installed(py)
-            extra = present - {"ds-interfaces", name}
+            extra = present - {"ds-interfaces", name, *declared}
             if extra:
                 raise RuntimeError(f"{name} pulled in other ds distributions: {sorted(extra)}")
             sh([str(py), "-c", f"import {module}; print('{name}: import {module} ok')"], cwd=work)
@@ -181,7 +194,7 @@ def main() -> int:
             failures.append(f"{name}: {exc}")
             print(f"FAILED {name}: {exc}", flush=True)
         finally:
-            subprocess.run([*pip, "uninstall", "-y", name], check=False)
+            subprocess.run([*pip, "uninstall", "-y", name, *declared], check=False)
     if args.full:
         try:
             check_full(work, wheels, venv)

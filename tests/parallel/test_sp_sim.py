@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import torch
 
-from ds.accel.sim import SimDevice
-from ds.comm.backends.sim import SimWorld
 from ds.parallel.sequence import sequence_parallel_loss, shard_batch, use_ulysses_attention
+from ds.sim.accelerator import SimDevice
+from ds.sim.comm import SimWorld
 
 pytestmark = pytest.mark.simgpu
 

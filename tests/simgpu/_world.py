@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import ds.full as ds
-from ds.full.simulate import RankContext, WorldResult, run_world
+from ds.sim.world import RankContext, WorldResult, run_world
 
 WORLD = 8
 DIM, HIDDEN = 64, 256  # PSI = 2 * 64 * 256 + 256 + 64 + 2 * 64 = 33216, a multiple of 8

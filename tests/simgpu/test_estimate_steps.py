@@ -13,11 +13,12 @@ import gc
 import pytest
 import torch
 
-from ds.accel.sim import SimDevice, SimGpuAccelerator
-from ds.comm.backends.sim import SimWorld
-from ds.full.estimate_sim import simulate_memory
-from ds.full.simulate import _process_state, sim_kernels
+import ds.full as ds
 from ds.interfaces.comm import NCCL_CAPABILITIES
+from ds.sim.accelerator import SimDevice, SimGpuAccelerator
+from ds.sim.comm import SimWorld
+from ds.sim.estimate import simulate_memory
+from ds.sim.world import _process_state, sim_kernels
 
 pytestmark = [pytest.mark.simgpu]
 
@@ -71,7 +72,9 @@ def _steady_peak(stage: int, steps: int = 4) -> int:
 
 @pytest.mark.parametrize("stage", [1, 2])
 def test_step_peak_covers_the_steps_after_the_first(stage: int) -> None:
-    est = simulate_memory(_build, _config(stage), 2, ranks=[0], seq_len=16)[0]
+    est = simulate_memory(
+        _build, _config(stage), 2, initialize=ds.initialize, ranks=[0], seq_len=16
+    )[0]
     steady = _steady_peak(stage)
     # Every step from the second on is alike: the estimate reaches the steady peak (and holds the
     # step's output a little longer than this loop does).
@@ -88,8 +91,12 @@ def test_gloo_runs_are_simulated_on_the_host_route_of_stage_3() -> None:
     numel = sum(p.numel() for p in _build(torch.device("meta")).parameters())
     cfg = _config(3)
     cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0  # every parameter sharded
-    gloo = simulate_memory(_build, cfg, 2, ranks=[0], seq_len=16, backend="gloo")[0]
-    nccl = simulate_memory(_build, cfg, 2, ranks=[0], seq_len=16, backend="nccl")[0]
+    gloo = simulate_memory(
+        _build, cfg, 2, initialize=ds.initialize, ranks=[0], seq_len=16, backend="gloo"
+    )[0]
+    nccl = simulate_memory(
+        _build, cfg, 2, initialize=ds.initialize, ranks=[0], seq_len=16, backend="nccl"
+    )[0]
     assert nccl.device_peak - gloo.device_peak >= 2 * numel, (nccl, gloo, numel)
     # The states are the same up to the routes' small receive buffers.
     assert abs(gloo.device_states - nccl.device_states) <= 0.01 * nccl.device_states
@@ -99,8 +106,8 @@ def test_gloo_runs_are_simulated_on_the_host_route_of_stage_3() -> None:
 def test_simulated_optimizer_kernels_allocate_no_full_size_temporary(op: str) -> None:
     """Fused kernels update in place; the simulated ones may allocate one slice's temporaries
     (4 MiB of fp32), never a copy of a whole 8M-element state."""
-    from ds.full.sim_kernels import SimKernels
     from ds.interfaces.kernels import AdagradHyper, AdamHyper, LionHyper
+    from ds.sim.kernels import SimKernels
 
     with SimDevice(0) as sim:
         k = SimKernels("cuda")
@@ -121,8 +128,8 @@ def test_simulated_optimizer_kernels_allocate_no_full_size_temporary(op: str) ->
 def test_real_tensors_take_the_exact_sliced_update() -> None:
     """On real values the sliced update equals the whole-tensor one (the simulation's Adam
     rule, without bias correction) across a slice boundary and an odd tail."""
-    from ds.full import sim_kernels
     from ds.interfaces.kernels import AdamHyper
+    from ds.sim import kernels as sim_kernels
 
     n = sim_kernels._CHUNK + 7
     g = torch.Generator().manual_seed(0)

@@ -10,7 +10,7 @@ import torch
 from _world import DIM, DTYPES, MLP, WORLD, config, device_syncs, train
 
 import ds.full as ds
-from ds.full.simulate import RankContext, run_world
+from ds.sim.world import RankContext, run_world
 
 pytestmark = [pytest.mark.simgpu, pytest.mark.slow]
 

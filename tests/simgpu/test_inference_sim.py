@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from ds.accel.sim import SimDevice
-from ds.full.simulate import sim_kernels
 from ds.inference.engine import build_engine
 from ds.inference.generation import generate
 from ds.interfaces.inference import SamplingParams
+from ds.sim.accelerator import SimDevice
+from ds.sim.world import sim_kernels
 
 pytestmark = pytest.mark.simgpu
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ds.full as ds
-from ds.full.simulate import RankContext, run_world
+from ds.sim.world import RankContext, run_world
 
 pytestmark = [pytest.mark.simgpu, pytest.mark.slow]
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import ds.full as ds
-from ds.full.simulate import RankContext, run_world
 from ds.parallel.moe import MoE
+from ds.sim.world import RankContext, run_world
 
 pytestmark = pytest.mark.simgpu
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import ds.full as ds
-from ds.full.simulate import RankContext, run_world
+from ds.sim.world import RankContext, run_world
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pipeline"))
 from _pipe_gpt import DIM, SEQ, VOCAB, TPBlock, pipeline_module

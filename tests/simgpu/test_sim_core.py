@@ -8,9 +8,9 @@ import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError
 
 from ds.accel import available_accelerators, get_accelerator, reset_accelerator
-from ds.accel.sim import SimDevice, SimGpuAccelerator
-from ds.comm.backends.sim import SimWorld
 from ds.interfaces.errors import CommError
+from ds.sim.accelerator import SimDevice, SimGpuAccelerator
+from ds.sim.comm import SimWorld
 
 pytestmark = pytest.mark.simgpu
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import ds.full as ds
-from ds.full.simulate import RankContext, run_world
+from ds.sim.world import RankContext, run_world
 from ds.zero.init import Init
 from ds.zero.stage3.shard import shard_of
 

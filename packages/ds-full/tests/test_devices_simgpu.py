@@ -30,7 +30,7 @@ CFG = {
 
 def test_each_rank_lands_on_its_local_rank_device() -> None:
     import ds.full as ds
-    from ds.full.simulate import RankContext, run_world
+    from ds.sim.world import RankContext, run_world
 
     def train(ctx: RankContext) -> tuple[str, set[str]]:
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))  # on the CPU
@@ -50,8 +50,8 @@ def test_each_rank_lands_on_its_local_rank_device() -> None:
 
 def test_a_model_split_between_host_and_device_is_named() -> None:
     import ds.full as ds
-    from ds.full.simulate import RankContext, run_world
     from ds.interfaces.errors import ConfigError
+    from ds.sim.world import RankContext, run_world
 
     def build(ctx: RankContext) -> str:
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))

@@ -38,6 +38,8 @@ CLI = "ds.cli"
 # The composition root's entry points for framework adapters: "default" is ``initialize`` and
 # the ZeRO-3 helpers sit beside it ("zero_init", "gathered_parameters", ...).
 INITIALIZE = "ds.initialize"
+# The simulated GPU world's services for planning tools ("memory": per-rank memory of a config).
+SIMULATIONS = "ds.simulations"
 
 # Which distribution provides the built-in implementation of each group, used to tell a user
 # what to install when a lookup fails.
@@ -54,6 +56,7 @@ PROVIDING_DISTRIBUTION: dict[str, str] = {
     MONITORS: "ds-monitor",
     CLI: "ds-launcher",
     INITIALIZE: "ds-full",
+    SIMULATIONS: "ds-sim",
 }
 
 

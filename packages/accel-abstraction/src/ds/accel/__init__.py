@@ -10,7 +10,7 @@
 4. ``mps`` on Apple silicon;
 5. ``cpu``.
 
-``simgpu`` (simulated CUDA devices, :mod:`ds.accel.sim`) is never detected: only
+``simgpu`` (simulated CUDA devices, :mod:`ds.sim.accelerator`) is never detected: only
 ``DS_ACCELERATOR=simgpu`` or ``set_accelerator("simgpu")`` selects it.
 """
 

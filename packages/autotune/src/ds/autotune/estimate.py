@@ -1,7 +1,7 @@
 """``estimate``: per-rank memory of each ZeRO stage and offload setting, from the simulation.
 
 Each point runs ds's own engine, partitioner and optimizer (``ds.initialize`` and one training
-step) on chosen ranks of a simulated world (fake CUDA devices, ``ds.full.estimate_sim``), so the
+step) on chosen ranks of a simulated world (fake CUDA devices, ``ds.sim.estimate``), so the
 bytes are what ds allocates, bucket and staging buffers included, not a formula. Beside them:
 ds's closed-form model-state bytes and DeepSpeed's estimator formulae.
 """
@@ -79,7 +79,10 @@ def estimate(
     the bucket and staging buffers ds allocates."""
     if world < 1:
         raise ConfigError(f"--world {world}: must be >= 1")
-    simulate = registry.get(registry.INITIALIZE, "simulate_memory")
+    # The simulation is ds-sim's (a declared dependency, found through the group it advertises);
+    # the engine it measures is the composition root's, found as framework adapters find it.
+    simulate = registry.get(registry.SIMULATIONS, "memory")
+    initialize = registry.get(registry.INITIALIZE, "default")
     out = []
     nodes = max(1, -(-world // gpus_per_node))
     per_node = min(world, gpus_per_node)
@@ -92,6 +95,7 @@ def estimate(
                 spec.build,
                 cfg,
                 world,
+                initialize=initialize,
                 ranks=ranks,
                 micro_batch=micro_batch,
                 seq_len=seq_len,

@@ -17,6 +17,7 @@ DISTRIBUTIONS = (
     "ds-checkpoint-ledger",
     "ds-launcher",
     "ds-monitor",
+    "ds-sim",
     "ds-autotune",
     "ds-parallel",
     "ds-full",

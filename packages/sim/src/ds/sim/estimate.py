@@ -9,7 +9,9 @@ while the model and the engine were built (the whole model is built before it is
 ``ds.zero.Init`` is not simulated yet) and the host's. Ranks of one world hold the same state up to the partitioning remainder, so measuring
 rank 0 and the last rank bounds the rest; the collectives are not replayed (``check=False``).
 
-Registered as ``ds.initialize: simulate_memory`` for ds-autotune's ``ds estimate``.
+``initialize`` is the composition root's ``initialize`` (``ds.full.initialize``), passed in by the
+caller: ds-sim builds on ds.accel and ds.comm only and never reaches the composition root itself.
+Advertised as ``ds.simulations: memory`` for ds-autotune's ``ds estimate``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from typing import Any
 
 import torch
 
-from ds.accel.sim import SimDevice, SimGpuAccelerator
-from ds.comm.backends.sim import SimWorld
-from ds.full.simulate import _process_state, sim_kernels
 from ds.interfaces.comm import GLOO_CAPABILITIES, NCCL_CAPABILITIES
+from ds.sim.accelerator import SimDevice, SimGpuAccelerator
+from ds.sim.comm import SimWorld
+from ds.sim.world import _process_state, sim_kernels
 
 STEPS = 2  # training steps simulated per rank; the peak is over all of them
 
@@ -44,6 +46,7 @@ def simulate_memory(
     config: dict[str, Any],
     world_size: int,
     *,
+    initialize: Callable[..., Any],
     ranks: Sequence[int] | None = None,
     micro_batch: int = 1,
     seq_len: int = 16,
@@ -52,7 +55,8 @@ def simulate_memory(
     backend: str = "nccl",
 ) -> list[RankMemory]:
     """Memory of ``ranks`` (default: the first and the last) training ``build_model(device)``
-    with ``config``. ``build_model`` makes the model on the given (fake) device."""
+    with ``config``. ``build_model`` makes the model on the given (fake) device; ``initialize``
+    builds the engine (``ds.full.initialize``)."""
     host = backend in ("gloo", "mpi")
     caps = GLOO_CAPABILITIES if host else NCCL_CAPABILITIES
     if host:
@@ -63,11 +67,14 @@ def simulate_memory(
         config = {**config, "zero_optimization": zero}
     world = SimWorld(world_size, local_size, caps)
     with sim_kernels():  # fake tensors have no memory for the native or Triton kernels to walk
-        return _simulate(build_model, config, world, ranks, micro_batch, seq_len, device_bytes)
+        return _simulate(
+            build_model, initialize, config, world, ranks, micro_batch, seq_len, device_bytes
+        )
 
 
 def _simulate(
     build_model: Callable[[torch.device], torch.nn.Module],
+    initialize: Callable[..., Any],
     config: dict[str, Any],
     world: SimWorld,
     ranks: Sequence[int] | None,
@@ -80,7 +87,9 @@ def _simulate(
     # As in run_world: the collections and memory censuses below walk only the ranks' objects.
     gc.freeze()
     try:
-        _measure_ranks(world, chosen, out, build_model, config, micro_batch, seq_len, device_bytes)
+        _measure_ranks(
+            world, chosen, out, build_model, initialize, config, micro_batch, seq_len, device_bytes
+        )
     finally:
         gc.unfreeze()
     return out
@@ -91,20 +100,19 @@ def _measure_ranks(
     chosen: list[int],
     out: list[RankMemory],
     build_model: Callable[[torch.device], torch.nn.Module],
+    initialize: Callable[..., Any],
     config: dict[str, Any],
     micro_batch: int,
     seq_len: int,
     device_bytes: int,
 ) -> None:
-    import ds.full as ds
-
     for rank in chosen:
         sim = SimDevice(world.local_rank(rank), device_bytes)
         accel = SimGpuAccelerator()
         with world.rank(rank) as comm, sim, _process_state(comm, accel):
             accel.set_device(sim.index)
             model = build_model(sim.device)
-            engine, *_ = ds.initialize(model=model, config=dict(config))
+            engine, *_ = initialize(model=model, config=dict(config))
             init_peak = sim.device_bytes().peak
             sim.reset_peak()  # the step's peak from here: states + activations + buffers
             # Two steps: optimizers make their state in the first step(), so only the second

@@ -36,8 +36,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ds.accel._elf import symbols
 from ds.interfaces.errors import AcceleratorError
+from ds.sim._elf import symbols
 
 MAX_DEVICES = 8
 

@@ -1,9 +1,9 @@
 """Run a program on a simulated GPU world: N ranks, each on its own fake ``cuda:local_rank``.
 
 ``run_world(fn, world_size=8)`` runs ``fn(ctx)`` once per rank, one rank after another (see
-:mod:`ds.comm.backends.sim` for why), each inside:
+:mod:`ds.sim.comm` for why), each inside:
 
-* a :class:`ds.accel.sim.SimDevice` (fake CUDA tensors; placement errors raise; host syncs and
+* a :class:`ds.sim.accelerator.SimDevice` (fake CUDA tensors; placement errors raise; host syncs and
   per-device memory recorded),
 * a fake process group of the world's size with that rank's :class:`StrictCommunicator` (device
   tensors only, on the rank's device), installed as ``ds.comm``'s communicator,
@@ -39,9 +39,9 @@ from typing import Any
 
 import torch
 
-from ds.accel.sim import DEFAULT_DEVICE_BYTES, HostSync, SimDevice, SimGpuAccelerator
-from ds.comm.backends.sim import SimWorld, StrictCommunicator
 from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities
+from ds.sim.accelerator import DEFAULT_DEVICE_BYTES, HostSync, SimDevice, SimGpuAccelerator
+from ds.sim.comm import SimWorld, StrictCommunicator
 
 
 @dataclass
@@ -85,9 +85,9 @@ class WorldResult:
 @contextlib.contextmanager
 def sim_kernels() -> Iterator[None]:
     """While inside, the ``cpu`` and ``cuda`` kernel providers are the simulated ones
-    (:mod:`ds.full.sim_kernels`: native kernels cannot walk fake tensors)."""
-    from ds.full.sim_kernels import SimKernels
+    (:mod:`ds.sim.kernels`: native kernels cannot walk fake tensors)."""
     from ds.interfaces import registry
+    from ds.sim.kernels import SimKernels
 
     for kind in ("cpu", "cuda"):
         # registry.get returns the factory's result, which ds.full then calls.
@@ -104,9 +104,9 @@ def sim_kernels() -> Iterator[None]:
 @contextlib.contextmanager
 def sim_checkpoints() -> Iterator[None]:
     """While inside, the ``default`` checkpoint engine is the simulated one
-    (:mod:`ds.full.sim_checkpoint`), one store shared by the world's ranks."""
-    from ds.full.sim_checkpoint import SimCheckpointEngine, SimCheckpointStore
+    (:mod:`ds.sim.checkpoint`), one store shared by the world's ranks."""
     from ds.interfaces import registry
+    from ds.sim.checkpoint import SimCheckpointEngine, SimCheckpointStore
 
     store = SimCheckpointStore()
     registry.register(

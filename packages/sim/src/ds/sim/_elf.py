@@ -1,6 +1,6 @@
 """Find a symbol's address in a loaded ELF shared library, local (``.symtab``) symbols included.
 
-``dlsym`` only sees exported symbols; the simulated CUDA device (:mod:`ds.accel._fake_cuda`) needs
+``dlsym`` only sees exported symbols; the simulated CUDA device (:mod:`ds.sim._fake_cuda`) needs
 the addresses of a few inline virtual functions of libtorch that are emitted as local symbols, to
 recognise their slots in a vtable. Linux x86-64/aarch64 (ELF64, little endian) only.
 """

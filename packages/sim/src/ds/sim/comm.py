@@ -8,7 +8,7 @@ rank (a fake process group of the world's size, ``RANK``/``LOCAL_RANK``/``WORLD_
 hands out its :class:`StrictCommunicator`; the caller runs that rank's whole program (build the
 engine, train, save, load), leaves, and enters the next rank. :meth:`SimWorld.check` then compares
 what the ranks did. Data never crosses ranks: object collectives see the calling rank's own
-objects, tensors carry no values (fake tensors, :mod:`ds.accel.sim`).
+objects, tensors carry no values (fake tensors, :mod:`ds.sim.accelerator`).
 
 What the strict communicator checks, raising :class:`ds.interfaces.errors.CommError` at the call
 (naming the collective, the tensor and the call site):
@@ -50,7 +50,7 @@ from ds.comm.backends.torch_backend import TorchCommunicator
 from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities, ReduceOp
 from ds.interfaces.errors import CommError
 
-MAX_LOCAL = 8  # GPUs of one simulated node (ds.accel.sim)
+MAX_LOCAL = 8  # GPUs of one simulated node (ds.sim.accelerator)
 
 _P2P = ("send", "recv")
 
@@ -94,7 +94,7 @@ def _span(ranks: tuple[int, ...]) -> str:
 def _call_site() -> str:
     for frame in reversed(traceback.extract_stack(sys._getframe(2), limit=30)):
         name = frame.filename.replace("\\", "/")
-        if "/torch/" in name or "/ds/comm/" in name:
+        if "/torch/" in name or "/ds/comm/" in name or name.endswith("/ds/sim/comm.py"):
             continue
         return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return "<unknown>"
@@ -301,7 +301,7 @@ class SimWorld:
 
 class StrictCommunicator(TorchCommunicator):
     """One simulated rank's communicator: torch's API over the fake process group, with the
-    device and trace checks of :mod:`ds.comm.backends.sim`."""
+    device and trace checks of :mod:`ds.sim.comm`."""
 
     name = "sim"
 

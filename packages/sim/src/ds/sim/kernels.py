@@ -1,7 +1,7 @@
 """Kernel providers for the simulated GPU world: the real providers' contracts on fake tensors.
 
 Native kernels read tensor memory through DLPack, and fake tensors have none, so under
-:func:`ds.full.simulate.run_world` the ``cpu`` and ``cuda`` entries of ``ds.kernels`` are these:
+:func:`ds.sim.world.run_world` the ``cpu`` and ``cuda`` entries of ``ds.kernels`` are these:
 the same optimizer updates written as torch ops that allocate what a fused kernel allocates:
 nothing (a whole-tensor temporary such as ``exp_avg_sq.sqrt()`` would add a full fp32 copy of
 the state to every simulated step's peak). On fake tensors, which hold no values, the ops run in

@@ -1,6 +1,6 @@
 """A checkpoint engine for the simulated GPU world: the save/load contract without bytes.
 
-Fake tensors have no values to write, so under :func:`ds.full.simulate.run_world` the ``default``
+Fake tensors have no values to write, so under :func:`ds.sim.world.run_world` the ``default``
 checkpoint engine is this one. It keeps, per directory and tag, what every rank handed over
 (each tensor's metadata and the element ranges each rank saved, the objects, each rank's own
 objects) in memory shared by the world's ranks, and checks what a real engine relies on:

@@ -2,7 +2,7 @@
 
 ``DS_ACCELERATOR=simgpu`` (or ``set_accelerator("simgpu")``) selects :class:`SimGpuAccelerator`.
 Tensors made while a :class:`SimDevice` is active are ``FakeTensor``s that report ``cuda:N`` and
-carry no data (``torch._subclasses.fake_tensor.FakeTensorMode``; see :mod:`ds.accel._fake_cuda`
+carry no data (``torch._subclasses.fake_tensor.FakeTensorMode``; see :mod:`ds.sim._fake_cuda`
 for what it takes to run autograd on them with a CPU build of torch). What that buys:
 
 * **Placement.** An op that mixes ``cuda:N`` with ``cpu`` (or with ``cuda:M``) raises
@@ -17,14 +17,14 @@ Numbers are not simulated: losses and norms read as 0. Numerical parity stays wi
 
 Use::
 
-    from ds.accel.sim import SimDevice
+    from ds.sim.accelerator import SimDevice
     with SimDevice(index=3) as dev:          # this thread computes on fake cuda:3
         model = MyModel().to(dev.device)     # or build it under the mode
         ...
     dev.memory()["cuda:3"].peak, dev.host_syncs
 
 A world of ranks (each rank its own device, a strict communicator checking NCCL's rules) is
-driven by :func:`ds.full.simulate.run_world`; see docs/training.md, "GPU".
+driven by :func:`ds.sim.world.run_world`; see docs/training.md, "GPU".
 """
 
 from __future__ import annotations
@@ -38,16 +38,16 @@ from typing import Any
 
 import torch
 
-from ds.accel._fake_cuda import (
+from ds.interfaces.accelerator import AcceleratorCapabilities
+from ds.interfaces.errors import AcceleratorError
+from ds.sim._fake_cuda import (
     MAX_DEVICES,
     autograd_context,
     data_follows_device,
     fake_cuda_runtime,
 )
-from ds.accel._sim_observer import DeviceStats, HostSync, Observations, Observer
-from ds.accel._streams import HostEvent, NullStream
-from ds.interfaces.accelerator import AcceleratorCapabilities
-from ds.interfaces.errors import AcceleratorError
+from ds.sim._observer import DeviceStats, HostSync, Observations, Observer
+from ds.sim.events import SimEvent, SimStream
 
 NAME = "simgpu"
 DEFAULT_DEVICE_BYTES = 80 * 2**30
@@ -156,20 +156,6 @@ class SimDevice:
         self.obs.host_syncs.append(HostSync(str(self.device), where))
 
 
-class SimEvent(HostEvent):
-    """A device event; waiting on it from the host is a host sync and is recorded as one."""
-
-    def synchronize(self) -> None:
-        dev = active_device()
-        if dev is not None:
-            dev.record_sync("event.synchronize()")
-
-    def elapsed_time(self, end: HostEvent) -> float:
-        # CUDA requires both events complete; reading the time waits for them.
-        self.synchronize()
-        return super().elapsed_time(end)
-
-
 class SimGpuAccelerator:
     """``ds.interfaces.accelerator.Accelerator`` for simulated CUDA devices (see module docs).
 
@@ -211,7 +197,7 @@ class SimGpuAccelerator:
         )
 
     def communication_backend_name(self) -> str:
-        # The simulated world speaks NCCL's rules (ds.comm.backends.sim).
+        # The simulated world speaks NCCL's rules (ds.sim.comm).
         return "nccl"
 
     def visible_devices_envs(self) -> list[str]:
@@ -252,14 +238,14 @@ class SimGpuAccelerator:
     def stream(self, stream: Any) -> AbstractContextManager[Any]:
         return contextlib.nullcontext(stream)
 
-    def current_stream(self, index: int | None = None) -> NullStream:
-        return NullStream()
+    def current_stream(self, index: int | None = None) -> SimStream:
+        return SimStream()
 
-    def default_stream(self, index: int | None = None) -> NullStream:
-        return NullStream()
+    def default_stream(self, index: int | None = None) -> SimStream:
+        return SimStream()
 
-    def new_stream(self) -> NullStream:
-        return NullStream()
+    def new_stream(self) -> SimStream:
+        return SimStream()
 
     def new_event(self, enable_timing: bool = False) -> SimEvent:
         return SimEvent(enable_timing)

@@ -83,7 +83,7 @@ def _call_site() -> str:
     """The innermost frame outside torch and this module: the code that asked for the value."""
     for frame in reversed(traceback.extract_stack(sys._getframe(2), limit=40)):
         name = frame.filename.replace("\\", "/")
-        if "/torch/" in name or name.endswith("_sim_observer.py"):
+        if "/torch/" in name or name.endswith("/ds/sim/_observer.py"):
             continue
         return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return "<unknown>"
