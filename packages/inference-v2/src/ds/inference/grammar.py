@@ -14,6 +14,7 @@ character but U+0000-U+001F, the same length bounds) before compiling.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -119,7 +120,10 @@ class GrammarCompiler:
         try:
             return self._cached(kind, text)
         except (RuntimeError, ValueError, TypeError) as exc:
-            raise ConfigError(f"the {what} cannot be compiled: {exc}") from exc
+            # xgrammar's messages start with "[time] /source/file.cc:line: "
+            reason = re.sub(r"^\[[0-9:]+\] \S+?:\d+: ", "", str(exc).strip())
+            reason = (reason.splitlines() or [type(exc).__name__])[0]
+            raise ConfigError(f"the {what} cannot be compiled: {reason}") from exc
 
     def __call__(self, schema: dict[str, Any] | None) -> CompiledGrammar:
         """A grammar for any JSON object (``schema`` None) or for a JSON schema."""

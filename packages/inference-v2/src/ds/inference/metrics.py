@@ -54,6 +54,7 @@ class ServerMetrics:
         self._finished = counter(
             "ds_request_finished", "Requests finished, by finish reason", ("finished_reason",)
         )
+
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
             return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(model_name)
 

@@ -205,7 +205,9 @@ def create_app(
         uids: list[int] = []
         for p, prompt in enumerate(req.prompts):  # n choices of a prompt share its blocks
             own = range(p * req.n, (p + 1) * req.n)
-            uids += loop_.submit(prompt, req.params[own[0] : own[-1] + 1], [deliver_to(i) for i in own])
+            uids += loop_.submit(
+                prompt, req.params[own[0] : own[-1] + 1], [deliver_to(i) for i in own]
+            )
         return uids, q
 
     def apply(c: _Choice, ev: TokenEvent) -> None:

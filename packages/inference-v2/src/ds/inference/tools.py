@@ -97,7 +97,11 @@ def _tag(tool: dict[str, Any]) -> dict[str, Any]:
         "type": "tag",
         "begin": f'{BEGIN}\n{{"name": "{fn["name"]}", "arguments": ',
         # at most one blank in a row, so that a weak model cannot wander in whitespace
-        "content": {"type": "json_schema", "json_schema": fn["parameters"], "max_whitespace_cnt": 1},
+        "content": {
+            "type": "json_schema",
+            "json_schema": fn["parameters"],
+            "max_whitespace_cnt": 1,
+        },
         "end": "}\n" + END,
     }
 
@@ -247,8 +251,8 @@ class ToolCallParser:
     """Splits generated text into message content and tool calls, as the text arrives.
 
     ``feed`` returns (content released, calls completed); content that could be the start of
-    ``<tool_call>`` is held back, whitespace-only content between calls is dropped, and a call
-    left unfinished when the output ends comes back as content."""
+    ``<tool_call>`` is held back, whitespace around calls is dropped, and a call left unfinished
+    when the output ends comes back as content."""
 
     def __init__(self) -> None:
         self._buf = ""
@@ -258,12 +262,12 @@ class ToolCallParser:
         self.content = ""
 
     def _text(self, text: str) -> str:
-        if not text.strip():
-            self._blank += text
-            return ""
-        out, self._blank = self._blank + text, ""
-        self.content += out
-        return out
+        # Trailing whitespace waits for text after it: before a call it is dropped.
+        text = self._blank + text
+        body = text.rstrip()
+        self._blank = text[len(body) :]
+        self.content += body
+        return body
 
     def feed(self, text: str) -> tuple[str, list[ToolCall]]:
         self._buf += text
@@ -288,8 +292,11 @@ class ToolCallParser:
                 self._in_call = True
                 continue
             keep = next(
-                (k for k in range(min(len(BEGIN) - 1, len(self._buf)), 0, -1)
-                 if BEGIN.startswith(self._buf[-k:])),
+                (
+                    k
+                    for k in range(min(len(BEGIN) - 1, len(self._buf)), 0, -1)
+                    if BEGIN.startswith(self._buf[-k:])
+                ),
                 0,
             )
             released += self._text(self._buf[: len(self._buf) - keep])
@@ -299,7 +306,11 @@ class ToolCallParser:
         return released, calls
 
     def finish(self) -> str:
-        """The content still held back, at the end of the output."""
+        """The content still held back, at the end of the output (trailing whitespace too, when
+        the output called no tool)."""
         rest = (BEGIN if self._in_call else "") + self._buf
         self._buf, self._in_call = "", False
-        return self._text(rest) if rest.strip() else ""
+        out = self._text(rest)
+        if not self.calls:
+            out, self.content, self._blank = out + self._blank, self.content + self._blank, ""
+        return out
