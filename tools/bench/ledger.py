@@ -9,7 +9,12 @@ signed heads at every commit point) loads ``ledger.py`` as it was at that git re
 it in the same run, interleaved round by round with the current one, so the two are side by side
 under the same machine load.
 
-    .venv/bin/python tools/bench/ledger.py [--events 50000] [--baseline REV]
+``reopen``: a writer opening an existing signed ledger (one head per 1000 records, as a run with
+frequent checkpoints has), before and after the writer verified the file against its heads and
+seal on reopen (``--reopen-baseline``, default: the ledger before that check), side by side. The
+difference is what the reopen verification costs; it is reported per million records.
+
+    .venv/bin/python tools/bench/ledger.py [--events 50000] [--baseline REV] [--reopen-baseline REV]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from harness import Bench
 from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, verify_file
 
 BASELINE = "731abe2725c0b91c1bd6c0133501f7a4a998e8b8"
+REOPEN_BASELINE = "6a2b0354de6032813813116ed7e3cb8414a45ab9"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -79,13 +85,68 @@ def _plain_chain(path: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _reopen_case(bench: Bench, d: str, n: int, rounds: int, rev: str) -> None:
+    from ds.checkpoint import signing
+
+    key = signing.generate_key_hex()
+    path = os.path.join(d, "reopen.jsonl")
+    with TechnicalDueDiligenceLedger(path, signing_key=key) as led:
+        for i in range(n):
+            led.record_training_event("step", _payload(i))
+            if i % 1000 == 999:
+                led.tree_head()
+    impls = {"ds": TechnicalDueDiligenceLedger, f"ds before ({rev[:7]})": None}
+    impls[f"ds before ({rev[:7]})"] = _baseline_module(rev).TechnicalDueDiligenceLedger
+    times: dict[str, list[float]] = {k: [] for k in impls}
+    for _ in range(rounds):
+        for name, cls in impls.items():
+            t0 = time.perf_counter()
+            led = cls(path, signing_key=key)
+            times[name].append(time.perf_counter() - t0)
+            led.close_local()
+    # The verification alone, without the chain scan both versions do: reading the heads, their
+    # roots taken during the scan (O(log n) each), signatures, key chain, seal.
+    from ds.checkpoint import _reopen
+    from ds.checkpoint._verify import read_heads, scan
+
+    heads = read_heads(path)
+    s = scan(path, roots_at={h.size for h in heads})
+    check: list[float] = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        hs = read_heads(path)
+        for _h in hs:  # what roots_at adds to the scan: one O(log n) root per head
+            s.tree.root()
+        _reopen.check(path, s, hs, signing.load_private_key(key))
+        check.append(time.perf_counter() - t0)
+    times["ds: verification alone"] = check
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    for name, ts in times.items():
+        bench.add(name, f"reopen {n} signed records", ts, s_per_million=med[name] * 1e6 / n)
+    now, before = med["ds"], med[f"ds before ({rev[:7]})"]
+    alone = med["ds: verification alone"]
+    print(
+        f"reopen: verification alone {alone * 1e6 / n:.3f} s per million records; whole reopen "
+        f"now - before {(now - before) * 1e6 / n:.3f} s per million (noise included)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--baseline", default=BASELINE, help="git revision of the 'before' ledger")
+    ap.add_argument("--reopen-baseline", default=REOPEN_BASELINE, help="'before' for reopen")
+    ap.add_argument("--only-reopen", action="store_true", help="measure the reopen case alone")
     args = ap.parse_args()
     n = args.events
+    if args.only_reopen:
+        bench = Bench("ledger_reopen", unit="s")
+        _reopen_case(
+            bench, tempfile.mkdtemp(prefix="ds-ledger-bench-"), n, args.rounds, args.reopen_baseline
+        )
+        bench.report()
+        return
     base = _baseline_module(args.baseline)
     before = f"ds before ({args.baseline[:7]})"
     bench = Bench("ledger", peer="plain-hash-chain", unit="s")
@@ -119,6 +180,7 @@ def main() -> None:
             tf,
             events_per_s=nf / sorted(tf)[1],
         )
+    _reopen_case(bench, d, n, args.rounds, args.reopen_baseline)
     bench.report()
 
 

@@ -82,12 +82,23 @@ def _resign_heads(path: Path) -> None:
     hp.write_text("\n".join(out) + "\n")
 
 
+def _resign_first_head(path: Path) -> None:
+    hp = Path(heads_path(str(path)))
+    lines = hp.read_text().splitlines(keepends=True)
+    h = json.loads(lines[0])
+    forged = signing.sign_head(
+        signing.load_private_key(OTHER), h["size"], h["root_hash"], h["timestamp"]
+    )
+    hp.write_text(json.dumps(forged.__dict__) + "\n" + "".join(lines[1:]))
+
+
 ATTACKS = {
     "append a record with a valid chain hash": [_forge_append],
     "rewrite history, empty .heads": [_rewrite, _empty_heads],
     "rewrite history, cut .heads back to the size-0 head": [_rewrite, _cut_heads_to_first],
     "cut .heads back to the size-0 head": [_cut_heads_to_first],
     "re-sign the heads with another key": [_resign_heads],
+    "re-sign an old head with another key": [_resign_first_head],
 }
 
 

@@ -14,6 +14,7 @@ scan (``scan(roots_at=...)``), signatures are checked once per head, the seal is
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -81,8 +82,9 @@ def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any) -> Reopened
             "hand over with rotate_key() while it is open with the old one; if that key is the "
             f"run's own, its heads were re-signed: {recover_hint(path)}"
         )
-    for h in heads:
-        _check_head(h, chain.key_at(h.size), s, brk)
+    sealed_heads = _sealed_heads(path, seals, brk)
+    for k, h in enumerate(heads):  # a head in the sealed prefix is the writer's: roots only
+        _check_head(h, chain.key_at(h.size) if k >= sealed_heads else None, s, brk)
     covered = max(h.size for h in signed) if signed else 0
     if seals and max(e.head for e in seals) > covered:
         raise brk(
@@ -100,6 +102,24 @@ def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any) -> Reopened
             )
         adopt = True
     return Reopened(chain.initial, seals[0] if seals else None, adopt, 0)
+
+
+def _sealed_heads(path: str, seals: list[_seal.SealEntry], brk: Any) -> int:
+    """How many leading heads of ``.heads`` are exactly as the writer sealed them."""
+    if not seals:
+        return 0
+    e = seals[0]
+    try:
+        with open(heads_path(path), "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        data = b""
+    if len(data) < e.heads_len or hashlib.sha256(data[: e.heads_len]).hexdigest() != e.heads_sha:
+        raise brk(
+            f"the first {e.heads_len} bytes of {heads_path(path)} are not the heads the writer "
+            "sealed (heads altered or removed)"
+        )
+    return data[: e.heads_len].count(b"\n")
 
 
 def _check_unsigned(

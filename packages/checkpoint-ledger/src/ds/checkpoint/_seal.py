@@ -4,10 +4,13 @@ A signed tree head commits to a prefix of the ledger, but heads are signed only 
 checkpoint commits, verification and close), so after a crash the records written since the last
 head are covered by nothing a verifier could check, and look exactly like records someone else
 appended. The seal lets the writer tell them apart when it reopens the file: before every append
-it writes ``(n, index, leaf, head)``, the record's index and Merkle leaf hash and the size of its
-last signed head, with an HMAC-SHA256 under a key derived from the signing key
+it writes ``(n, index, leaf, head, heads_len, heads_sha)``: the record's index and Merkle leaf
+hash, the size of its last signed head and the length and SHA-256 of ``.heads`` as it wrote it,
+with an HMAC-SHA256 under a key derived from the signing key
 (:func:`ds.checkpoint.signing.seal_key`), into ``<ledger>.seal``. The leaf hash covers the
-record's chain link, so a seal of the last record vouches for every record before it.
+record's chain link, so a seal of the last record vouches for every record before it; the digest
+of ``.heads`` vouches for every head the writer appended, so reopening checks their signatures only
+beyond that prefix (one SHA-256 over the file instead of an Ed25519 verification per head).
 
 The file has two fixed-size slots written alternately (``n`` is a sequence number, slot ``n % 2``),
 so a write torn by a crash spoils at most the newer slot and the older one still stands. The seal
@@ -23,7 +26,7 @@ import json
 import os
 from dataclasses import dataclass
 
-SLOT = 256  # bytes per slot: {"head":..,"i":..,"leaf":<64 hex>,"mac":<64 hex>,"n":..} + padding
+SLOT = 384  # bytes per slot: one JSON object (below 300 bytes) padded with spaces
 
 
 def seal_path(path: str) -> str:
@@ -36,10 +39,13 @@ class SealEntry:
     index: int  # the record it vouches for (its leaf hash is ``leaf``); -1: no record yet
     leaf: str
     head: int  # size of the largest head the writer had signed
+    heads_len: int  # bytes of .heads the writer had written ...
+    heads_sha: str  # ... and their SHA-256
 
 
-def _mac(key: bytes, n: int, index: int, leaf: str, head: int) -> str:
-    return hmac.digest(key, f"{n}|{index}|{leaf}|{head}".encode(), hashlib.sha256).hex()
+def _mac(key: bytes, e: SealEntry) -> str:
+    msg = f"{e.n}|{e.index}|{e.leaf}|{e.head}|{e.heads_len}|{e.heads_sha}".encode()
+    return hmac.digest(key, msg, hashlib.sha256).hex()
 
 
 def read(path: str, key: bytes) -> tuple[list[SealEntry], bool]:
@@ -54,8 +60,15 @@ def read(path: str, key: bytes) -> tuple[list[SealEntry], bool]:
     for k in range(2):
         try:
             obj = json.loads(data[k * SLOT : (k + 1) * SLOT])
-            e = SealEntry(int(obj["n"]), int(obj["i"]), str(obj["leaf"]), int(obj["head"]))
-            ok = hmac.compare_digest(str(obj["mac"]), _mac(key, e.n, e.index, e.leaf, e.head))
+            e = SealEntry(
+                int(obj["n"]),
+                int(obj["i"]),
+                str(obj["leaf"]),
+                int(obj["head"]),
+                int(obj["heads_len"]),
+                str(obj["heads_sha"]),
+            )
+            ok = hmac.compare_digest(str(obj["mac"]), _mac(key, e))
         except (ValueError, KeyError, TypeError):
             continue  # a torn or foreign slot vouches for nothing
         if ok and e.n % 2 == k:
@@ -71,17 +84,40 @@ class SealWriter:
         self._fd = os.open(seal_path(path), os.O_RDWR | os.O_CREAT, 0o644)
         self._n = last.n if last is not None else -1
         self.head = last.head if last is not None else 0
+        self._heads_len = 0
+        self._heads_sha = hashlib.sha256()
+        try:
+            with open(path + ".heads", "rb") as f:
+                data = f.read()
+            self._heads_len, self._heads_sha = len(data), hashlib.sha256(data)
+        except FileNotFoundError:
+            pass
 
     def rekey(self, key: bytes) -> None:
         self._key = key
+
+    def head_written(self, text: bytes, index: int, leaf: str, size: int) -> None:
+        """The writer appended ``text`` (a head of ``size`` records) to ``.heads``."""
+        self._heads_len += len(text)
+        self._heads_sha.update(text)
+        self.write(index, leaf, head=size)
 
     def write(self, index: int, leaf: str, head: int | None = None) -> None:
         if head is not None:
             self.head = max(self.head, head)
         self._n += 1
-        n = self._n
-        body = {"head": self.head, "i": index, "leaf": leaf, "n": n}
-        body["mac"] = _mac(self._key, n, index, leaf, self.head)
+        sha = self._heads_sha.hexdigest()
+        e = SealEntry(self._n, index, leaf, self.head, self._heads_len, sha)
+        body = {
+            "head": e.head,
+            "heads_len": e.heads_len,
+            "heads_sha": e.heads_sha,
+            "i": e.index,
+            "leaf": e.leaf,
+            "mac": _mac(self._key, e),
+            "n": e.n,
+        }
+        n = e.n
         line = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
         os.pwrite(self._fd, line.ljust(SLOT - 1) + b"\n", (n % 2) * SLOT)
 

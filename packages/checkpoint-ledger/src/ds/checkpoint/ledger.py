@@ -325,7 +325,7 @@ class TechnicalDueDiligenceLedger:
             self._head_size = size
             if self._seal is not None and head.signature is not None:
                 last = self._tree.leaves[-1].hex() if size else ""
-                self._seal.write(size - 1, last, head=size)
+                self._seal.head_written(text.encode(), size - 1, last, size)
             sink = self._head_sink
         if sink is not None:
             try:
