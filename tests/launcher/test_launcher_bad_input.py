@@ -59,6 +59,13 @@ def test_bad_hostfile_and_filters(  # type: ignore[no-untyped-def]
         (["--max_restarts", "-1"], "must be >= 0"),
         (["--launcher", "tcp"], "--launcher 'tcp': unknown runner (available: impi, mpich"),
         (["--bogus"], "unrecognized arguments"),
+        (["--collective_timeout", "-1"], "--collective_timeout '-1': expected seconds > 0"),
+        (["--collective-timeout", "soon"], "--collective_timeout 'soon': expected seconds > 0"),
+        (
+            ["--launcher", "openmpi", "--collective_timeout", "5"],
+            "--collective_timeout (or $DS_COLLECTIVE_TIMEOUT) needs ranks started by ds: the "
+            "openmpi runner starts them itself",
+        ),
     ],
 )
 def test_bad_flags(
@@ -67,3 +74,13 @@ def test_bad_flags(
     marker = tmp_path / "marker"
     proc = run_ds(*args, str(scripts / "marker.py"), env=env_for(MARKER=str(marker)))
     _check(proc, marker, needle)
+
+
+@pytest.mark.timeout(60)
+def test_bad_collective_timeout_in_the_environment(
+    run_ds, scripts: Path, env_for, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "marker"
+    env = env_for(MARKER=str(marker), DS_COLLECTIVE_TIMEOUT="inf")
+    proc = run_ds("--nproc", "2", str(scripts / "marker.py"), env=env)
+    _check(proc, marker, "DS_COLLECTIVE_TIMEOUT 'inf': expected seconds > 0 (e.g. 600), or 0")

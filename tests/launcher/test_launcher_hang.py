@@ -79,3 +79,29 @@ def test_launcher_collective_timeout_ends_a_raw_torch_hang(
     report = json.loads((tmp_path / "logs" / "failure.json").read_text())
     assert report["failed"] == "rank 0" and report["exit_code"] == 124
     assert "torch.distributed all_reduce" in report["hang"]
+
+
+@pytest.mark.timeout(120)
+def test_rank_hook_leaves_the_rank_environment_as_given(
+    run_ds, scripts: Path, env_for, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    # A sitecustomize of the user's own, on the user's PYTHONPATH, still runs under the hook,
+    # and the script, its imports and its children see the PYTHONPATH the user set.
+    user = tmp_path / "usersite"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("USER_SITECUSTOMIZE = True\n")
+    env = env_for(PYTHONPATH=str(user))
+    on = run_ds("--nproc", "2", "--collective_timeout", "30", str(scripts / "hook_env.py"), env=env)
+    off = run_ds("--nproc", "2", str(scripts / "hook_env.py"), env=env)
+    for proc, watched in ((on, True), (off, False)):
+        assert proc.returncode == 0, proc.stderr
+        lines = sorted(x for x in proc.stdout.splitlines() if " HOOK " in x)
+        assert len(lines) == 2, proc.stdout
+        for rank, line in enumerate(lines):
+            assert line.split()[2:] == [
+                f"pythonpath={user}",
+                "heartbeat_env=False",
+                "hook_on_path=False",
+                "user_site=True",
+                f"thread={watched}",
+            ], (rank, line)
