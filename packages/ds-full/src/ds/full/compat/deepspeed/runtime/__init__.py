@@ -12,10 +12,10 @@ def __getattr__(name: str) -> Any:
         from ds.zero.engine import ZeroEngine
 
         return ZeroEngine
-    if name in ("engine", "zero", "pipe", "sequence_parallel"):
-        import importlib
+    import importlib.util
 
-        return importlib.import_module(f"{__name__}.{name}")
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # a submodule, on first use
     raise AttributeError(f"deepspeed.runtime.{name} has no ds equivalent")
 
 
