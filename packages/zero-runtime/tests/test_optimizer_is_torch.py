@@ -5,6 +5,7 @@ offload: torch's ``LambdaLR`` (what transformers builds when a config has an ``o
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,16 @@ from torch.optim.lr_scheduler import LambdaLR
 from ds.ops.provider import CpuKernelProvider
 from ds.zero.engine import ZeroEngine
 
-PATHS = [(0, "none"), (1, "none"), (2, "none"), (3, "none"), (1, "cpu"), (2, "cpu"), (3, "cpu")]
+PATHS = [
+    (0, "none"),
+    (1, "none"),
+    (2, "none"),
+    (3, "none"),
+    (1, "cpu"),
+    (2, "cpu"),
+    (3, "cpu"),
+    (3, "nvme"),
+]
 
 
 def _model() -> torch.nn.Module:
@@ -26,10 +36,12 @@ def _decay(step: int) -> float:
     return 0.5**step
 
 
-def _engine(model: torch.nn.Module, stage: int, offload: str, **kw: Any) -> ZeroEngine:
+def _engine(
+    model: torch.nn.Module, stage: int, offload: str, swap: str = "", **kw: Any
+) -> ZeroEngine:
     zero: dict[str, Any] = {"stage": stage}
     if offload != "none":
-        zero["offload_optimizer"] = {"device": offload}
+        zero["offload_optimizer"] = {"device": offload, "nvme_path": swap or None}
     cfg = {
         "train_micro_batch_size_per_gpu": 4,
         "gradient_clipping": 0.0,
@@ -40,11 +52,14 @@ def _engine(model: torch.nn.Module, stage: int, offload: str, **kw: Any) -> Zero
 
 
 @pytest.mark.parametrize(("stage", "offload"), PATHS)
-def test_lambda_lr_and_step_hooks_on_the_engine_optimizer(stage: int, offload: str) -> None:
+def test_lambda_lr_and_step_hooks_on_the_engine_optimizer(
+    stage: int, offload: str, tmp_path: Path
+) -> None:
     model = _model()
     ref = copy.deepcopy(model)
     # As DeepSpeed (and accelerate, for transformers) pass it: a callable given the optimizer.
-    engine = _engine(model, stage, offload, lr_scheduler=lambda opt: LambdaLR(opt, _decay))
+    sched = lambda opt: LambdaLR(opt, _decay)  # noqa: E731
+    engine = _engine(model, stage, offload, str(tmp_path), lr_scheduler=sched)
     opt = engine.optimizer
     assert isinstance(opt, torch.optim.Optimizer)
     assert isinstance(engine.lr_scheduler, LambdaLR)

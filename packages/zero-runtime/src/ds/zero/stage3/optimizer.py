@@ -240,7 +240,16 @@ class Stage3Optimizer:
             self.kernels.adam_step(self.step_count, hyper, m, self._grad_for(s, m), v, w)
             self._write_back(s, m)
 
-        self._stream.run([(s.ds_id, s.shard_numel) for _, s in work], step)
+        # The kernels step the swapped state, run as optimizer.step's closure (the masters have no
+        # .grad, so the optimizer itself updates nothing) so that its step hooks and LR
+        # schedulers see a step.
+        stream = self._stream
+
+        def run_kernels() -> float:
+            stream.run([(s.ds_id, s.shard_numel) for _, s in work], step)
+            return 0.0
+
+        self.optimizer.step(run_kernels)
 
     # -- checkpoint support --------------------------------------------------------------------
     def moments(self, s: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
