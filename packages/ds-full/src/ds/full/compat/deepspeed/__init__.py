@@ -48,6 +48,16 @@ def _engine_class() -> Any:
 
 def __getattr__(name: str) -> Any:
     # The engine class is imported on first use so that importing the shim stays light.
+    if name in ("DeepSpeedConfig", "DeepSpeedConfigError"):
+        from ds.full.compat.deepspeed.runtime import config
+
+        return getattr(config, name)
+    if name == "DeepSpeedDataLoader":
+        from ds.full.compat.deepspeed.runtime.dataloader import DeepSpeedDataLoader
+
+        return DeepSpeedDataLoader
+    if name == "PipelineModule":
+        return pipe.PipelineModule
     if name == "PipelineEngine":  # what initialize returns for a PipelineModule
         from ds.full.pipeline import PipelineEngine
 
