@@ -112,3 +112,18 @@ def test_torch_schedulers_chain_on_a_config_optimizer() -> None:
         engine.step()
         sched.step()
     assert engine.get_lr() == pytest.approx([1e-4])
+
+
+def test_a_copy_keeps_the_kernels_and_steps_the_same() -> None:
+    from ds.zero.optim.provider import ProviderAdam
+
+    p = torch.linspace(-1, 1, 64)
+    p.grad = torch.linspace(0.5, -0.5, 64)
+    opt = ProviderAdam([p], CpuKernelProvider(), lr=1e-2)
+    opt.step()
+    twin = copy.deepcopy(opt)
+    q = twin.param_groups[0]["params"][0]
+    assert twin.kernels is not None and q is not p and torch.equal(q, p)
+    opt.step()
+    twin.step()
+    assert torch.equal(q, p) and twin.state[q]["step"] == 2

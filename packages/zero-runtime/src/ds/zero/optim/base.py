@@ -106,6 +106,10 @@ class FlatOptimizer(torch.optim.Optimizer):
     ) -> None:
         raise NotImplementedError
 
+    def __getstate__(self) -> dict[str, Any]:
+        # torch keeps only defaults/state/param_groups; these optimizers also carry their kernels.
+        return {k: v for k, v in self.__dict__.items() if k not in _HOOK_TABLES}
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.defaults})"
 
