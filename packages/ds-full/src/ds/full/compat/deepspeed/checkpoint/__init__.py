@@ -1,5 +1,6 @@
-"""``deepspeed.checkpoint``: checkpoint helpers integrations use."""
+"""``deepspeed.checkpoint``: checkpoint helpers and the key names of DeepSpeed's files."""
 
-from ds.full.compat.deepspeed.checkpoint import utils
+from ds.full.compat.deepspeed.checkpoint import constants, utils
+from ds.full.compat.deepspeed.checkpoint.constants import *  # noqa: F403
 
-__all__ = ["utils"]
+__all__ = ["constants", "utils"]

@@ -1,5 +1,6 @@
-"""``deepspeed.launcher``: constants of DeepSpeed's launcher that integrations read."""
+"""``deepspeed.launcher``: DeepSpeed's launcher (``runner``: the ``deepspeed`` command, run by
+``ds run``) and its constants."""
 
-from ds.full.compat.deepspeed.launcher import runner
+from ds.full.compat.deepspeed.launcher import multinode_runner, runner
 
-__all__ = ["runner"]
+__all__ = ["multinode_runner", "runner"]

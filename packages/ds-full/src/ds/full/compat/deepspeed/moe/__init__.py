@@ -1,6 +1,6 @@
-"""``deepspeed.moe``: mixture-of-experts layers and their parameter helpers, mapped to
+"""``deepspeed.moe``: mixture-of-experts layers, gates and parameter helpers, mapped to
 :mod:`ds.parallel.moe`."""
 
-from ds.full.compat.deepspeed.moe import layer, utils
+from ds.full.compat.deepspeed.moe import layer, sharded_moe, utils
 
-__all__ = ["layer", "utils"]
+__all__ = ["layer", "sharded_moe", "utils"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ds.full.compat.deepspeed._missing import missing_function
+from ds.full.compat.deepspeed._missing import FeatureNotAvailableError, missing_function
 from ds.full.compat.deepspeed.runtime.dataloader import RepeatingLoader
 from ds.full.compat.deepspeed.runtime.utils import set_random_seed
 
@@ -54,7 +54,7 @@ def safe_get_full_fp32_param(param: torch.nn.Parameter) -> torch.Tensor | None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("zero_to_fp32", "groups"):
+    if name in ("zero_to_fp32", "groups", "torch"):
         # import_module, not ``from . import``: a failing import then raises instead of
         # re-entering this hook.
         import importlib
@@ -63,6 +63,41 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"deepspeed.utils.{name} has no ds equivalent")
 
 
+def safe_get_full_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
+    """The whole gradient of ``param`` after backward, before step. ds keeps whole gradients on
+    the parameters at ZeRO stages 0-1; at stages 2-3 they live in flat partitions, which this
+    refuses to guess at."""
+    grad = param.grad
+    if grad is not None and grad.shape == param.shape:
+        return grad.detach().clone()
+    if grad is None and getattr(param, "ds_numel", None) is None and param.numel() > 0:
+        return None  # no gradient yet (before backward, or frozen)
+    raise FeatureNotAvailableError(
+        "deepspeed.utils.safe_get_full_grad: at ZeRO stage 2/3 ds keeps gradients in flat "
+        "partitions; read them at stage 0/1, or register a hook on the module's backward"
+    )
+
+
+_LOCAL_HINT = "read whole tensors with safe_get_full_fp32_param / GatheredParameters"
+safe_get_local_fp32_param = missing_function(
+    "deepspeed.utils.safe_get_local_fp32_param", "reading a rank's fp32 partition", _LOCAL_HINT
+)
+safe_get_local_grad = missing_function(
+    "deepspeed.utils.safe_get_local_grad", "reading a rank's gradient partition", _LOCAL_HINT
+)
+safe_get_local_optimizer_state = missing_function(
+    "deepspeed.utils.safe_get_local_optimizer_state", "reading a rank's optimizer partition",
+    _LOCAL_HINT,
+)  # fmt: skip
+safe_set_full_grad = missing_function(
+    "deepspeed.utils.safe_set_full_grad", "writing one parameter's gradient through the engine",
+    "scale or replace gradients in a backward hook instead",
+)  # fmt: skip
+safe_set_full_optimizer_state = missing_function(
+    "deepspeed.utils.safe_set_full_optimizer_state",
+    "writing one parameter's optimizer state through the engine",
+    "load it from a checkpoint instead",
+)
 safe_get_full_optimizer_state = missing_function(
     "deepspeed.utils.safe_get_full_optimizer_state",
     "reading one parameter's optimizer state through the engine",
@@ -79,6 +114,11 @@ __all__ = [
     "log_dist",
     "logger",
     "safe_get_full_fp32_param",
+    "safe_get_full_grad",
+    "safe_get_full_optimizer_state",
+    "safe_set_full_fp32_param",
+    "safe_set_full_grad",
+    "safe_set_full_optimizer_state",
     "set_random_seed",
     "set_z3_leaf_modules",
     "z3_leaf_module",
