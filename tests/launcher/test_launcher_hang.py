@@ -8,10 +8,19 @@ exit code and a summary naming the rank and the op.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from ds.launcher.run_args import parse
+from ds.launcher.run_cmd import agent_args, free_port, hang_timeout
+from ds.launcher.runners.base import encode_hosts
+
+from .conftest import clean_env
 
 pytestmark = pytest.mark.multiprocess
 
@@ -81,6 +90,23 @@ def test_launcher_collective_timeout_ends_a_raw_torch_hang(
     assert "torch.distributed all_reduce" in report["hang"]
 
 
+@pytest.mark.timeout(180)
+def test_launcher_collective_timeout_ends_a_hang_at_interpreter_exit(
+    run_ds, scripts: Path, env_for, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    # Rank 0 bounds its own wait with torch (2 s), raises, and its interpreter then hangs at exit.
+    stamp = tmp_path / "entered"
+    env = env_for(HANG_API="torch", HANG_WAIT_S="2", HANG_STAMP=str(stamp))
+    proc = run_ds("--nproc", "2", "--collective_timeout", "3", str(scripts / "hang.py"), env=env)
+    elapsed = _elapsed_since(stamp)
+    assert proc.returncode == 124, proc.stderr[-3000:]
+    assert elapsed <= 2 + TIMEOUT_S + 10, f"the job took {elapsed:.1f} s to end\n{proc.stderr}"
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("ds run: rank 0 (pid "))
+    assert " hung: no progress for " in line
+    assert "s in interpreter exit, after its script ended (--collective_timeout 3)" in line
+    assert "RuntimeError" in proc.stderr  # the rank's own timeout, in its output
+
+
 @pytest.mark.timeout(120)
 def test_rank_hook_leaves_the_rank_environment_as_given(
     run_ds, scripts: Path, env_for, tmp_path: Path
@@ -105,3 +131,54 @@ def test_rank_hook_leaves_the_rank_environment_as_given(
                 "user_site=True",
                 f"thread={watched}",
             ], (rank, line)
+
+
+@pytest.mark.timeout(180)
+def test_many_short_waits_are_not_a_hang(run_ds, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
+    # Rank 0 waits ~8 x 0.8 s in all_reduce, longer than the timeout in total but never in one
+    # call: each call is told apart, and so is the interpreter's exit, so the job runs to its end.
+    env = env_for(SLOW_PEER_S="0.8")
+    proc = run_ds(
+        "--nproc", "2", "--collective_timeout", "5", str(scripts / "slow_peer.py"), env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("RESULT sum=512") == 2, proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_multi_node_agents_get_the_timeout() -> None:
+    args = parse(["--collective-timeout", "7.5", "t.py"])
+    args.hang_timeout_s = hang_timeout(args)
+    assert "--collective_timeout=7.5" in agent_args(args, None, [])
+    off = parse(["--collective_timeout", "0", "t.py"])
+    off.hang_timeout_s = hang_timeout(off)
+    assert off.hang_timeout_s is None
+    assert not [a for a in agent_args(off, None, []) if "collective" in a]
+
+
+@pytest.mark.timeout(180)
+def test_node_agent_ends_a_raw_torch_hang(scripts: Path, tmp_path: Path) -> None:
+    # The per-node agent the pdsh and ssh runners start, run here directly for one node.
+    stamp = tmp_path / "entered"
+    agent = [
+        sys.executable,
+        "-m",
+        "ds.launcher.agent",
+        f"--world_info={encode_hosts({'localhost': [0, 1]})}",
+        "--node_rank=0",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        f"--collective_timeout={TIMEOUT_S:g}",
+        "--",
+        sys.executable,
+        "-u",
+        str(scripts / "hang.py"),
+    ]
+    env = clean_env(HANG_API="torch", HANG_STAMP=str(stamp))
+    proc = subprocess.run(agent, capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path)
+    elapsed = _elapsed_since(stamp)
+    assert proc.returncode == 124, proc.stderr[-3000:]
+    assert elapsed <= TIMEOUT_S + 10, f"the job took {elapsed:.1f} s to end\n{proc.stderr}"
+    assert "ds agent localhost: rank 0 (pid " in proc.stderr
+    assert "hung: no progress for " in proc.stderr and "torch.distributed all_reduce" in proc.stderr
+    assert os.listdir(tmp_path) == ["entered"]  # nothing left behind in the working directory

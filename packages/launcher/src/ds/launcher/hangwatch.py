@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HOOK_DIR = str(Path(__file__).parent / "_rankhook")
+EXIT = "<exit>"  # what a rank reports once its script has ended and its interpreter shuts down
 HANG_EXIT_CODE = 124  # as coreutils' timeout: the job was stopped because it made no progress
 ENV_VAR = "DS_COLLECTIVE_TIMEOUT"
 
@@ -98,12 +99,12 @@ class HangWatch:
             elif s is None:
                 others.append(f"{label} not in a collective")
             else:
-                others.append(f"{label} in {s[0]} for {now - s[1]:.1f} s")
+                others.append(f"{label} {_where(s[0])} for {now - s[1]:.1f} s")
         return Hang(index, states[index][0], now - since, others)  # type: ignore[index]
 
     def describe(self, hang: Hang) -> str:
         text = (
-            f"no progress for {hang.waited_s:.1f} s in torch.distributed {hang.op} "
+            f"no progress for {hang.waited_s:.1f} s {_where(hang.op)} "
             f"(--collective_timeout {self.timeout_s:g})"
         )
         if hang.others:
@@ -112,3 +113,9 @@ class HangWatch:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _where(op: str) -> str:
+    if op == EXIT:
+        return "in interpreter exit, after its script ended"
+    return f"in torch.distributed {op}"

@@ -8,7 +8,8 @@ the thread looks at every other thread's Python stack; a thread inside a public 
 ``torch/distributed/distributed_c10d.py`` (``all_reduce``, ``barrier``, ``send``, ...) is in that
 collective, and the same frame seen again is the same call. When the state changes it writes
 ``{"pid", "op", "since"}`` (``since`` on the system-wide monotonic clock, ``op`` null when no
-collective is running) to the heartbeat file, atomically. Nothing is patched and torch is not
+collective is running, ``<exit>`` once the interpreter shuts down) to the heartbeat file,
+atomically. Nothing is patched and torch is not
 imported: a script that never uses torch.distributed pays for one idle thread.
 
 The two variables are removed from the environment and this directory from ``sys.path`` and
@@ -28,6 +29,7 @@ import threading
 import time
 
 _C10D = os.sep + os.path.join("torch", "distributed", "distributed_c10d.py")
+EXIT = "<exit>"  # the state once the script has ended and the interpreter shuts down
 
 
 def _collective(frame):  # type: ignore[no-untyped-def]
@@ -98,9 +100,17 @@ def _start() -> None:
     )
     t.start()
 
+    pid = os.getpid()
+
     def _stop() -> None:
+        if os.getpid() != pid:  # a forked child exiting: the rank itself goes on
+            return
         stop.set()
         t.join(timeout=2.0)
+        # Registered first, so this runs after every atexit handler of the script's: what is left
+        # is the interpreter's own teardown, which must not take long either (a process group
+        # joining a collective that never completes would hang here).
+        _write(path, (EXIT, time.monotonic()))
 
     atexit.register(_stop)
 
