@@ -56,7 +56,7 @@ def _window(out: Path) -> list[dict]:
 def test_healthy_run_passes_and_slow_runs_fail_on_their_term(runs) -> None:  # type: ignore[no-untyped-def]
     clean, host, peer = (runs[s][0] for s in ("clean", "slow_host", "slow_peer"))
     assert clean["passed"], clean
-    assert clean["metrics"]["ddi"] < 6.0, clean  # half the limit: a healthy run is not near it
+    assert clean["metrics"]["ddi"] < 9.0, clean  # well inside the limit, not even a warning
     assert clean["metrics"]["ddi.offload"] == 0  # no offload configured
     assert 0 < clean["metrics"]["zomm"] < 0.5  # memory measured, far from the limit
 
