@@ -79,6 +79,7 @@ class Supervisor:
                 "member": f.label,
                 "pid": f.pid,
                 "returncode": f.returncode,
+                **({"hang": f.hang} if f.hang is not None else {}),
                 "restart": restart,
                 "restarts_left": max(0, self.max_restarts - restart),
                 "event": "member_failed",
@@ -101,6 +102,7 @@ class Supervisor:
             member=f.label,
             pid=f.pid,
             returncode=f.returncode,
+            **({"hang": f.hang} if f.hang is not None else {}),
             restart=restart,
             restarts_left=max(0, self.max_restarts - restart),
         )
