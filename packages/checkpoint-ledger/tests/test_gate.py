@@ -162,3 +162,23 @@ def test_waits_on_a_late_peer_name_it() -> None:
     for i in range(10):  # a late rank with nobody waiting on it is not blamed
         a = healthy.evaluate_training_step(_step(i, 0.6, late_rank=1))
     assert "late_rank" not in a.metrics and a.passed
+
+
+def test_rescore_recomputes_only_the_formula_that_recorded(tmp_path) -> None:
+    import json
+
+    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.rescore import rescore_record
+    from ds.interfaces.errors import LedgerError
+
+    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+        gate = ProductionDebtZeROGate(ledger=led)
+        for i in range(6):
+            gate.evaluate_training_step(_step(i, 0.3, sync_wait_s=0.2, late_rank=1))
+        gate.report()
+    rec = json.loads((tmp_path / "l.jsonl").read_text().splitlines()[-1])
+    assert rescore_record(rec["i"], rec["payload"]).ok
+    old = dict(rec["payload"], inputs={k: v for k, v in rec["payload"]["inputs"].items()
+                                       if k != "formula"})  # fmt: skip
+    with pytest.raises(LedgerError, match="gate formula 1, this ds-checkpoint-ledger computes"):
+        rescore_record(rec["i"], old)

@@ -43,6 +43,11 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.ledger import Assessment, Finding, GateThresholds
 from ds.interfaces.telemetry import StepMetrics
 
+# Recorded with every assessment's inputs: ``ds ledger rescore`` recomputes only what the same
+# formulae produced. 2: stalls beyond the collectives' own cost, memory against its limit, P99
+# against the median, warm-up skipped.
+FORMULA_VERSION = 2
+
 DDI_WEIGHTS = {
     "offload": 0.40,
     "allgather_stall": 0.25,
@@ -112,6 +117,7 @@ class ProductionDebtZeROGate:
     def inputs(self) -> dict[str, Any]:
         """Everything the current assessment is computed from (recorded in the ledger)."""
         return {
+            "formula": FORMULA_VERSION,
             "window": [_inputs(m) for m in self._window],
             "baseline_step_time_s": list(self._baseline),
             "thresholds": dataclasses.asdict(self.thresholds),

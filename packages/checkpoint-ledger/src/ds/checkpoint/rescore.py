@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ds.checkpoint.gate import GateThresholds, assess, window_metrics
+from ds.checkpoint.gate import FORMULA_VERSION, GateThresholds, assess, window_metrics
 from ds.interfaces.errors import LedgerError
 
 
@@ -43,6 +43,13 @@ def rescore_record(index: int, payload: dict[str, Any]) -> Rescore:
         raise LedgerError(
             f"record {index}: this readiness_assessment records no inputs (written by a gate "
             "that did not record them); it cannot be recomputed"
+        )
+    formula = inputs.get("formula", 1)
+    if formula != FORMULA_VERSION:
+        raise LedgerError(
+            f"record {index}: this readiness_assessment was computed with gate formula {formula}, "
+            f"this ds-checkpoint-ledger computes formula {FORMULA_VERSION}; rescore it with the "
+            "version that recorded it"
         )
     thresholds = GateThresholds(**inputs["thresholds"])
     window = inputs["window"]
