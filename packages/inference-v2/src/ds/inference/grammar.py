@@ -34,11 +34,11 @@ def available() -> bool:
 
 
 class _Matcher:
-    def __init__(self, compiled: Any, vocab_size: int) -> None:
+    def __init__(self, compiled: Any, vocab_size: int, until_stop: bool) -> None:
         import xgrammar as xgr
 
         self._xgr = xgr
-        self._m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        self._m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=not until_stop)
         self._mask = xgr.allocate_token_bitmask(1, vocab_size)
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
@@ -56,12 +56,17 @@ class _Matcher:
 
 
 class CompiledGrammar:
-    def __init__(self, compiled: Any, vocab_size: int) -> None:
+    """``until_stop``: the output ends with the model's stop token, which the grammar allows
+    once its text may end (free text, further tool calls); otherwise it ends as soon as the
+    grammar may (a JSON value)."""
+
+    def __init__(self, compiled: Any, vocab_size: int, until_stop: bool = False) -> None:
         self._compiled = compiled
         self._vocab = vocab_size
+        self._until_stop = until_stop
 
     def matcher(self) -> _Matcher:
-        return _Matcher(self._compiled, self._vocab)
+        return _Matcher(self._compiled, self._vocab, self._until_stop)
 
 
 # Keys whose values are literal JSON data, not sub-schemas.
@@ -114,7 +119,7 @@ class GrammarCompiler:
                 compiled = self._compiler.compile_builtin_json_grammar()
             else:
                 compiled = self._compiler.compile_json_schema(text, any_whitespace=False)
-        return CompiledGrammar(compiled, self._vocab)
+        return CompiledGrammar(compiled, self._vocab, until_stop=kind == "tag")
 
     def _get(self, kind: str, text: str | None, what: str) -> CompiledGrammar:
         try:

@@ -229,7 +229,8 @@ def create_app(
         parser.finish()
         if not parser.calls:
             return {"role": "assistant", "content": parser.content}
-        c.finish_reason = "tool_calls"
+        if c.finish_reason == "stop":  # cut off by max_tokens stays "length"
+            c.finish_reason = "tool_calls"
         return {
             "role": "assistant",
             "content": parser.content or None,
@@ -244,7 +245,7 @@ def create_app(
         text, calls = c.parser.feed(ev.text)
         if ev.finish_reason is not None:
             text += c.parser.finish()
-            if c.parser.calls:
+            if c.parser.calls and ev.finish_reason == "stop":
                 item["finish_reason"] = "tool_calls"
         delta: dict[str, Any] = {"content": text} if text else {}
         first = len(c.parser.calls) - len(calls)
