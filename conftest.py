@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# The suite's shared test support (one launcher for multi-process worlds, ``free_port``).
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests" / "support"))
 
 # Without a GPU, Triton kernels run through the interpreter. The switch is read when triton and
 # the kernels are first imported, which any earlier test (or torch itself) may do, so it is set

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,38 +16,19 @@ from ds.checkpoint.sharding import full_requests
 WORKER = Path(__file__).parent / "_worker.py"
 sys.path.insert(0, str(Path(__file__).parent))
 from _worker import reference_tensors  # noqa: E402
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from world import check_ranks, free_port, run_ranks  # noqa: E402
 
 
 def _run(mode: str, world: int, directory: Path, timeout: float = 120.0) -> list[dict]:
-    port = str(_port())
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), mode, str(r), str(world), port, str(directory)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for r in range(world)
-    ]
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            assert p.returncode == 0, f"rank failed ({p.returncode}):\n{err[-3000:]}"
-            outs.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return outs
+    port = str(free_port())
+    results = run_ranks(
+        lambda r: [WORKER, mode, str(r), str(world), port, str(directory)],
+        world,
+        timeout=timeout,
+        merge_stderr=False,
+    )
+    check_ranks(results, f"the {mode} worker")
+    return [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
 
 
 def _check_full_load(directory: Path) -> None:

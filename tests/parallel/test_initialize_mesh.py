@@ -16,8 +16,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _init_worker import MICRO, SEQ, STEPS, config  # noqa: E402
-from _tp_launch import free_port  # noqa: E402
 from _tp_models import batch, model  # noqa: E402
+from world import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(420)]
 

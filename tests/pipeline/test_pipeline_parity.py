@@ -14,7 +14,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "parallel"))  # the gloo world launcher shared with it
+sys.path.insert(0, str(HERE.parent / "parallel"))  # the gloo world launcher of those tests
 
 from _pipe_gpt import batch, loss_fn, pipeline_module  # noqa: E402
 from _pipe_worker import GAS, MICRO, STEPS, config  # noqa: E402
