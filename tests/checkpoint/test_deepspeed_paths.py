@@ -100,3 +100,29 @@ def test_deepspeed_reader_refuses_traversal_tags(planted: Path) -> None:
             is_deepspeed_checkpoint(str(planted), tag)
         with pytest.raises(CheckpointError, match="not usable as a directory name"):
             DeepSpeedCheckpoint(str(planted), tag)
+
+
+def test_engine_load_checkpoint_refuses_a_planted_latest(planted: Path, tmp_path: Path) -> None:
+    """``engine.load_checkpoint(DIR)`` of a ds.initialize run with a ledger: the planted latest
+    is refused and the weights stay as they were."""
+    import sys
+
+    import ds.full as ds
+
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        from deepspeed_fixture_spec import TinyNet, config
+    finally:
+        sys.path.remove(str(FIXTURES))
+    torch.manual_seed(4321)
+    model = TinyNet()
+    cfg = {**config(2, "fp32", 6), "ledger": {"path": str(tmp_path / "run.jsonl")}}
+    engine, *_ = ds.initialize(model=model, config=cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        with pytest.raises(CheckpointPathError, match=r"\.\./outside/global_step5"):
+            engine.load_checkpoint(str(planted))
+        for k, v in model.state_dict().items():
+            assert torch.equal(v, before[k]), k
+    finally:
+        engine.ledger.close()
