@@ -112,3 +112,25 @@ def test_a_step_some_rank_has_not_written_is_not_compared() -> None:
     c = r0.compare_previous(3)
     assert c is not None and c.step == 2 and c.late_rank == 1
     assert r1.compare_previous(3) is None  # only the comparing rank reads the store
+
+
+def test_on_the_cpu_memory_is_held_against_the_container_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ds.accel.cpu import CpuAccelerator
+    from ds.checkpoint.gate import ProductionDebtZeROGate
+
+    f = tmp_path / "memory.max"
+    f.write_text(f"{GIB}\n")
+    monkeypatch.setenv(memory_limit.ENV, str(f))
+    bus = SignalBus(accelerator=CpuAccelerator())
+    rss = 512 << 20
+    m = bus.enrich(StepMetrics(step=1, loss=None, lr=0.1, step_time_s=0.1, peak_host_rss_bytes=rss))
+    assert m.host_memory_limit_bytes == GIB and m.allotted_device_bytes == GIB
+    gate = ProductionDebtZeROGate(warmup_steps=0)
+    a = gate.evaluate_training_step(m)
+    assert a.metrics["zomm"] >= rss / GIB  # the RSS (and the device peak, here the same memory)
+    monkeypatch.delenv(memory_limit.ENV)
+    step = StepMetrics(step=1, loss=None, lr=0.1, step_time_s=0.1)
+    unlimited = SignalBus(accelerator=CpuAccelerator()).enrich(step)
+    assert unlimited.host_memory_limit_bytes > GIB  # this machine's own limit, not the file's

@@ -119,6 +119,8 @@ class SignalBus(EventBus):
     ) -> None:
         super().__init__()
         self.peers = peers
+        # Read once: a cgroup's limit is set when the container starts.
+        self.host_limit = host_memory_limit(_machine_memory())
         self.accelerator = accelerator
         self.device_index = device_index
         self.offload = offload
@@ -150,7 +152,7 @@ class SignalBus(EventBus):
 
     def _memory(self) -> tuple[int, int, int]:
         """(peak device bytes, device memory, host memory limit)."""
-        host = host_memory_limit(_machine_memory())
+        host = self.host_limit
         acc = self.accelerator
         if acc is None:
             return 0, 0, host
