@@ -95,8 +95,9 @@ def agent_args(
     args: Namespace, log_dir: Path | None, visible: list[str], accel: str = ""
 ) -> list[str]:
     out = [f"--terminate_timeout={args.terminate_timeout}"]
-    if args.hang_timeout_s:
-        out.append(f"--collective_timeout={args.hang_timeout_s:g}")
+    hang_s = getattr(args, "hang_timeout_s", None)  # set by prepare()
+    if hang_s:
+        out.append(f"--collective_timeout={hang_s:g}")
     if accel:
         out.append(f"--accelerator={accel}")  # each node checks its own device count
     if args.bind_cores_to_rank:
