@@ -114,7 +114,7 @@ class GrammarCompiler:
     def _compile(self, kind: str, text: str | None) -> CompiledGrammar:
         with self._lock:
             if kind == "tag":
-                compiled = self._compiler.compile_structural_tag(text)
+                compiled = self._compiler.compile_structural_tag(text or "")
             elif text is None:
                 compiled = self._compiler.compile_builtin_json_grammar()
             else:

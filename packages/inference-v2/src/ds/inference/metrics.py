@@ -25,7 +25,7 @@ class ServerMetrics:
             disable_created_metrics,
         )
 
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry()
         labels = ["model_name"]
         r = self.registry
