@@ -11,43 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from ds.checkpoint import _records, signing
+from ds.checkpoint import signing
 from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, verify_file
 from ds.checkpoint.ledger_cli import main as ledger_main
 from ds.interfaces.errors import LedgerError
 
-KEY = signing.generate_key_hex()
-PUB = signing.public_hex(signing.load_private_key(KEY))
-OTHER = signing.generate_key_hex()
-
-
-def _run(path: Path, n: int = 6, key: str | None = KEY) -> None:
-    with TechnicalDueDiligenceLedger(str(path), signing_key=key) as led:
-        for i in range(n):
-            led.record_training_event("step", {"step": i})
-        led.tree_head()
-        led.record_training_event("checkpoint_save", {"step": n})
-
-
-def _lines(path: Path) -> list[bytes]:
-    return path.read_bytes().split(b"\n")[:-1]
-
-
-def _append_forged(path: Path, kind: str, payload: dict) -> None:
-    lines = _lines(path)
-    last = json.loads(lines[-1])
-    line, _ = _records.encode(len(lines), last["t"] + 1, kind, 0, payload, last["hash"])
-    with open(path, "ab") as f:
-        f.write(line + b"\n")
-
-
-def _rechain(lines: list[bytes]) -> bytes:
-    prev, out = _records.GENESIS, []
-    for k, raw in enumerate(lines):
-        rec = json.loads(raw)
-        line, prev = _records.encode(k, rec["t"], rec["kind"], rec["rank"], rec["payload"], prev)
-        out.append(line + b"\n")
-    return b"".join(out)
+sys.path.insert(0, str(Path(__file__).parent))
+from _forgery import KEY, OTHER, PUB
+from _forgery import append_forged as _append_forged
+from _forgery import lines as _lines
+from _forgery import rechain as _rechain
+from _forgery import run as _run
 
 
 # -- item 1: a forged tail is not covered by any signed head ------------------------------------

@@ -10,55 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from ds.checkpoint import _records, signing
+from ds.checkpoint import signing
 from ds.checkpoint._reopen import LedgerBreakError
 from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, verify_file
 from ds.checkpoint.ledger_cli import main as ledger_main
 from ds.interfaces.errors import LedgerError
 
-KEY = signing.generate_key_hex()
-PUB = signing.public_hex(signing.load_private_key(KEY))
-OTHER = signing.generate_key_hex()
-
-
-def _run(path: Path, n: int = 6) -> None:
-    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:
-        for i in range(n):
-            led.record_training_event("step", {"step": i})
-        led.tree_head()
-        led.record_training_event("checkpoint_save", {"step": n})
-
-
-def _lines(path: Path) -> list[bytes]:
-    return path.read_bytes().split(b"\n")[:-1]
-
-
-def _rechain(recs: list[dict]) -> bytes:
-    prev, out = _records.GENESIS, []
-    for k, rec in enumerate(recs):
-        line, prev = _records.encode(k, rec["t"], rec["kind"], rec["rank"], rec["payload"], prev)
-        out.append(line + b"\n")
-    return b"".join(out)
+sys.path.insert(0, str(Path(__file__).parent))
+from _forgery import KEY, OTHER, PUB, append_forged, lines, rechain, run
 
 
 def _forge_append(path: Path) -> None:
-    last = json.loads(_lines(path)[-1])
-    line, _ = _records.encode(
-        last["i"] + 1,
-        last["t"] + 1,
-        "checkpoint_save",
-        0,
-        {"manifest_sha256": "f" * 64},
-        last["hash"],
-    )
-    with open(path, "ab") as f:
-        f.write(line + b"\n")
+    append_forged(path, "checkpoint_save", {"manifest_sha256": "f" * 64})
 
 
 def _rewrite(path: Path) -> None:
-    recs = [json.loads(x) for x in _lines(path)]
+    recs = [json.loads(x) for x in lines(path)]
     recs[2]["payload"] = {"step": 999}
-    path.write_bytes(_rechain(recs))
+    path.write_bytes(rechain([json.dumps(r).encode() for r in recs]))
 
 
 def _empty_heads(path: Path) -> None:
@@ -105,7 +74,7 @@ ATTACKS = {
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_reopen_refuses_what_the_writer_did_not_write(tmp_path: Path, attack: str) -> None:
     path = tmp_path / "run.jsonl"
-    _run(path)
+    run(path)
     for step in ATTACKS[attack]:
         step(path)
     heads_before = Path(heads_path(str(path))).read_bytes()
@@ -121,7 +90,7 @@ def test_reopen_refuses_what_the_writer_did_not_write(tmp_path: Path, attack: st
 
 def test_a_different_key_is_an_operator_error_not_a_break(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    _run(path)
+    run(path)
     with pytest.raises(LedgerError) as exc:
         TechnicalDueDiligenceLedger(str(path), signing_key=OTHER)
     assert not isinstance(exc.value, LedgerBreakError) and "open it with that key" in str(exc.value)
@@ -163,21 +132,21 @@ def test_a_forged_record_after_a_crash_is_still_refused(tmp_path: Path) -> None:
 def test_removed_tail_below_the_seal_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     subprocess.run([sys.executable, "-c", WRITER, str(path), KEY], check=True, timeout=120)
-    path.write_bytes(b"".join(x + b"\n" for x in _lines(path)[:6]))  # drop 3 sealed records
+    path.write_bytes(b"".join(x + b"\n" for x in lines(path)[:6]))  # drop 3 sealed records
     with pytest.raises(LedgerBreakError, match="records were removed"):
         TechnicalDueDiligenceLedger(str(path), signing_key=KEY)
 
 
 def test_recover_starts_a_new_signed_segment_recording_the_break(tmp_path: Path, capsys) -> None:
     path = tmp_path / "run.jsonl"
-    _run(path)
+    run(path)
     _forge_append(path)
     forged = path.read_bytes()
     assert ledger_main(["recover", str(path), "--signing-key", KEY]) == 0
     assert "RECOVERED" in capsys.readouterr().out
     evidence = tmp_path / "run.jsonl.broken-1"
     assert evidence.read_bytes() == forged and Path(heads_path(str(evidence))).exists()
-    recs = [json.loads(x) for x in _lines(path)]
+    recs = [json.loads(x) for x in lines(path)]
     assert [r["kind"] for r in recs] == ["ledger_break"]
     brk = recs[0]["payload"]
     assert brk["previous"] == str(evidence) and brk["previous_records"] == 8
@@ -192,7 +161,7 @@ def test_recover_starts_a_new_signed_segment_recording_the_break(tmp_path: Path,
 def test_recover_of_a_signed_ledger_needs_the_key(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv(signing.ENV_KEY, raising=False)
     path = tmp_path / "run.jsonl"
-    _run(path)
+    run(path)
     _forge_append(path)
     assert ledger_main(["recover", str(path)]) == 2
     err = capsys.readouterr().err
