@@ -10,7 +10,7 @@ each term measures and why its limit is where it is; the limits are
       C = sum(allgather_stall_s) / sum(step_time_s)       waiting on peers in parameter gathers
       S = sum(sync_wait_s) / sum(step_time_s)             waiting on peers in gradient syncs
       L = min(1, max(0, median(window step_time_s) / median(baseline step_time_s) - 1))
-      DDI = 100 * (0.40 * O + 0.25 * C + 0.20 * S + 0.15 * L)
+      DDI = 100 * (0.35 * O + 0.25 * C + 0.25 * S + 0.15 * L)
 
   C and S count exposed wait beyond the collectives' own cost (ds.full.signals): a healthy run
   whose collectives are a large share of a small step scores near 0 on them. The baseline is the
@@ -49,9 +49,9 @@ from ds.interfaces.telemetry import StepMetrics
 FORMULA_VERSION = 2
 
 DDI_WEIGHTS = {
-    "offload": 0.40,
+    "offload": 0.35,
     "allgather_stall": 0.25,
-    "sync_wait": 0.20,
+    "sync_wait": 0.25,
     "latency_degradation": 0.15,
 }
 
