@@ -4,6 +4,8 @@ checkpoint constants, the MoE gate, the gradient helper and the refusals."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -151,3 +153,24 @@ def test_checkpoint_moe_and_gradient_helpers() -> None:
     assert safe_get_full_grad(p) is None
     torch.nn.functional.linear(torch.ones(1, 3), p[None]).sum().backward()
     assert torch.equal(safe_get_full_grad(p), torch.ones(3))
+
+
+def test_partition_helpers_and_expert_rank_layout() -> None:
+    from ds.full.compat.deepspeed.runtime import utils
+    from ds.full.compat.deepspeed.utils.groups import _get_expert_parallel_ranks
+
+    def spread(weights: list[int], parts: int) -> int:
+        bounds = utils.partition_balanced(weights, parts)
+        assert bounds[0] == 0 and bounds[-1] == len(weights) and len(bounds) == parts + 1
+        sums = [sum(weights[b:e]) for b, e in itertools.pairwise(bounds)]
+        return max(sums) - min(sums)
+
+    assert [spread([1, 2, 1], 4), spread([1, 1, 1, 1], 4), spread([1, 1, 1, 1, 1], 4)] == [2, 0, 1]
+    assert spread([1, 1, 1, 1, 0, 1], 4) == 1 and spread([5, 1, 1, 1, 1, 5], 3) == 1
+    assert utils.partition_uniform(10, 3) == [0, 4, 7, 10]
+    assert utils.call_to_str("f", 1, x=2) == "f(1, x=2)"
+    ep, edp = _get_expert_parallel_ranks(16, tensor_parallel_size_=2, expert_parallel_size_=4)
+    assert ep == [[0, 2, 4, 6], [8, 10, 12, 14], [1, 3, 5, 7], [9, 11, 13, 15]]
+    assert edp[:4] == [[0, 8], [2, 10], [4, 12], [6, 14]] and len(edp) == 8
+    with pytest.raises(ValueError, match="multiple of expert parallel size"):
+        _get_expert_parallel_ranks(16, tensor_parallel_size_=2, expert_parallel_size_=3)

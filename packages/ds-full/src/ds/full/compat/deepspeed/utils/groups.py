@@ -117,3 +117,39 @@ def _get_expert_data_parallel_rank(group_name: str = "") -> int:
 def _get_expert_data_parallel_group(group_name: str = "") -> Any:
     groups = _expert(group_name)
     return groups.replicas.group if groups is not None else None
+
+
+def _get_expert_parallel_ranks(
+    world_size: int,
+    tensor_parallel_size_: int,
+    expert_parallel_size_: int,
+    pipeline_parallel_size_: int = 1,
+    use_data_before_expert_parallel_: bool = False,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """``(expert-parallel groups, expert-data-parallel groups)`` of DeepSpeed's layout: tensor
+    parallel ranks adjacent, pipeline stages in contiguous blocks; inside each data-parallel group
+    the experts are split over consecutive chunks of ``expert_parallel_size_`` ranks (strided
+    instead with ``use_data_before_expert_parallel_``)."""
+    tp, ep, pp = tensor_parallel_size_, expert_parallel_size_, pipeline_parallel_size_
+    if world_size % (tp * pp) or (world_size // (tp * pp)) % ep:
+        raise ValueError(
+            f"world {world_size} with tensor parallel {tp} and pipeline {pp}: the data-parallel "
+            f"size must be a multiple of expert parallel size {ep}"
+        )
+    dp = world_size // (tp * pp)
+    ep_groups: list[list[int]] = []
+    edp_groups: list[list[int]] = []
+    for stage in range(pp):
+        base = stage * (world_size // pp)
+        for t in range(tp):
+            ranks = [base + t + i * tp for i in range(dp)]
+            chunks = [ranks[i : i + ep] for i in range(0, dp, ep)]
+            strided = [ranks[j::ep] for j in range(ep)]
+            if use_data_before_expert_parallel_:
+                chunks, strided = (
+                    [ranks[j :: dp // ep] for j in range(dp // ep)],
+                    [ranks[i : i + dp // ep] for i in range(0, dp, dp // ep)],
+                )
+            ep_groups += chunks
+            edp_groups += strided
+    return ep_groups, edp_groups
