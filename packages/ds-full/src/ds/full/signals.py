@@ -127,7 +127,7 @@ class SignalBus(EventBus):
         self.nvme_paths = [Path(p) for p in nvme_paths if p]
         self._gather = 0.0
         self._sync = 0.0
-        self._recent: list[tuple[float, float]] = []  # (arrival time, latency) this step
+        self._recent: list[tuple[float, float]] = []  # (completion time, exposed wait) this step
         self._comm_lock = threading.Lock()
         self.comm_bus = EventBus()
         self.comm_bus.subscribe(self.on_comm, CommEvent)
