@@ -2,7 +2,7 @@
 rank 1 is still alive (so the collective is still pending in gloo). Rank 1 waits for rank 0's
 process to be gone, then exits 0; had rank 0 hung, rank 1 gives up after 60 s and exits 1.
 
-argv: MODE (watchdog | context) OUT_DIR
+argv: MODE (watchdog | context | handle) OUT_DIR
 """
 
 from __future__ import annotations
@@ -41,11 +41,13 @@ try:
     if mode == "watchdog":
         dist.configure(watchdog={"timeout_s": 2.0, "poll_s": 0.2})
         dist.all_reduce(t)
-    else:
+    elif mode == "context":
         with dist.collective_timeout(2.0):
             dist.all_reduce(t)
-except dist.CollectiveTimeoutError as exc:
-    print(f"timed out: {exc}", flush=True)
+    else:  # a plain async handle waited on with torch's bounded wait
+        dist.all_reduce(t, async_op=True).wait(timeout=2.0)
+except (dist.CollectiveTimeoutError, RuntimeError) as exc:
+    print(f"timed out: {type(exc).__name__}: {exc}", flush=True)
 finally:
     dist.destroy_process_group()
 print("destroyed", flush=True)

@@ -58,6 +58,14 @@ def abandon(group: Any, op: str) -> None:
     )
 
 
+def abandon_all(op: str) -> None:
+    """:func:`abandon` every group of this process: for a wait whose group is not known."""
+    world = getattr(_dist.distributed_c10d, "_world", None)
+    groups = list(getattr(world, "pg_map", {}) or {}) if world is not None else []
+    for pg in [None, *groups]:
+        abandon(pg, op)
+
+
 def abandoned() -> list[str]:
     """The collectives whose groups were abandoned in this process (for tests and reports)."""
     with _lock:

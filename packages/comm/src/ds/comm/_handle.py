@@ -32,7 +32,15 @@ class Handle:
         if timeout is None:
             self._work.wait()
         else:
-            self._work.wait(as_timedelta(timeout))
+            try:
+                self._work.wait(as_timedelta(timeout))
+            except RuntimeError:
+                # Timed out (or failed) with the collective perhaps still pending in the backend:
+                # releasing its group would join it (see ds.comm._abandon).
+                from ds.comm._abandon import abandon_all
+
+                abandon_all("wait")
+                raise
         after, self._after = self._after, None
         if after is not None:
             after()
