@@ -98,7 +98,7 @@ from _commit_crasher import POINTS, state  # noqa: E402
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("point", POINTS)
 def test_a_crash_after_the_commit_rename_is_completed_on_the_next_open(
-    tmp_path: Path, point: str
+    tmp_path: Path, point: str, capsys
 ) -> None:
     """Killed at each point after b's commit rename, a resumed run completes b's commit (record,
     signed head in b/ledger_head.json, stale temporaries removed) and every checkpoint verifies
@@ -129,3 +129,10 @@ def test_a_crash_after_the_commit_rename_is_completed_on_the_next_open(
     for tag in ("a", "b", "c"):
         args = ["verify", directory, "--tag", tag, "--ledger", ledger, "--public-key", pub]
         assert checkpoint_main(args) == 0, (point, tag)
+    # A save the run never recorded verifies, but is reported as recovered; --strict refuses it.
+    unrecorded = point in ("after_rename", "after_latest")
+    capsys.readouterr()
+    args = ["verify", directory, "--tag", "b", "--ledger", ledger, "--public-key", pub]
+    assert checkpoint_main(args) == 0
+    assert ("WARNING checkpoint b: ledger record" in capsys.readouterr().out) == unrecorded
+    assert checkpoint_main([*args, "--strict"]) == (1 if unrecorded else 0)

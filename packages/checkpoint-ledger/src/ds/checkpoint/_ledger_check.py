@@ -20,6 +20,22 @@ from ds.interfaces.ledger import TreeHead
 
 HEAD_FILE = "ledger_head.json"
 SAVE_KINDS = ("checkpoint_save", "checkpoint_recovered")
+RECOVERED = (
+    "ledger record {i} is a checkpoint_recovered: the run never recorded this save; a later run "
+    "found it committed and recorded it (a crash after the commit, or a checkpoint put there by "
+    "someone who can write the directory), and loading it needs a person's approval"
+)
+
+
+def recovered_record(ledger_path: str, manifest_sha: str) -> int | None:
+    """Index of the record of ``manifest_sha`` when the ledger holds it only as recovered."""
+    from ds.checkpoint._verify import scan
+
+    found = save_records(ledger_path, manifest_sha, scan(ledger_path).records)
+    kinds = {rec["kind"] for _, rec in found}
+    if found and "checkpoint_save" not in kinds:
+        return int(found[0][1]["i"])
+    return None
 
 
 def checkpoint_heads(root: str, manifest: dict[str, Any]) -> tuple[list[TreeHead], list[str]]:
@@ -114,6 +130,8 @@ def cross_check_ledger(
     for name, info in manifest["files"].items():
         if info.get("sha256") and shas.get(name) != info["sha256"]:
             problems.append(f"ledger records a different SHA-256 for {name}")
+    if strict and rec["kind"] != "checkpoint_save":
+        problems.append(RECOVERED.format(i=rec["i"]) + "; --strict refuses it")
     covered = max((h.size for h in heads), default=0)
     if (public_key is not None or strict) and covered <= int(rec["i"]):
         problems.append(

@@ -176,6 +176,12 @@ def _verify(args: argparse.Namespace) -> int:
     if problems:
         print(f"checkpoint {m['tag']}: {len(problems)} problem(s)")
         return 1
+    if args.ledger:
+        from ds.checkpoint._ledger_check import RECOVERED, recovered_record
+
+        index = recovered_record(args.ledger, manifest_sha)
+        if index is not None:
+            print(f"WARNING checkpoint {m['tag']}: {RECOVERED.format(i=index)}")
     if hashed == len(files):
         what = f"{len(files)} files match their SHA-256"
     elif hashed == 0:
