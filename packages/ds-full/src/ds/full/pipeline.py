@@ -234,7 +234,7 @@ class PipelineEngine(ZeroEngine):
         self.strategy.end_backward()
         self.timers.stop("backward")
         loss = self._mean_loss(times.losses)
-        self._loss_sum, self._loss_count = loss, 1
+        self.telemetry.set_window_loss(loss)
         self._pipe_extras = self._bubble(times, gas)
         self.last_step_times = times
         # The window is complete: the engine's boundary falls on this step.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import resource
 import time
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
@@ -23,16 +22,18 @@ from ds.interfaces.errors import ConfigError, ProviderNotFoundError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.interfaces.moe import EXPORT_ATTR, replica_group
-from ds.interfaces.parallel import ParallelMesh, pp_replica, tp_dim
+from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.interfaces.telemetry import EventBus, StepMetrics
 from ds.zero import tp_reshard
 from ds.zero.comm_stats import CommStats
 from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
 from ds.zero.config.load import ConfigSource
 from ds.zero.dataloader import ShardedLoader
+from ds.zero.engine_telemetry import StepTelemetry, log_step
 from ds.zero.loss_scaler import DynamicLossScaler, LossScaler
 from ds.zero.lr_schedules import build_schedule
 from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
+from ds.zero.param_groups import engine_param_groups, regroup
 from ds.zero.stages.base import StrategyContext, ZeroStrategy
 from ds.zero.stages.select import strategy_class
 from ds.zero.timers import StepTimers
@@ -106,14 +107,10 @@ class ZeroEngine:
 
         offload = self.config.zero.offload_optimizer_device == "cpu"
         factory = OptimizerFactory(cfg.optimizer, optimizer, offload, kernels)
-        split = _split_replicas(_split_tp(_param_groups(model, model_parameters), mesh))
-        if self.config.stage == 3 and any("ds_replica" in g for g in split):
-            raise ConfigError(
-                "zero_optimization.stage=3 with mixture-of-experts (expert parameters) is not "
-                "available in ds; use stage 0, 1 or 2"
-            )
-        # Which of the user's parameter groups each engine group came from (TP splits them).
-        self._group_origin = [int(g.pop("ds_origin")) for g in split]
+        # _group_origin: which of the user's parameter groups each engine group came from.
+        split, self._group_origin = engine_param_groups(
+            model, model_parameters, mesh, self.config.stage
+        )
         groups = factory.initial_groups(split)
         names = {id(p): n for n, p in model.named_parameters()}
         ctx = StrategyContext(
@@ -148,18 +145,12 @@ class ZeroEngine:
         # Monitors (csv_monitor, tensorboard, wandb, comet) subscribe to ``events``; the
         # composition root builds them from the config (ds-monitor).
         self.monitor: Any = None
-        self._window_tokens = 0
+        self.telemetry = StepTelemetry(accelerator)
         self.global_steps = 0
         self.global_samples = 0
         self.micro_steps = 0
         self.skipped_steps = 0
         self._no_sync = False
-        # The window's summed loss stays a tensor on the loss's device (no host sync per
-        # micro-step); ``step`` stages one host copy of it (see _stage_loss).
-        self._loss_sum: torch.Tensor | None = None
-        self._loss_count = 0
-        self._loss_host: tuple[torch.Tensor, Any] | None = None
-        self._last_step_end = time.perf_counter()
         self._last_metrics: StepMetrics | None = None
         self.init_time_s = time.perf_counter() - t0
         if self.rank == 0:
@@ -369,7 +360,7 @@ class ZeroEngine:
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self.timers.start("forward")
-        self._window_tokens += _token_count(args, kwargs)
+        self.telemetry.count_tokens(args, kwargs)
         out = self.module(*args, **kwargs)
         self.timers.stop("forward")
         return out
@@ -412,9 +403,7 @@ class ZeroEngine:
         scaled = loss.float() * scale if scale != 1.0 else loss
         scaled.backward(retain_graph=retain_graph)
         self.strategy.end_backward()
-        value = loss.detach().float().sum()
-        self._loss_sum = value if self._loss_sum is None else self._loss_sum + value
-        self._loss_count += 1
+        self.telemetry.add_loss(loss)
         self.timers.stop("backward")
 
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
@@ -422,7 +411,7 @@ class ZeroEngine:
             self.micro_steps += 1
             return
         self.timers.start("step")
-        self._stage_loss()
+        self.telemetry.stage_loss()
         fp16 = self.config.precision == "fp16"
         check = fp16 or (
             self.config.precision == "bf16" and self.ds_config.bf16.check_grad_overflow
@@ -456,83 +445,15 @@ class ZeroEngine:
         return {}
 
     def _stage_loss(self) -> None:
-        """Start the copy of the window's loss to the host, ahead of the step's one sync (the
-        norm's read-back in ``prepare_step``), so reading it in ``_publish`` waits for nothing
-        more: an event marks the copy where the device has events; without them the copy
-        is a plain (synchronous) one."""
-        total, self._loss_sum = self._loss_sum, None
-        count, self._loss_count = self._loss_count, 0
-        if total is None:
-            self._loss_host = None
-            return
-        total = total / count
-        event = None
-        acc = self.accelerator
-        caps = acc.capabilities() if acc is not None else None
-        if total.device.type != "cpu" and caps is not None and caps.has_events:
-            host = total.to("cpu", non_blocking=True)
-            event = acc.new_event()  # type: ignore[union-attr]
-            event.record()
-        else:
-            host = total.to("cpu")
-        self._loss_host = (host, event)
+        self.telemetry.stage_loss()
 
     def _take_loss(self) -> float | None:
-        staged, self._loss_host = self._loss_host, None
-        if staged is None:
-            return None
-        host, event = staged
-        if event is not None and not event.query():
-            # Normally complete: the copy was queued before the step's one sync point (the
-            # norm's read-back). Only a step without that sync waits here.
-            event.synchronize()
-        return float(host.tolist())  # a host tensor: no device read-back
+        return self.telemetry.take_loss()
 
     def _publish(self, overflow: bool, grad_norm: float | None) -> None:
-        now = time.perf_counter()
-        times = self.timers.take()
-        optimizer_s = times.get("step", 0.0)
-        loss = self._take_loss()
-        metrics = StepMetrics(
-            step=self.global_steps,
-            loss=loss,
-            lr=self.get_lr()[0] if self.optimizer.param_groups else 0.0,
-            step_time_s=now - self._last_step_end,
-            forward_s=times.get("forward", 0.0),
-            backward_s=times.get("backward", 0.0),
-            optimizer_s=optimizer_s,
-            comm_s=self.comm_stats.take(),
-            peak_host_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            grad_norm=grad_norm,
-            overflow=overflow,
-            loss_scale=self.loss_scaler.loss_scale if self.fp16_enabled() else None,
-            samples=self.config.train_batch_size,
-            global_samples=self.global_samples,
-            tokens=self._window_tokens * self.world_size,
-            rank=self.rank,
-            world_size=self.world_size,
-            **self._step_extras(),
-        )
-        self._last_step_end = now
-        self._window_tokens = 0
-        self._last_metrics = metrics
-        self.events.publish(metrics)
-        every = self.ds_config.steps_per_print
-        if self.rank == 0 and every and self.global_steps % every == 0:
-            fields: dict[str, Any] = {
-                "step": self.global_steps,
-                "loss": None if loss is None else round(loss, 6),
-                "lr": metrics.lr,
-                "skipped": self.skipped_steps,
-            }
-            if self.ds_config.wall_clock_breakdown:
-                fields.update(
-                    forward_ms=round(metrics.forward_s * 1e3, 2),
-                    backward_ms=round(metrics.backward_s * 1e3, 2),
-                    step_ms=round(metrics.optimizer_s * 1e3, 2),
-                    comm_ms=round(metrics.comm_s * 1e3, 2),
-                )
-            log.info("train step", **fields)
+        self._last_metrics = self.telemetry.metrics(self, overflow, grad_norm)
+        self.events.publish(self._last_metrics)
+        log_step(self, self._last_metrics)
 
     # -- data ------------------------------------------------------------------------------------
     def deepspeed_io(
@@ -747,7 +668,7 @@ class ZeroEngine:
                 tp_index=self.mesh.index("tp") if self.mesh is not None else 0,
                 make_requests=make_requests,
             )
-            _regroup(state.objects, self._group_origin)
+            regroup(state.objects, self._group_origin)
         else:
             if suffix:
                 meta = {k[: -len(suffix)]: v for k, v in meta.items() if k.endswith(suffix)}
@@ -814,18 +735,6 @@ class ZeroEngine:
         self.strategy.release()
 
 
-def _regroup(objects: dict[str, Any], origin: list[int]) -> None:
-    """Per-group optimizer objects of a checkpoint saved with other engine groups (another TP
-    size splits the user's groups differently): each group takes its user group's entry."""
-    for key in ("optimizer.scalar_state", "optimizer.param_groups"):
-        saved = objects.get(key)
-        if not saved:
-            continue
-        saved_origin = objects.get("optimizer.group_origin") or list(range(len(saved)))
-        first = {o: i for i, o in reversed(list(enumerate(saved_origin)))}
-        objects[key] = [saved[first[o]] for o in origin if o in first]
-
-
 def _save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:
     try:
         from safetensors.torch import save_file
@@ -836,68 +745,6 @@ def _save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:
         ) from exc
     # safetensors stores no aliases: tied weights are written once per name, as separate copies.
     save_file({k: v.detach().contiguous().clone() for k, v in weights.items()}, path)
-
-
-def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[dict[str, Any]]:
-    """With tensor parallelism, each group splits in two: replicated parameters, then the
-    tensor-parallel slices (marked ``ds_tp``), so the global gradient norm can count each slice
-    once and each replicated parameter once (see ZeroStrategy.prepare_step). With pipeline
-    stages, tied copies an earlier stage counts (``ds_pp_replica``) get a group of their own."""
-    tp = mesh is not None and mesh.shape.tp > 1
-    pp = mesh is not None and mesh.shape.pp > 1
-    if not (tp or pp):
-        return [dict(g, ds_origin=i) for i, g in enumerate(groups)]
-    out: list[dict[str, Any]] = []
-    for i, g in enumerate(groups):
-        for sliced in (False, True):
-            for replica in (False, True):
-                params = [
-                    p
-                    for p in g["params"]
-                    if (tp_dim(p) is not None) == sliced and (pp and pp_replica(p)) == replica
-                ]
-                if not params:
-                    continue
-                extra: dict[str, Any] = {}
-                if sliced:
-                    extra["ds_tp"] = True
-                if replica:
-                    extra["ds_pp_replica"] = True
-                out.append(dict(g, params=params, ds_origin=i, **extra))
-    return out
-
-
-def _split_replicas(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Expert parameters (held by a replica group, :mod:`ds.interfaces.moe`) leave their group
-    for one of their own per replica group, marked ``ds_replica``: it is partitioned and reduced
-    over those ranks. Groups DeepSpeed's split_params_into_different_moe_groups_for_optimizer
-    already made pass through whole."""
-    out: list[dict[str, Any]] = []
-    for g in groups:
-        rest = [p for p in g["params"] if replica_group(p) is None]
-        by_group: dict[str, list[Any]] = {}
-        for p in g["params"]:
-            rg = replica_group(p)
-            if rg is not None:
-                by_group.setdefault(rg.name, []).append(p)
-        if rest or not by_group:
-            out.append(dict(g, params=rest))
-        for params in by_group.values():
-            out.append(dict(g, params=params, ds_replica=replica_group(params[0])))
-    return out
-
-
-def _param_groups(
-    model: torch.nn.Module, model_parameters: Iterable[Any] | None
-) -> list[dict[str, Any]]:
-    if model_parameters is None:
-        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
-    items = list(model_parameters)
-    if items and isinstance(items[0], dict):
-        return [dict(g, params=list(g["params"])) for g in items]
-    if items and isinstance(items[0], tuple):  # named_parameters()
-        return [{"params": [p for _, p in items]}]
-    return [{"params": items}]
 
 
 def _hidden_size(model: torch.nn.Module) -> int | None:
@@ -971,17 +818,6 @@ def _set_rng_state(state: dict[str, Any], accelerator: Accelerator | None = None
             np.random.set_state(state["rng.numpy"])
         except ImportError:
             pass
-
-
-def _token_count(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """Tokens in a micro-batch: the ``input_ids`` (or first integer tensor argument) element
-    count; 0 when the model takes no token ids. Metadata only, no device sync."""
-    ids = kwargs.get("input_ids")
-    if ids is None and args and isinstance(args[0], torch.Tensor):
-        ids = args[0]
-    if isinstance(ids, torch.Tensor) and not ids.is_floating_point() and not ids.is_complex():
-        return ids.numel()
-    return 0
 
 
 def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
