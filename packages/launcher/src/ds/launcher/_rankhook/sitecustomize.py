@@ -27,12 +27,13 @@ import os
 import sys
 import threading
 import time
+from types import FrameType
 
 _C10D = os.sep + os.path.join("torch", "distributed", "distributed_c10d.py")
 EXIT = "<exit>"  # the state once the script has ended and the interpreter shuts down
 
 
-def _collective(frame):  # type: ignore[no-untyped-def]
+def _collective(frame: FrameType | None) -> FrameType | None:
     """The outermost public distributed_c10d frame on this stack (the call the user made)."""
     found = None
     while frame is not None:
@@ -57,12 +58,14 @@ def _write(path: str, state: tuple[str, float] | None) -> None:
 def _sample(path: str, poll_s: float, stop: threading.Event) -> None:
     me = threading.get_ident()
     # thread id -> (frame of the collective, first seen); holding the frame keeps its identity
-    current: dict[int, tuple[object, float]] = {}
+    current: dict[int, tuple[FrameType, float]] = {}
     last: tuple[str, float] | None = None
     _write(path, None)
     while not stop.wait(poll_s):
         now = time.monotonic()
-        seen: dict[int, tuple[object, float]] = {}
+        seen: dict[int, tuple[FrameType, float]] = {}
+        frame: FrameType | None = None
+        top: FrameType | None = None
         for tid, top in sys._current_frames().items():
             frame = _collective(top) if tid != me else None
             if frame is not None:
@@ -71,9 +74,10 @@ def _sample(path: str, poll_s: float, stop: threading.Event) -> None:
         current = seen
         state = None
         if current:
-            frame, since = min(current.values(), key=lambda v: v[1])
-            state = (frame.f_code.co_name, since)  # type: ignore[attr-defined]
-        top = frame = None  # hold no frame but the collectives' own
+            oldest, since = min(current.values(), key=lambda v: v[1])
+            state = (oldest.f_code.co_name, since)
+            del oldest
+        frame = top = None  # hold no frame but the collectives' own
         if state != last:
             _write(path, state)
             last = state
