@@ -117,3 +117,15 @@ def test_enable_installs_a_deepspeed_command_and_disable_removes_it(tmp_path: Pa
     assert command.read_text() == "#!/bin/sh\necho real deepspeed\n"
     compat("disable")
     assert command.exists()  # not ours: left in place
+
+
+def test_core_range_lists_follow_deepspeeds_rules() -> None:
+    from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
+    from ds.full.compat.deepspeed.utils import numa
+
+    assert numa.parse_range_list("0,2-4,6,8-9") == [0, 2, 3, 4, 6, 8, 9]
+    for bad in ("0,2-6,5-9", "8,2-6", "1,6-2", "x"):
+        with pytest.raises(ValueError):
+            numa.parse_range_list(bad)
+    with pytest.raises(FeatureNotAvailableError, match="bind_cores_to_rank"):
+        numa.get_numactl_cmd("0-3", 2, 0)
