@@ -151,6 +151,12 @@ def test_invalid_unicode_and_deep_json_are_400(server: Server) -> None:
     check_error(server.post("/v1/chat/completions", raw=chat), 400, None, "\\udfff")
     deep = b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     check_error(server.post("/v1/completions", raw=deep), 400, None, "nested too deeply")
+    # A schema nearly as deep as the JSON parser allows: a 400, not a crash of the compiler.
+    schema = '{"type": "object", "properties": {"a": ' * 300 + "{}" + "}}" * 300
+    fmt = '{"type": "json_schema", "json_schema": {"name": "deep", "schema": ' + schema + "}}"
+    raw = '{"prompt": "x", "response_format": ' + fmt + "}"
+    r = server.post("/v1/completions", raw=raw.encode())
+    check_error(r, 400, "response_format", "nested too deeply")
     # A valid pair of surrogates (one character outside the BMP) is fine.
     pair = b'{"model": "tiny-serve", "prompt": "emoji \\ud83d\\ude80", "max_tokens": 2}'
     assert server.post("/v1/completions", raw=pair).status_code == 200

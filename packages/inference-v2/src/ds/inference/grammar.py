@@ -91,6 +91,14 @@ def without_control_chars(schema: Any) -> Any:
     return out
 
 
+def _key(schema: dict[str, Any]) -> str:
+    """The schema as compiled (control characters excluded), in its own order: the cache key."""
+    try:
+        return json.dumps(without_control_chars(schema))
+    except RecursionError:
+        raise ConfigError("the schema is nested too deeply to compile") from None
+
+
 class GrammarCompiler:
     """Compiles ``response_format`` schemas for one tokenizer; thread-safe, cached by schema."""
 
@@ -132,13 +140,12 @@ class GrammarCompiler:
 
     def __call__(self, schema: dict[str, Any] | None) -> CompiledGrammar:
         """A grammar for any JSON object (``schema`` None) or for a JSON schema."""
-        text = None if schema is None else json.dumps(without_control_chars(schema))
-        return self._get("schema", text, "JSON schema")
+        return self._get("schema", None if schema is None else _key(schema), "JSON schema")
 
     def structural_tag(self, tag: dict[str, Any]) -> CompiledGrammar:
         """A grammar for an xgrammar structural tag (``{"type": "structural_tag", ...}``): free
         text and tagged JSON (tool calls)."""
-        return self._get("tag", json.dumps(without_control_chars(tag)), "tool schema")
+        return self._get("tag", _key(tag), "tool schema")
 
 
 class LazyCompiler:
