@@ -217,3 +217,13 @@ def test_bad_tool_requests_are_400(body: dict[str, Any], param: str, words: str)
         plan_tools(body, CONVERSATION[:1], codec, _Grammar())
     assert err.value.status == 400 and err.value.param == param, err.value.message
     assert words in err.value.message
+
+
+@pytest.mark.parametrize("arguments", ["{not json", "[" * 5000 + "]" * 5000])
+def test_bad_arguments_of_earlier_calls_are_400(arguments: str) -> None:
+    codec, _ = _codec(TOOLS_TEMPLATE)
+    messages = json.loads(json.dumps(CONVERSATION))
+    messages[1]["tool_calls"][0]["function"]["arguments"] = arguments
+    with pytest.raises(APIError, match="not valid JSON") as err:
+        plan_tools({"tools": [WEATHER]}, messages, codec, _Grammar())
+    assert err.value.param == "messages[1].tool_calls"

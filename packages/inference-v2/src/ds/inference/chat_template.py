@@ -142,7 +142,14 @@ def render(
         )
     except TemplateError:
         raise
-    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+    except (
+        jinja2.TemplateError,
+        TypeError,
+        ValueError,
+        KeyError,
+        AttributeError,
+        RecursionError,
+    ) as exc:
         # The template met a message shape it does not handle.
         raise TemplateError(f"the chat template failed to render: {exc!r}") from exc
     return text

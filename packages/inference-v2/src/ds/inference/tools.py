@@ -152,9 +152,9 @@ def _call_for_template(call: Any, i: int) -> dict[str, Any]:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             raise bad_request(
-                f"messages[{i}].tool_calls", "function.arguments is not a JSON string"
+                f"messages[{i}].tool_calls", "function.arguments is not valid JSON"
             ) from None
     return {**call, "function": {**fn, "arguments": args}}
 
