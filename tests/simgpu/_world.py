@@ -27,7 +27,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.checkpointed:
-            from ds.zero import checkpointing
+            from ds.zero import activation_checkpointing as checkpointing
 
             h = checkpointing.checkpoint(self.block, x)
         else:

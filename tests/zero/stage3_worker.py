@@ -127,8 +127,8 @@ def ds_config(case: dict[str, Any], world: int, nvme: str) -> dict[str, Any]:
 
 def partition_activations_case(comm: Any) -> dict[str, Any]:
     """Ranks holding identical activations split the saved inputs and gather them in backward."""
-    from ds.zero import checkpointing
-    from ds.zero.checkpointing.stash import stash
+    from ds.zero import activation_checkpointing as checkpointing
+    from ds.zero.activation_checkpointing.stash import stash
 
     settings = checkpointing.configure(
         comm=comm, partition_activations=True, cpu_checkpointing=True
@@ -198,7 +198,7 @@ def run_case(
     torch.manual_seed(case.get("seed", 0))
     kw = model_kwargs(case)
     if "activation_checkpointing" in case:
-        from ds.zero import checkpointing
+        from ds.zero import activation_checkpointing as checkpointing
 
         # Data-parallel ranks hold different activations: nothing to partition across here.
         checkpointing.configure(deepspeed_config=case["activation_checkpointing"])

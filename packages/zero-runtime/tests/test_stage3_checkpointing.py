@@ -9,7 +9,7 @@ import torch
 from _stage3 import stage3
 from torch import nn
 
-from ds.zero import checkpointing
+from ds.zero import activation_checkpointing as checkpointing
 
 
 class Net(nn.Module):

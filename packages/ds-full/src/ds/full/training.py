@@ -190,7 +190,7 @@ def initialize(
         mesh=mesh,
     )
     if "activation_checkpointing" in cfg.model_fields_set:
-        from ds.zero import checkpointing  # the section drives ds.zero.checkpointing.checkpoint
+        from ds.zero import activation_checkpointing as checkpointing  # drives its checkpoint()
 
         checkpointing.configure(deepspeed_config=cfg.activation_checkpointing)
     from ds.full.monitoring import attach_monitors

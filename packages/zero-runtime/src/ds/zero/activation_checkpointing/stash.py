@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ds.zero.checkpointing.settings import CheckpointSettings
+from ds.zero.activation_checkpointing.settings import CheckpointSettings
 
 
 @dataclass

@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from ds.zero.checkpointing import settings as _settings
-from ds.zero.checkpointing.stash import POOL, Stashed, stash, unstash
+from ds.zero.activation_checkpointing import settings as _settings
+from ds.zero.activation_checkpointing.stash import POOL, Stashed, stash, unstash
 
 _counter = {"forward": 0, "pending": 0}
 
@@ -73,7 +73,7 @@ class _Checkpoint(torch.autograd.Function):
 def checkpoint(function: Callable[..., Any], *args: Any) -> Any:
     """Run ``function(*args)`` without saving its intermediate activations; they are recomputed
     during backward. Outputs are a tensor or a tuple of tensors. How the inputs are kept meanwhile
-    follows :func:`ds.zero.checkpointing.configure` (partitioned, on CPU, contiguous)."""
+    follows :func:`ds.zero.activation_checkpointing.configure` (partitioned, on CPU, contiguous)."""
     if not torch.is_grad_enabled():
         return function(*args)
     # The anchor requires grad so the outputs are part of the graph even when no input is (the
