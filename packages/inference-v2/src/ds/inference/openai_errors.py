@@ -57,6 +57,17 @@ def bad_request(param: str, message: str) -> APIError:
     return APIError(400, f"Invalid '{param}': {message}", param=param, code="invalid_value")
 
 
+def needs_grammar(what: str, param: str) -> APIError:
+    """The 400 for structured output or tools on a server without xgrammar or a tokenizer."""
+    return APIError(
+        400,
+        f"{what} needs a grammar library and a tokenizer: install xgrammar "
+        "(pip install 'ds-inference-v2[serve]') and serve a model with tokenizer.json",
+        param=param,
+        code="unsupported",
+    )
+
+
 def install_handlers(app: Any) -> None:
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse

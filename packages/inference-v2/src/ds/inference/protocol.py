@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ds.inference.chat_template import TemplateError
-from ds.inference.openai_errors import APIError, bad_request
+from ds.inference.openai_errors import APIError, bad_request, needs_grammar
 from ds.inference.sampling import SamplingOptions, fold_seed
 from ds.inference.tokenizer import TextCodec
 from ds.inference.tools import plan_tools
@@ -281,13 +281,7 @@ def _response_format(
             )
         schema = spec.get("schema", {})
     if grammar is None:
-        raise APIError(
-            400,
-            "response_format needs a grammar library and a tokenizer: install xgrammar "
-            "(pip install 'ds-inference-v2[serve]') and serve a model with tokenizer.json",
-            param="response_format",
-            code="unsupported",
-        )
+        raise needs_grammar("response_format", "response_format")
     try:
         return grammar(schema)
     except DsError as exc:

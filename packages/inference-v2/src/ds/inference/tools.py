@@ -25,7 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ds.inference.openai_errors import APIError, bad_request
+from ds.inference.openai_errors import bad_request, needs_grammar
 from ds.interfaces.errors import DsError
 
 BEGIN = "<tool_call>"
@@ -199,13 +199,7 @@ def plan_tools(
     if mode == "none":
         return messages, {}, None
     if grammar is None or not hasattr(grammar, "structural_tag"):
-        raise APIError(
-            400,
-            "tool calling needs a grammar library and a tokenizer: install xgrammar "
-            "(pip install 'ds-inference-v2[serve]') and serve a model with tokenizer.json",
-            param="tools",
-            code="unsupported",
-        )
+        raise needs_grammar("tool calling", "tools")
     chosen = [t for t in tools if t["function"]["name"] in allowed]
     try:
         compiled = grammar.structural_tag(structural_tag(chosen, mode, parallel))
