@@ -14,11 +14,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from ds.inference.ragged import RaggedBatch
+
+AttentionChoice = Literal["auto", "torch", "triton"]
+
+
+def select_attention(
+    requested: AttentionChoice, device: str | torch.device, *, alibi: bool, block_size: int
+) -> Literal["torch", "triton"]:
+    """The paged-attention implementation an engine runs: ``requested`` unless it is ``auto``.
+
+    ``auto`` is the Triton kernel on CUDA and PyTorch elsewhere (CPU, MPS, other devices). The
+    kernel has no ALiBi bias and walks power-of-two blocks only, so ``auto`` keeps PyTorch for
+    an ALiBi model or another block size there; an explicit ``triton`` is honoured and the
+    kernel refuses what it cannot do with a :class:`KernelError`.
+    """
+    if requested != "auto":
+        return requested
+    if torch.device(device).type != "cuda":
+        return "torch"
+    if alibi or block_size & (block_size - 1):
+        return "torch"
+    return "triton"
 
 
 def write_kv(

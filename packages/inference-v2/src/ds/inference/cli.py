@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
     p.add_argument(
+        "--attention",
+        choices=["auto", "torch", "triton"],
+        help="paged attention: the Triton kernel or PyTorch (default auto: Triton on CUDA)",
+    )
+    p.add_argument(
         "--max-model-len",
         type=int,
         help="tokens per sequence, prompt + output (default: the model's max_position_embeddings)",
@@ -124,6 +129,8 @@ def _config(args: argparse.Namespace) -> dict[str, object]:
         cfg["prefix_caching"] = args.prefix_caching
     if args.dtype:
         cfg["dtype"] = args.dtype
+    if getattr(args, "attention", None):
+        cfg["attention"] = args.attention
     return cfg
 
 

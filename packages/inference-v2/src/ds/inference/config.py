@@ -73,7 +73,8 @@ class EngineConfig(_Strict):
     prefix_caching: bool = True
     dtype: DTypeName = "float32"
     device: str = "cpu"
-    attention: Literal["torch", "triton"] = "torch"
+    # "auto": the Triton paged-attention kernel on CUDA, PyTorch elsewhere (select_attention).
+    attention: Literal["auto", "torch", "triton"] = "auto"
     quantization: QuantizationConfig | None = None
     # Tokens per sequence (prompt + output). None: the model's max_position_embeddings, capped by
     # state_manager.max_context; a value here overrides both.

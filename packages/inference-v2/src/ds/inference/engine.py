@@ -30,6 +30,9 @@ _DEFAULT_FULL_SEQUENCES = 8
 class InferenceEngineV2:
     """Implements :class:`ds.interfaces.inference.InferenceEngine` over one model."""
 
+    # The paged attention the model runs ("torch" or "triton"), as build_engine resolved it.
+    attention: str = "torch"
+
     def __init__(
         self,
         model: Any,
@@ -284,8 +287,19 @@ def build_engine(
     # EOS of config.json and generation_config.json together: transformers' generate() stops on
     # the generation config's, which usually repeats (or extends) the model's.
     eos = _ids(model_config.get("eos_token_id")) | _ids(_generation_eos(path_or_model))
-    if cfg.attention == "triton":
+    from ds.inference.attention import select_attention
+
+    attention = select_attention(
+        cfg.attention,
+        cfg.device,
+        alibi=getattr(model, "alibi", None) is not None,
+        block_size=cfg.kv_cache.block_size,
+    )
+    if attention == "triton":
         from ds.inference.triton_attention import paged_attention_triton
 
         model.attention = paged_attention_triton
-    return InferenceEngineV2(model, cfg, model_config, sorted(eos))
+    engine = InferenceEngineV2(model, cfg, model_config, sorted(eos))
+    engine.attention = attention  # the implementation "auto" resolved to
+    log.debug("paged attention", attention=attention, requested=cfg.attention, device=cfg.device)
+    return engine

@@ -1,0 +1,93 @@
+"""Which paged attention an engine runs: ``attention`` in the config and ``ds serve --attention``;
+``auto`` (the default) is the Triton kernel on CUDA and PyTorch elsewhere. The Triton engine
+generates what the PyTorch engine does (the kernel through ``TRITON_INTERPRET=1`` on CPU)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Must be set before the kernel is defined (it is built on first use).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from ds.inference.attention import paged_attention, select_attention
+from ds.inference.cli import _config, _parser
+from ds.inference.config import EngineConfig
+from ds.interfaces.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "alibi", "block", "want"),
+    [
+        ("auto", "cpu", False, 16, "torch"),
+        ("auto", "cuda", False, 16, "triton"),
+        ("auto", "cuda:3", False, 32, "triton"),
+        ("auto", torch.device("cuda", 1), False, 16, "triton"),
+        ("auto", "mps", False, 16, "torch"),
+        ("auto", "cuda", True, 16, "torch"),  # the kernel has no ALiBi bias
+        ("auto", "cuda", False, 24, "torch"),  # nor blocks of other than a power of two
+        ("torch", "cuda", False, 16, "torch"),
+        ("triton", "cpu", False, 16, "triton"),
+        ("triton", "cuda", True, 16, "triton"),  # explicit: the kernel itself refuses ALiBi
+    ],
+)
+def test_selection(
+    requested: str, device: str | torch.device, alibi: bool, block: int, want: str
+) -> None:
+    assert select_attention(requested, device, alibi=alibi, block_size=block) == want  # type: ignore[arg-type]
+
+
+def test_config_default_is_auto_and_the_key_is_checked() -> None:
+    assert EngineConfig().attention == "auto"
+    assert EngineConfig.parse({"attention": "triton"}).attention == "triton"
+    with pytest.raises(ConfigError, match="attention"):
+        EngineConfig.parse({"attention": "flash"})
+
+
+def test_serve_flag_sets_the_config_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _config(_parser().parse_args(["m", "--attention", "triton"]))["attention"] == "triton"
+    assert _config(_parser().parse_args(["m", "--attention", "torch"]))["attention"] == "torch"
+    assert "attention" not in _config(_parser().parse_args(["m"]))  # the config decides
+    inline = '{"attention": "torch"}'
+    args = _parser().parse_args(["m", "--config", inline, "--attention", "triton"])
+    assert _config(args)["attention"] == "triton"  # the flag wins over the file
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["m", "--attention", "flash"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_engine_on_cpu_resolves_auto_to_torch(tiny_dirs: dict[str, Path]) -> None:
+    from ds.inference import build_engine
+
+    engine = build_engine(tiny_dirs["llama"])
+    assert engine.attention == "torch" and engine.model.attention is paged_attention
+
+
+def test_triton_engine_from_the_serve_flag_matches_torch(tiny_dirs: dict[str, Path]) -> None:
+    """Logits of a prompt chunk and of decodes through the kernel equal PyTorch's."""
+    pytest.importorskip("triton")
+    from ds.inference import build_engine
+    from ds.inference.triton_attention import paged_attention_triton
+
+    base = ["m", "--block-size", "8", "--num-blocks", "32"]
+    engines = {
+        name: build_engine(
+            tiny_dirs["llama"], _config(_parser().parse_args([*base, "--attention", name]))
+        )
+        for name in ("torch", "triton")
+    }
+    assert engines["triton"].attention == "triton"
+    assert engines["triton"].model.attention is paged_attention_triton
+    prompts = [list(range(5, 24)), list(range(40, 43))]
+    logits = {}
+    for name, engine in engines.items():
+        steps = [engine.put([0, 1], prompts)]
+        for _ in range(2):  # decodes continue from the cache the first forward wrote
+            nxt = steps[-1].argmax(-1).tolist()
+            steps.append(engine.put([0, 1], [[nxt[0]], [nxt[1]]]))
+        logits[name] = torch.stack(steps)
+    torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=1e-4)
