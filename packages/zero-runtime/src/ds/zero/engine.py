@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import time
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
@@ -16,15 +15,14 @@ from typing import Any
 import torch
 
 from ds.interfaces.accelerator import Accelerator
-from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.comm import Communicator
-from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.errors import ConfigError
 from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
-from ds.interfaces.moe import EXPORT_ATTR, replica_group
+from ds.interfaces.moe import replica_group
 from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.interfaces.telemetry import EventBus, StepMetrics
-from ds.zero import tp_reshard
+from ds.zero import engine_checkpoint, engine_export
 from ds.zero.comm_stats import CommStats
 from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
 from ds.zero.config.load import ConfigSource
@@ -33,7 +31,7 @@ from ds.zero.engine_telemetry import StepTelemetry, log_step
 from ds.zero.loss_scaler import DynamicLossScaler, LossScaler
 from ds.zero.lr_schedules import build_schedule
 from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
-from ds.zero.param_groups import engine_param_groups, regroup
+from ds.zero.param_groups import engine_param_groups
 from ds.zero.stages.base import StrategyContext, ZeroStrategy
 from ds.zero.stages.select import strategy_class
 from ds.zero.timers import StepTimers
@@ -479,15 +477,7 @@ class ZeroEngine:
             num_workers=num_workers,
         )
 
-    # -- checkpoints -----------------------------------------------------------------------------
-    def _require_checkpoint_engine(self) -> Any:
-        if self.checkpoint_engine is None:
-            raise ProviderNotFoundError(
-                "this engine has no checkpoint engine; create it with ds.full.initialize() (which "
-                "wires one from ds-checkpoint-ledger) or pass checkpoint_engine="
-            )
-        return self.checkpoint_engine
-
+    # -- checkpoints (ds.zero.engine_checkpoint) and the exported model (ds.zero.engine_export) --
     def save_checkpoint(
         self,
         save_dir: str,
@@ -496,121 +486,11 @@ class ZeroEngine:
         *,
         exclude_frozen_parameters: bool = False,
     ) -> None:
-        # exclude_frozen_parameters: DeepSpeed's keyword (transformers passes it for PEFT models,
-        # whose frozen base weights come from the pretrained files, not the checkpoint).
-        ckpt = self._require_checkpoint_engine()
-        tag = tag or f"global_step{self.global_steps}"
-        state = self.strategy.state_dict()
-        if exclude_frozen_parameters:
-            state.tensors = {k: t for k, t in state.tensors.items() if not k.startswith("frozen.")}
-        if self.rank == 0:
-            for name, buf in self.module.named_buffers():
-                flat = buf.detach().reshape(-1).clone()
-                key = f"buffer.{name}"
-                state.tensors[key] = ShardedTensor(
-                    TensorMeta(key, tuple(buf.shape), str(buf.dtype).removeprefix("torch.")),
-                    0,
-                    flat,
-                )
-            for name, p in [] if exclude_frozen_parameters else self._frozen_params():
-                key = f"frozen.{name}"
-                state.tensors[key] = ShardedTensor(
-                    TensorMeta(key, tuple(p.shape), str(p.dtype).removeprefix("torch.")),
-                    0,
-                    p.detach().reshape(-1).to("cpu", copy=True),
-                )
-        state.objects.update(
-            {
-                "step": self.global_steps,
-                "global_steps": self.global_steps,
-                "global_samples": self.global_samples,
-                "micro_steps": self.micro_steps,
-                "skipped_steps": self.skipped_steps,
-                "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
-                "loss_scaler": self.loss_scaler.state_dict(),
-                "client_state": dict(client_state or {}),
-                "ds_config": self.ds_config.model_dump(mode="json", by_alias=True),
-                "zero_stage": self.config.stage,
-                "world_size": self.world_size,
-            }
+        """``exclude_frozen_parameters``: DeepSpeed's keyword (transformers passes it for PEFT
+        models, whose frozen base weights come from the pretrained files, not the checkpoint)."""
+        engine_checkpoint.save_checkpoint(
+            self, save_dir, tag, client_state, exclude_frozen_parameters
         )
-        state.rank_objects.update(_rng_state(self.accelerator))
-        state.objects["optimizer.group_origin"] = list(self._group_origin)
-        suffix = self._tp_suffix()
-        if suffix:
-            # Each tensor-parallel rank holds other slices under the same names: its tensors
-            # are stored under its own keys (the layout's TP size is part of the key).
-            state.tensors = {
-                k + suffix: ShardedTensor(
-                    TensorMeta(t.meta.name + suffix, t.meta.shape, t.meta.dtype), t.offset, t.local
-                )
-                for k, t in state.tensors.items()
-            }
-            state.objects["tensor_parallel_size"] = self.mesh.shape.tp  # type: ignore[union-attr]
-            # What a load at another TP size needs to join the slices.
-            state.objects["tensor_parallel_layout"] = {
-                k: list(v) for k, v in tp_reshard.layout_of(self.module).items()
-            }
-        handle = ckpt.save(save_dir, tag, state, async_save=self.ds_config.checkpoint.async_save)
-        gather16 = self.ds_config.zero_optimization.gather_16bit_weights_on_model_save
-        if not self.ds_config.checkpoint.async_save or (self.config.stage == 3 and gather16):
-            # The consolidated weights file goes into the committed tag directory.
-            handle.wait()
-        if self.config.stage == 3 and gather16:
-            self.save_16bit_model(os.path.join(save_dir, tag))
-
-    def save_16bit_model(self, save_dir: str, save_filename: str = "pytorch_model.bin") -> bool:
-        """Write the whole module's weights, in the model dtype, to ``save_dir/save_filename``
-        (``torch.save`` of a state dict, or safetensors for a ``.safetensors`` name; rank 0
-        writes). With tensor parallelism the slices are reassembled first (every rank calls it). At stage 3 every rank must call it (it
-        gathers one parameter at a time) and it needs
-        ``stage3_gather_16bit_weights_on_model_save``; without it nothing is written and the
-        result is False."""
-        if self.config.stage == 3:
-            if not self.ds_config.zero_optimization.gather_16bit_weights_on_model_save:
-                log.warning(
-                    "save_16bit_model skipped: set "
-                    "zero_optimization.stage3_gather_16bit_weights_on_model_save to true to "
-                    "gather the stage-3 weights, or save a checkpoint and consolidate it offline"
-                )
-                return False
-            if self.mesh is not None and self.mesh.shape.tp > 1:
-                raise ConfigError(
-                    "save_16bit_model at ZeRO stage 3 with tensor parallelism is not available "
-                    "yet; save at stage 0-2, or gather with ds.parallel.tp.gather_full_state_dict "
-                    "inside deepspeed.zero.GatheredParameters"
-                )
-            weights = self.strategy.consolidated_state_dict()  # type: ignore[attr-defined]
-        elif self.mesh is not None and self.mesh.shape.tp > 1:
-            # The slices reassembled: one file of the whole model, as without TP.
-            self.strategy.synchronize_parameters()
-            weights = self.mesh.full_state_dict(self.module)
-        else:
-            self.strategy.synchronize_parameters()
-            weights = {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-            weights = self._with_every_replica(weights)
-        if self.rank == 0 and (self.mesh is None or self.mesh.index("tp") == 0):
-            os.makedirs(save_dir, exist_ok=True)
-            path = os.path.join(save_dir, save_filename)
-            if save_filename.endswith(".safetensors"):
-                _save_safetensors(weights, path)
-            else:
-                torch.save(weights, path)
-        return True
-
-    def _with_every_replica(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Parameters only some ranks hold (experts, :mod:`ds.interfaces.moe`) collected from
-        every rank, so one file holds the whole model; then the module's export mapping
-        (``EXPORT_ATTR``: AutoEP restacks transformers' fused expert tensors), if it has one."""
-        named = [(n, p) for n, p in self.module.named_parameters() if replica_group(p) is not None]
-        if named and self.comm is not None and self.world_size > 1:
-            mine = {n: p.detach().to("cpu", copy=True) for n, p in named}
-            every: list[Any] = [None] * self.world_size
-            self.comm.all_gather_object(every, mine, group=self.group)
-            for part in every:
-                weights.update(part)
-        mapping = getattr(self.module, EXPORT_ATTR, None)
-        return mapping(weights) if callable(mapping) else weights
 
     def load_checkpoint(
         self,
@@ -622,129 +502,25 @@ class ZeroEngine:
         load_module_strict: bool = True,
         load_module_only: bool = False,
     ) -> tuple[str | None, dict[str, Any]]:
-        # DeepSpeed's keywords: loads are always strict (every parameter must be found);
-        # load_module_only leaves the optimizer and schedule as they are.
+        """DeepSpeed's keywords: loads are always strict (every parameter must be found);
+        ``load_module_only`` leaves the optimizer and schedule as they are."""
         if load_module_only:
             load_optimizer_states = load_lr_scheduler_states = False
-        ckpt = self._require_checkpoint_engine()
-        tag = tag or ckpt.latest_tag(load_dir)
-        if tag is None:
-            log.warning("no checkpoint found", directory=load_dir)
-            return None, {}
-        meta = dict(ckpt.metadata(load_dir, tag))
-        suffix = self._tp_suffix()
-        tp_size = self.mesh.shape.tp if self.mesh is not None else 1
+        return engine_checkpoint.load_checkpoint(
+            self, load_dir, tag, load_optimizer_states, load_lr_scheduler_states
+        )
 
-        def make_requests(logical: dict[str, TensorMeta]) -> list[LoadRequest]:
-            requests = self.strategy.load_requests(logical)
-            if not load_optimizer_states:
-                requests = [r for r in requests if not r.name.startswith("optim.")]
-            for name, buf in self.module.named_buffers():
-                if f"buffer.{name}" in logical:
-                    requests.append(LoadRequest(f"buffer.{name}", 0, buf.numel()))
-            for name, p in self._frozen_params():
-                if f"frozen.{name}" in logical:
-                    requests.append(LoadRequest(f"frozen.{name}", 0, p.numel()))
-                else:  # saved without them (exclude_frozen_parameters): they keep their values
-                    log.warning("checkpoint holds no frozen parameter; it keeps its values",
-                                parameter=name)  # fmt: skip
-            return requests
-
-        if tp_reshard.saved_tp_size(meta) != tp_size:
-            # Another tensor-parallel layout: join the saved slices and cut this rank's.
-            saved_layout = ckpt.load(load_dir, tag, [], rank_objects=False).objects.get(
-                "tensor_parallel_layout"
-            )
-            layout = {k: (int(v[0]), int(v[1])) for k, v in (saved_layout or {}).items()}
-            layout = layout or tp_reshard.layout_of(self.module)
-            state: ShardedStateDict = tp_reshard.read_resharded(
-                ckpt,
-                load_dir,
-                tag,
-                meta,
-                layout=layout,
-                shapes={n: tuple(p.shape) for n, p in self.module.named_parameters()},
-                tp_size=tp_size,
-                tp_index=self.mesh.index("tp") if self.mesh is not None else 0,
-                make_requests=make_requests,
-            )
-            regroup(state.objects, self._group_origin)
-        else:
-            if suffix:
-                meta = {k[: -len(suffix)]: v for k, v in meta.items() if k.endswith(suffix)}
-            requests = make_requests(meta)
-            if suffix:
-                requests = [LoadRequest(r.name + suffix, r.offset, r.numel) for r in requests]
-            state = ckpt.load(load_dir, tag, requests, rank_objects=True)
-            if suffix:
-                state.tensors = {
-                    k[: -len(suffix)]: ShardedTensor(
-                        TensorMeta(t.meta.name[: -len(suffix)], t.meta.shape, t.meta.dtype),
-                        t.offset,
-                        t.local,
-                    )
-                    for k, t in state.tensors.items()
-                }
-        if not load_optimizer_states:
-            state.objects.pop("optimizer.scalar_state", None)
-        self.strategy.load_state_dict(state)
-        with torch.no_grad():
-            for name, buf in self.module.named_buffers():
-                shard = state.tensors.get(f"buffer.{name}")
-                if shard is not None:
-                    buf.copy_(shard.local.reshape(buf.shape))
-            for name, p in self._frozen_params():
-                shard = state.tensors.get(f"frozen.{name}")
-                if shard is not None:
-                    p.data.copy_(shard.local.reshape(p.shape))
-        obj = state.objects
-        if obj.get("world_size") != self.world_size and self.rank == 0:
-            log.info(
-                "resharded checkpoint",
-                saved_world_size=obj.get("world_size"),
-                world_size=self.world_size,
-            )
-        self.global_steps = int(obj.get("global_steps", 0))
-        self.global_samples = int(obj.get("global_samples", 0))
-        self.micro_steps = int(obj.get("micro_steps", 0))
-        self.skipped_steps = int(obj.get("skipped_steps", 0))
-        if load_lr_scheduler_states and self.lr_scheduler is not None and obj.get("lr_scheduler"):
-            self.lr_scheduler.load_state_dict(obj["lr_scheduler"])
-        if obj.get("loss_scaler"):
-            self.loss_scaler.load_state_dict(obj["loss_scaler"])
-        if state.rank_objects:
-            _set_rng_state(state.rank_objects, self.accelerator)
-        path = os.path.join(load_dir, tag)
-        return path, dict(obj.get("client_state") or {})
-
-    def _frozen_params(self) -> list[tuple[str, torch.nn.Parameter]]:
-        """Parameters no optimizer updates (requires_grad=False), whole on every rank at stages
-        0-2: checkpoints carry them as ``frozen.<name>``, as DeepSpeed keeps them apart (stage
-        3 keeps them sharded: its strategy saves and loads them)."""
-        if self.config.stage == 3:
-            return []
-        return [(n, p) for n, p in self.module.named_parameters() if not p.requires_grad]
-
-    def _tp_suffix(self) -> str:
-        """``@tp<index>of<size>`` on a tensor-parallel mesh, else empty."""
-        if self.mesh is None or self.mesh.shape.tp == 1:
-            return ""
-        return f"@tp{self.mesh.index('tp')}of{self.mesh.shape.tp}"
+    def save_16bit_model(self, save_dir: str, save_filename: str = "pytorch_model.bin") -> bool:
+        """Write the whole module's weights, in the model dtype, to ``save_dir/save_filename``
+        (``torch.save`` of a state dict, or safetensors for a ``.safetensors`` name; rank 0
+        writes). With tensor parallelism the slices are reassembled first (every rank calls
+        it). At stage 3 every rank must call it (it gathers one parameter at a time) and it
+        needs ``stage3_gather_16bit_weights_on_model_save``; without it nothing is written and
+        the result is False."""
+        return engine_export.save_16bit_model(self, save_dir, save_filename)
 
     def destroy(self) -> None:
         self.strategy.release()
-
-
-def _save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:
-    try:
-        from safetensors.torch import save_file
-    except ImportError as exc:
-        raise ProviderNotFoundError(
-            f"{os.path.basename(path)} asks for safetensors, which is not installed; "
-            "pip install safetensors, or save under a .bin name"
-        ) from exc
-    # safetensors stores no aliases: tied weights are written once per name, as separate copies.
-    save_file({k: v.detach().contiguous().clone() for k, v in weights.items()}, path)
 
 
 def _hidden_size(model: torch.nn.Module) -> int | None:
@@ -775,49 +551,6 @@ def _loss_scaler(cfg: DsConfig) -> LossScaler:
         hysteresis=fp16.hysteresis,
         consecutive_hysteresis=fp16.consecutive_hysteresis,
     )
-
-
-def _rng_state(accelerator: Accelerator | None = None) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "rng.torch": torch.random.get_rng_state(),
-        "rng.python": random.getstate(),
-    }
-    if accelerator is not None:
-        # The rank's device generator (CUDA's on a GPU: dropout and random init on the device
-        # draw from it), read through the accelerator's RNG API, with the device type it
-        # belongs to so a load on another kind of device leaves it alone.
-        state["rng.device"] = accelerator.get_rng_state().cpu()
-        state["rng.device_type"] = accelerator.name()
-    try:
-        import numpy as np
-
-        state["rng.numpy"] = np.random.get_state()
-    except ImportError:
-        pass
-    return state
-
-
-def _set_rng_state(state: dict[str, Any], accelerator: Accelerator | None = None) -> None:
-    if "rng.torch" in state:
-        torch.random.set_rng_state(state["rng.torch"])
-    if accelerator is not None and "rng.device" in state:
-        if state.get("rng.device_type") == accelerator.name():
-            accelerator.set_rng_state(state["rng.device"])
-        else:
-            log.warning(
-                "checkpoint's device RNG state not restored: it was saved on another device type",
-                saved=state.get("rng.device_type"),
-                current=accelerator.name(),
-            )
-    if "rng.python" in state:
-        random.setstate(state["rng.python"])
-    if "rng.numpy" in state:
-        try:
-            import numpy as np
-
-            np.random.set_state(state["rng.numpy"])
-        except ImportError:
-            pass
 
 
 def _cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
