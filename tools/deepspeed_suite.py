@@ -19,9 +19,11 @@ and writes the counts as JSON (``--json``). A benchmark, not a test: CI does not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import site
 import subprocess
 import sys
@@ -124,12 +126,20 @@ def run_file(py: Path, tests: Path, rel: str, timeout: int, log_dir: Path, tag: 
     env.update(DS_ACCELERATOR="cpu", HF_HOME=str(log_dir / "hf_home"), PYTHONUNBUFFERED="1")
     log = log_dir / f"{tag}-{rel.replace('/', '__')}.log"
     with log.open("w") as f:
+        # Its own session: on a timeout the whole tree goes (DeepSpeed's distributed tests leave
+        # forkserver and worker processes behind otherwise).
+        proc = subprocess.Popen(
+            cmd, cwd=tests, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
-            subprocess.run(cmd, cwd=tests, env=env, stdout=f, stderr=subprocess.STDOUT,
-                           timeout=timeout)  # fmt: skip
+            proc.wait(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a finished run too
+            proc.wait()
     got = count(xml)
     got["timed_out"] = int(timed_out)
     return got
