@@ -51,6 +51,8 @@ _GGUF_NAMES = {
     "mlp.down_proj": "ffn_down",
     "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
 }
 # Offsets of the fp16 scale fields inside one K-quant block.
 _K_SCALES = {"Q4_K": ((0, 2e-4), (2, 2e-4)), "Q6_K": ((208, 2e-4),)}
@@ -130,7 +132,10 @@ def write_gguf(
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    w.add_rope_dimension_count(head_dim)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_vocab_size(cfg.vocab_size)
     vocab = vocabulary()
     w.add_tokenizer_model("gpt2")
@@ -170,7 +175,20 @@ def write_gguf(
 def tiny_gguf_model(family: str = "llama", seed: int = 0) -> Any:
     from inference_models import make_model
 
-    return make_model(family, seed=seed, **GGUF_TINY)
+    if family != "qwen3":
+        return make_model(family, seed=seed, **GGUF_TINY)
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen3Config(
+        **GGUF_TINY, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32
+    )
+    model = transformers.Qwen3ForCausalLM(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" not in name:
+                p.mul_(4.0)  # clear logit margins, as inference_models.make_model
+    return model.eval()
 
 
 def hf_from_gguf(path: Path) -> Any:

@@ -116,6 +116,20 @@ def test_qwen2_keeps_its_q_k_layout_and_biases(
     assert torch.equal(weights[q + "weight"], ref[q + "weight"].half().float())
 
 
+def test_qwen3_with_its_own_head_size_and_q_k_norms(tmp_path: Path) -> None:
+    model = tiny_gguf_model("qwen3", seed=2)
+    path = write_gguf(tmp_path / "qwen3.gguf", model, arch="qwen3")
+    config, weights = read_gguf(path)
+    assert config["model_type"] == "qwen3" and config["head_dim"] == 32
+    ref = model.state_dict()
+    assert all(torch.equal(weights[k], ref[k]) for k in weights)
+    assert "model.layers.1.self_attn.k_norm.weight" in weights
+    ps = prompts(n=2, lo=3, hi=30, vocab=model.config.vocab_size)
+    engine = build_engine(path, {"kv_cache": {"block_size": 16, "num_blocks": 32}})
+    got = generate(engine, ps, SamplingParams(max_new_tokens=NEW_TOKENS))
+    assert [r.tokens for r in got] == [hf_greedy(model, p, NEW_TOKENS) for p in ps]
+
+
 @pytest.mark.parametrize("add_bos", [False, True])
 def test_tokenizer_and_chat_template_come_from_the_metadata(
     add_bos: bool, models: dict[str, Any], tmp_path: Path
@@ -199,6 +213,18 @@ def test_truncated_and_corrupt_files_fail_with_a_load_error(
         build_engine(junk)
     assert "not a readable GGUF file" in _one_line(exc)
     assert is_gguf(junk) and not is_gguf(tmp_path)
+
+
+def test_unknown_tensor_type_id_is_a_load_error(files: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / "unknown-type.gguf"
+    path.write_bytes(files["llama-f32"].read_bytes())
+    reader = gguf.GGUFReader(str(path), "r+")
+    reader.tensors[3].field.parts[4][0] = 99  # the tensor's ggml type id
+    reader.data.flush()
+    del reader
+    with pytest.raises(ConfigError) as exc:
+        build_engine(path)
+    assert "unknown GGUF type id 99; supported: F32, F16" in _one_line(exc)
 
 
 def test_ds_serve_exits_2_on_a_damaged_gguf(

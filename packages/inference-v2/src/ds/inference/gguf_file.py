@@ -101,6 +101,12 @@ class GGUFCheckpoint:
         try:
             self._reader = gguf.GGUFReader(str(self.path), "r")
         except (ValueError, OSError, IndexError, KeyError, TypeError, OverflowError) as exc:
+            unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", str(exc))
+            if unknown:
+                raise ConfigError(
+                    f"{self.path}: a tensor has the unknown GGUF type id {unknown.group(1)}; "
+                    f"supported: {', '.join(SUPPORTED_TYPES)}"
+                ) from exc
             raise ConfigError(
                 f"{self.path} is not a readable GGUF file ({type(exc).__name__}: {exc}); "
                 "it may be truncated or corrupt: download it again"
