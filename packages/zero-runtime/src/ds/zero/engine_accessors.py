@@ -1,0 +1,173 @@
+"""The engine's surface besides the step and checkpoints: the config's getters, DeepSpeed's
+engine attribute names (scripts written for DeepSpeed read these), the module pass-throughs and
+moving states off the device between phases."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Container, Iterator
+from typing import Any, TypeVar
+
+import torch
+
+from ds.interfaces.telemetry import StepMetrics
+from ds.zero.config import DsConfig, ResolvedConfig
+from ds.zero.engine_setup import device_of
+
+_E = TypeVar("_E", bound="EngineAccessors")
+
+
+class EngineAccessors:
+    """Mixed into :class:`ds.zero.engine.ZeroEngine`; reads the attributes it sets."""
+
+    config: ResolvedConfig
+    ds_config: DsConfig
+    module: torch.nn.Module
+    optimizer: Any
+    strategy: Any
+    accelerator: Any
+    loss_scaler: Any
+    rank: int
+    dp_size: int
+    global_steps: int
+    micro_steps: int
+    _last_metrics: StepMetrics | None
+
+    # -- moving states off the device between phases (DeepSpeed's API) ---------------------------
+    def offload_states(
+        self,
+        include: Container[Any] | None = None,
+        device: Any = "cpu",
+        pin_memory: bool = True,
+        non_blocking: bool = False,
+    ) -> None:
+        """Move the ``include``d states (``OffloadStateTypeEnum``; all when None) to host memory
+        until :meth:`reload_states` (see :mod:`ds.zero.offload_states`)."""
+        from ds.zero.offload_states import StateOffloader
+
+        if not hasattr(self, "_state_offloader"):
+            self._state_offloader = StateOffloader()
+        self._state_offloader.offload(self, include, device, pin_memory, non_blocking)
+
+    def reload_states(self, non_blocking: bool = False) -> None:
+        """Bring back what :meth:`offload_states` moved (nothing when nothing was moved)."""
+        if hasattr(self, "_state_offloader"):
+            self._state_offloader.reload(non_blocking)
+
+    # -- accessors -------------------------------------------------------------------------------
+    def train_batch_size(self) -> int:
+        return self.config.train_batch_size
+
+    def train_micro_batch_size_per_gpu(self) -> int:
+        return self.config.train_micro_batch_size_per_gpu
+
+    def gradient_accumulation_steps(self) -> int:
+        return self.config.gradient_accumulation_steps
+
+    def zero_optimization_stage(self) -> int:
+        return self.config.stage
+
+    def zero_offload_optimizer(self) -> bool:
+        return self.config.zero.offload_optimizer_device != "none"
+
+    def gradient_clipping(self) -> float:
+        return self.config.gradient_clipping
+
+    def fp16_enabled(self) -> bool:
+        return self.config.precision == "fp16"
+
+    def bfloat16_enabled(self) -> bool:
+        return self.config.precision == "bf16"
+
+    def get_lr(self) -> list[float]:
+        return [float(g["lr"]) for g in self.optimizer.param_groups]
+
+    def optimizer_view(self) -> torch.optim.Optimizer:
+        """An optimizer a training framework can hold: the engine optimizer's groups and state,
+        with ``step``/``zero_grad`` left to the engine (see :mod:`ds.zero.optimizer_view`)."""
+        from ds.zero.optimizer_view import EngineOptimizerView
+
+        return EngineOptimizerView(self)
+
+    def get_global_grad_norm(self) -> float | None:
+        return self._last_metrics.grad_norm if self._last_metrics else None
+
+    @property
+    def loss_scale(self) -> float:
+        return self.loss_scaler.loss_scale
+
+    @property
+    def last_metrics(self) -> StepMetrics | None:
+        return self._last_metrics
+
+    def memory_report(self) -> Any:
+        return self.strategy.memory_report()
+
+    # -- DeepSpeed's engine attribute names (scripts written for DeepSpeed read these) -----------
+    @property
+    def global_rank(self) -> int:
+        return self.rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its machine (the launcher's ``LOCAL_RANK``)."""
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    @property
+    def dp_world_size(self) -> int:
+        return self.dp_size  # the ranks that see different samples (the mesh's dp dimension)
+
+    @property
+    def device(self) -> torch.device:
+        if self.accelerator is not None:
+            return torch.device(self.accelerator.current_device_name())
+        return device_of(self.module)
+
+    def was_step_applied(self) -> bool:
+        """Whether the latest ``step()`` updated the parameters: False between accumulation
+        boundaries and when an fp16 overflow skipped the step (as in DeepSpeed)."""
+        if self._last_metrics is None or self.global_steps == 0:
+            return False
+        at_boundary = self.micro_steps % self.config.gradient_accumulation_steps == 0
+        return at_boundary and not self._last_metrics.overflow
+
+    def get_mom(self) -> list[Any]:
+        """Per group: ``betas`` (Adam-like optimizers) or ``momentum`` (SGD), as in DeepSpeed."""
+        key = "betas" if any("betas" in g for g in self.optimizer.param_groups) else "momentum"
+        return [g.get(key, 0.0) for g in self.optimizer.param_groups]
+
+    def steps_per_print(self) -> int | None:
+        return self.ds_config.steps_per_print
+
+    # -- module pass-throughs (DeepSpeed's engine is used like the module it wraps) --------------
+    def train(self: _E, mode: bool = True) -> _E:
+        self.module.train(mode)
+        return self
+
+    def eval(self: _E) -> _E:
+        self.module.eval()
+        return self
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        self.strategy.synchronize_parameters()
+        return self.module.parameters(recurse)
+
+    def named_parameters(
+        self, *args: Any, **kwargs: Any
+    ) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        self.strategy.synchronize_parameters()
+        return self.module.named_parameters(*args, **kwargs)
+
+    def module_state_dict(self) -> dict[str, Any]:
+        return self.module.state_dict()
+
+    def synchronize_parameters(self) -> None:
+        """Complete the parameter all-gather that stages 1-2 leave in flight after ``step``.
+
+        Forward passes, ``module.state_dict()``, checkpoints and this engine's parameter accessors
+        do it themselves; call it before reading parameter tensors any other way."""
+        self.strategy.synchronize_parameters()
+
+    def zero_grad(self) -> None:
+        """Drop accumulated gradients (``step`` does this at every boundary)."""
+        self.strategy.zero_grad()
