@@ -152,7 +152,7 @@ def _codec(template: str) -> tuple[TextCodec, Any]:
 class _Grammar:
     """Compiles structural tags the way ds serve's compiler does, without a vocabulary."""
 
-    def structural_tag(self, tag: dict[str, Any]) -> Any:
+    def structural_tag(self, tag: dict[str, Any], until_stop: bool) -> Any:
         return xgr.Grammar.from_structural_tag(json.dumps(tag))
 
 

@@ -121,13 +121,13 @@ class GrammarCompiler:
 
     def _compile(self, kind: str, text: str | None) -> CompiledGrammar:
         with self._lock:
-            if kind == "tag":
+            if kind.startswith("tag"):
                 compiled = self._compiler.compile_structural_tag(text or "")
             elif text is None:
                 compiled = self._compiler.compile_builtin_json_grammar()
             else:
                 compiled = self._compiler.compile_json_schema(text, any_whitespace=False)
-        return CompiledGrammar(compiled, self._vocab, until_stop=kind == "tag")
+        return CompiledGrammar(compiled, self._vocab, until_stop=kind == "tag-until-stop")
 
     def _get(self, kind: str, text: str | None, what: str) -> CompiledGrammar:
         try:
@@ -142,10 +142,11 @@ class GrammarCompiler:
         """A grammar for any JSON object (``schema`` None) or for a JSON schema."""
         return self._get("schema", None if schema is None else _key(schema), "JSON schema")
 
-    def structural_tag(self, tag: dict[str, Any]) -> CompiledGrammar:
+    def structural_tag(self, tag: dict[str, Any], until_stop: bool = True) -> CompiledGrammar:
         """A grammar for an xgrammar structural tag (``{"type": "structural_tag", ...}``): free
-        text and tagged JSON (tool calls)."""
-        return self._get("tag", _key(tag), "tool schema")
+        text and tagged JSON (tool calls). ``until_stop``: see :class:`CompiledGrammar`."""
+        kind = "tag-until-stop" if until_stop else "tag"
+        return self._get(kind, _key(tag), "tool schema")
 
 
 class LazyCompiler:
@@ -167,5 +168,5 @@ class LazyCompiler:
     def __call__(self, schema: dict[str, Any] | None) -> CompiledGrammar:
         return self._get()(schema)
 
-    def structural_tag(self, tag: dict[str, Any]) -> CompiledGrammar:
-        return self._get().structural_tag(tag)
+    def structural_tag(self, tag: dict[str, Any], until_stop: bool = True) -> CompiledGrammar:
+        return self._get().structural_tag(tag, until_stop)

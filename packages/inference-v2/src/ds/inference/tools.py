@@ -202,7 +202,9 @@ def plan_tools(
         raise needs_grammar("tool calling", "tools")
     chosen = [t for t in tools if t["function"]["name"] in allowed]
     try:
-        compiled = grammar.structural_tag(structural_tag(chosen, mode, parallel))
+        # Free text and further calls end at the model's stop token; one call ends the output.
+        until_stop = mode == "auto" or (mode == "required" and parallel)
+        compiled = grammar.structural_tag(structural_tag(chosen, mode, parallel), until_stop)
     except DsError as exc:
         raise bad_request("tools", str(exc)) from exc
     plan = ToolPlan(mode, tuple(allowed), compiled)
