@@ -114,11 +114,18 @@ def test_pipeline_schedules_emit_deepspeeds_instructions() -> None:
         assert sum(isinstance(c, send) for c in flat) == 4
         assert sum(isinstance(c, recv) for c in flat) == 4
         assert steps[-1][-3:] == [s.ReduceTiedGrads(), s.ReduceGrads(), s.OptimizerStep()]
-    assert first[0] == [s.LoadMicroBatch(0), s.ForwardPass(0), s.SendActivation(0)]
+    # A clock of 2 * (micro_batches + stages - 1) steps; a result is sent the step after.
+    assert len(first) == len(last) == 2 * (4 + 2 - 1)
+    assert first[0] == [s.LoadMicroBatch(0), s.ForwardPass(0)]
+    assert first[1][0] == s.SendActivation(0) and last[0] == []
+    assert [type(c) for c in last[1]] == [s.RecvActivation, s.LoadMicroBatch, s.ForwardPass]
     assert s.ForwardPass(1).buffer_id == 1 and repr(s.ForwardPass(1)) == "ForwardPass(buffer_id=1)"
-    assert [type(c) for c in next(iter(s.InferenceSchedule(2, 2, 1)))] == [
-        s.RecvActivation, s.LoadMicroBatch, s.ForwardPass,
-    ]  # fmt: skip
+    infer = list(s.InferenceSchedule(micro_batches=2, stages=2, stage_id=0))
+    assert infer == [
+        [s.LoadMicroBatch(0), s.ForwardPass(0)],
+        [s.LoadMicroBatch(1), s.SendActivation(0), s.ForwardPass(1)],
+        [s.SendActivation(1)],
+    ]
     with pytest.raises(ValueError, match="stage_id"):
         s.TrainSchedule(micro_batches=2, stages=2, stage_id=2)
 

@@ -1,9 +1,10 @@
-"""``deepspeed.runtime.pipe.schedule``: DeepSpeed's pipeline instruction classes, and schedules
-that emit them from ds's 1F1B (:mod:`ds.parallel.pipeline.schedule`).
+"""``deepspeed.runtime.pipe.schedule``: DeepSpeed's pipeline instruction classes and clocked
+schedules (inference, 1F1B training, data parallel) that emit them.
 
-A schedule's ``steps()`` yields one list of instructions per step; ``ds.initialize`` runs ds's
-pipeline engine, which executes the same schedules itself, so these are for code that inspects
-or prints a schedule (buffers: ``micro_batch_id % num_pipe_buffers()``)."""
+A schedule's ``steps()`` yields one list of instructions per clock step; ``ds.initialize`` runs
+ds's pipeline engine (:mod:`ds.parallel.pipeline`), which executes its own schedules, so these are
+for code that builds, inspects or prints a schedule (buffers: ``micro_batch_id %
+num_pipe_buffers()``)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ class RecvGrad(BufferOpInstruction):
 
 
 class PipeSchedule:
+    """``steps()`` yields one instruction list per clock step (empty when the stage idles); a
+    step's sends carry the previous step's results, so every send meets its receive on the
+    neighbouring stage in the same step."""
+
     def __init__(self, micro_batches: int, stages: int, stage_id: int) -> None:
         if micro_batches < 1 or stages < 1 or not 0 <= stage_id < stages:
             raise ValueError(
@@ -93,6 +98,18 @@ class PipeSchedule:
         return self.micro_batches
 
     @property
+    def stage(self) -> int:
+        return self.stage_id
+
+    @property
+    def num_stages(self) -> int:
+        return self.stages
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.micro_batches
+
+    @property
     def is_first_stage(self) -> bool:
         return self.stage_id == 0
 
@@ -100,60 +117,103 @@ class PipeSchedule:
     def is_last_stage(self) -> bool:
         return self.stage_id == self.stages - 1
 
+    def _valid_micro_batch(self, micro_batch_id: int) -> bool:
+        return 0 <= micro_batch_id < self.micro_batches
+
     def _valid_stage(self, stage_id: int) -> bool:
         return 0 <= stage_id < self.stages
 
-    def _buffer(self, micro_batch_id: int) -> int:
+    def _buffer_idx(self, micro_batch_id: int) -> int:
         return micro_batch_id % self.num_pipe_buffers()
 
-    def _forward(self, m: int) -> list[PipeInstruction]:
-        buf = self._buffer(m)
-        first: PipeInstruction = LoadMicroBatch(buf) if self.is_first_stage else RecvActivation(buf)
-        cmds = [first, ForwardPass(buf)]
-        if self.is_last_stage and not self.is_first_stage:
-            cmds.insert(1, LoadMicroBatch(buf))  # the labels
-        if not self.is_last_stage:
-            cmds.append(SendActivation(buf))
-        return cmds
-
-    def _backward(self, m: int) -> list[PipeInstruction]:
-        buf = self._buffer(m)
-        cmds: list[PipeInstruction] = [] if self.is_last_stage else [RecvGrad(buf)]
-        cmds.append(BackwardPass(buf))
-        if not self.is_first_stage:
-            cmds.append(SendGrad(buf))
-        return cmds
+    def _exchange(
+        self, sends: list[PipeInstruction], recvs: list[PipeInstruction]
+    ) -> list[PipeInstruction]:
+        # Even stages send first and odd stages receive first, so neighbours pair up.
+        return sends + recvs if self.stage_id % 2 == 0 else recvs + sends
 
     def __iter__(self) -> Iterator[list[PipeInstruction]]:
         return self.steps()
 
 
 class InferenceSchedule(PipeSchedule):
-    """Forward passes only, two buffers alternating."""
+    """Forward passes only: micro-batch ``t - stage`` at step ``t``, two buffers alternating."""
 
     def num_pipe_buffers(self) -> int:
         return 2
 
     def steps(self) -> Iterator[list[PipeInstruction]]:
-        for m in range(self.micro_batches):
-            yield self._forward(m)
+        for t in range(self.micro_batches + self.stages - 1):
+            mb = t - self.stage_id
+            valid, sent = self._valid_micro_batch(mb), self._valid_micro_batch(mb - 1)
+            cmds: list[PipeInstruction] = []
+            if valid and (self.is_first_stage or self.is_last_stage):
+                cmds.append(LoadMicroBatch(self._buffer_idx(mb)))
+            sends = (
+                [SendActivation(self._buffer_idx(mb - 1))]
+                if sent and not self.is_last_stage
+                else []
+            )
+            recvs = (
+                [RecvActivation(self._buffer_idx(mb))] if valid and not self.is_first_stage else []
+            )
+            cmds += self._exchange(sends, recvs)
+            if valid:
+                cmds.append(ForwardPass(self._buffer_idx(mb)))
+            yield cmds
 
 
 class TrainSchedule(PipeSchedule):
-    """1F1B: ``stages - stage_id`` warm-up forwards, then a backward after each forward; the
-    last step reduces tied and data-parallel gradients and steps the optimizer."""
+    """1F1B on a clock of ``2 * (micro_batches + stages - 1)`` steps: stage ``s`` runs the
+    forward of micro-batch ``i`` at step ``2i + s`` and its backward at ``2i + 2S - 1 - s``
+    (opposite parities, so one stage never has both in a step); the last step reduces tied and
+    data-parallel gradients and steps the optimizer."""
 
     def num_pipe_buffers(self) -> int:
         return max(2, min(self.stages - self.stage_id, self.micro_batches))
 
-    def steps(self) -> Iterator[list[PipeInstruction]]:
-        from ds.parallel.pipeline.schedule import build
+    def _forward_id(self, t: int) -> int:
+        return (t - self.stage_id) // 2 if (t - self.stage_id) % 2 == 0 else -1
 
-        actions = build("1f1b" if self.micro_batches >= self.stages else "gpipe",
-                        self.stages, self.micro_batches, self.stage_id)  # fmt: skip
-        for i, action in enumerate(actions):
-            cmds = (self._forward if action.kind == "F" else self._backward)(action.microbatch)
-            if i == len(actions) - 1:
+    def _backward_id(self, t: int) -> int:
+        k = t - 2 * self.stages + 1 + self.stage_id
+        return k // 2 if k % 2 == 0 else -1
+
+    def steps(self) -> Iterator[list[PipeInstruction]]:
+        total = 2 * (self.micro_batches + self.stages - 1)
+        for t in range(total):
+            forward = (t - self.stage_id) % 2 == 0
+            mb = self._forward_id(t) if forward else self._backward_id(t)
+            prev = self._backward_id(t - 1) if forward else self._forward_id(t - 1)
+            valid, prev_valid = self._valid_micro_batch(mb), self._valid_micro_batch(prev)
+            cmds: list[PipeInstruction] = []
+            if forward:
+                sends = (
+                    [SendGrad(self._buffer_idx(prev))]
+                    if prev_valid and not self.is_first_stage
+                    else []
+                )
+                recvs = (
+                    [RecvActivation(self._buffer_idx(mb))]
+                    if valid and not self.is_first_stage
+                    else []
+                )
+                cmds += self._exchange(sends, recvs)
+                if valid:
+                    if self.is_first_stage or self.is_last_stage:
+                        cmds.append(LoadMicroBatch(self._buffer_idx(mb)))
+                    cmds.append(ForwardPass(self._buffer_idx(mb)))
+            else:
+                sends = (
+                    [SendActivation(self._buffer_idx(prev))]
+                    if prev_valid and not self.is_last_stage
+                    else []
+                )
+                recvs = [RecvGrad(self._buffer_idx(mb))] if valid and not self.is_last_stage else []
+                cmds += self._exchange(sends, recvs)
+                if valid:
+                    cmds.append(BackwardPass(self._buffer_idx(mb)))
+            if t == total - 1:
                 cmds += [ReduceTiedGrads(), ReduceGrads(), OptimizerStep()]
             yield cmds
 
