@@ -27,6 +27,7 @@ def _init_body(ctx: RankContext, *, steps: int) -> Any:
     from ds.zero import Init
 
     cfg = config(3, "bf16")
+    ds.init_distributed()  # as a script does before zero.Init: selects the rank's device
     with Init(comm=ctx.comm, config_dict_or_path=cfg):
         model = MLP()
     shards = {str(p.ds_shard.shard.device) for p in model.parameters()}

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from _world import config, device_syncs, train
+from _world import budget_syncs, config, device_syncs, train
 
 pytestmark = [pytest.mark.simgpu, pytest.mark.slow]  # 30-60 s a case on 2 loaded cores
 
@@ -56,7 +56,8 @@ def test_stage_on_eight_simulated_gpus(stage: int, precision: str, offload: str)
         host = {"cpu"} if offload == "cpu" else {got["device"]}
         assert got["masters"] == host and got["state"] == host
     # At most one host sync per optimizer step: reading the global norm / overflow flag.
-    assert len(device_syncs(result)) <= 2, device_syncs(result)
+    syncs = budget_syncs(result) if offload != "none" else device_syncs(result)
+    assert len(syncs) <= 2, syncs
     traffic = result.ranks[0].traffic
     if stage >= 1:
         # NCCL rules: the updated partitions come back by all_gather_into_tensor, never by
@@ -82,4 +83,5 @@ def test_stage3_on_eight_simulated_gpus(precision: str, zero: dict[str, Any]) ->
     result = train(config(3, precision, **zero), inspect=_params_on)
     for rank, got in enumerate(result.values()):
         assert got == {"steps": 2, "device": f"cuda:{rank}"}
-    assert len(device_syncs(result)) <= 2, device_syncs(result)
+    syncs = budget_syncs(result) if "offload_optimizer" in zero else device_syncs(result)
+    assert len(syncs) <= 2, syncs

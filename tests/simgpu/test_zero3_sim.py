@@ -63,6 +63,7 @@ def _placement(engine: Any) -> dict[str, Any]:
 
 def test_zero_init_places_shards_on_the_ranks_device() -> None:
     def build(ctx: RankContext) -> set[str]:
+        ds.init_distributed()  # as a script does before zero.Init: selects the rank's device
         with Init():
             model = Net()
         return {str(shard_of(p).shard.device) for p in model.parameters()}

@@ -16,8 +16,15 @@ aten op before the fake mode runs it.
   :meth:`Observer.census` (run every few thousand ops and before every memory reading) walks the
   live fake tensors and corrects the books for such re-pointed tensors.
 * **Host syncs.** ``aten._local_scalar_dense`` (``.item()``, ``float(t)``, ``bool(t)``,
-  ``.tolist()``) on a device tensor is where a real GPU run would wait for the device. Fake tensors
-  have no values, so the observer answers 0 (``False``/``0``/``0.0``) and records the call site.
+  ``.tolist()``) on a device tensor, and a blocking device-to-host copy (``.cpu()``,
+  ``.to("cpu")``, ``host.copy_(t)``), are where a real GPU run waits for the device: each is
+  recorded with its call site and completes all the device work queued so far (see
+  :mod:`ds.sim.events`). Fake tensors have no values, so a read answers 0
+  (``False``/``0``/``0.0``).
+* **Pending copies.** A non-blocking device-to-host copy is queued device work: the host tensor
+  it fills may be read (``.item()``, ``.tolist()``, ...) only once the host waited for it (an
+  event recorded after it was synchronized, or any later full wait); reading it earlier raises
+  ``AcceleratorError`` at the read.
 * **Copies.** Device-to-host and host-to-device copies are counted in bytes.
 """
 
@@ -34,12 +41,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ds.interfaces.errors import AcceleratorError
+
 _aten = torch.ops.aten
 # Under torch.inference_mode ``item`` reaches the dispatch mode whole instead of as
 # ``_local_scalar_dense`` (no autograd key decomposes it first).
 _SCALAR = (_aten._local_scalar_dense.default, _aten.item.default)
 _COPIES = (_aten._to_copy.default, _aten.copy_.default, _aten.copy.default)
 _TOKEN = "_ds_sim_token"
+_PENDING = "_ds_sim_pending"  # on a host tensor a non-blocking copy fills: its queue position
 _CENSUS_EVERY = 4096
 
 
@@ -65,6 +75,20 @@ class Observations:
     host_syncs: list[HostSync] = field(default_factory=list)
     d2h_bytes: int = 0
     h2d_bytes: int = 0
+    # The device's one queue: positions of queued work (recorded events, non-blocking copies)
+    # and how far the host has waited for it.
+    issued: int = 0
+    completed: int = 0
+
+    def issue(self) -> int:
+        """Queue one piece of device work; its position in the queue."""
+        self.issued += 1
+        return self.issued
+
+    def host_wait(self, device: str, where: str, upto: int | None = None) -> None:
+        """The host waited (a host sync) for the queue up to ``upto`` (everything by default)."""
+        self.host_syncs.append(HostSync(device, where))
+        self.completed = max(self.completed, self.issued if upto is None else upto)
 
 
 class _Token:
@@ -169,7 +193,9 @@ class Observer(TorchDispatchMode):
         if func in _SCALAR:
             t = args[0]
             if t.device.type != "cpu":
-                self.obs.host_syncs.append(HostSync(str(t.device), _call_site()))
+                self.obs.host_wait(str(t.device), _call_site())
+            else:
+                self._require_complete(t)
             if t.dtype == torch.bool:
                 return False
             return 0.0 if t.is_floating_point() or t.is_complex() else 0
@@ -195,5 +221,20 @@ class Observer(TorchDispatchMode):
         nbytes = src.numel() * src.element_size()
         if src.device.type != "cpu" and dst.device.type == "cpu":
             self.obs.d2h_bytes += nbytes
+            non_blocking = kwargs.get("non_blocking", len(args) > 2 and bool(args[2]))
+            if non_blocking:
+                dst.__dict__[_PENDING] = self.obs.issue()
+            else:
+                self.obs.host_wait(str(src.device), f"{_call_site()} (device-to-host copy)")
+                dst.__dict__.pop(_PENDING, None)
         elif src.device.type == "cpu" and dst.device.type != "cpu":
             self.obs.h2d_bytes += nbytes
+
+    def _require_complete(self, t: torch.Tensor) -> None:
+        queued = t.__dict__.get(_PENDING)
+        if queued is not None and queued > self.obs.completed:
+            raise AcceleratorError(
+                f"{_call_site()} reads a host tensor that a non-blocking device-to-host copy is "
+                "still filling: record an event after the copy and wait for it "
+                "(event.synchronize()) before reading, or copy with non_blocking=False"
+            )

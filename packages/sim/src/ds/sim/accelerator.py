@@ -7,9 +7,16 @@ for what it takes to run autograd on them with a CPU build of torch). What that 
 
 * **Placement.** An op that mixes ``cuda:N`` with ``cpu`` (or with ``cuda:M``) raises
   ``FakeTensorDeviceMismatchError``, as it would fail on a GPU, however small the model.
-* **Host syncs.** Every ``.item()``/``float(t)``/``bool(t)`` on a device tensor and every
-  ``event.synchronize()`` is recorded with its call site in :attr:`SimDevice.host_syncs`; the
-  value returned is 0 (fake tensors have none).
+* **Host syncs.** Every ``.item()``/``float(t)``/``bool(t)``/``.tolist()`` of a device tensor,
+  every blocking device-to-host copy (``.cpu()``), every ``event.synchronize()`` and
+  ``synchronize()`` is recorded with its call site in :attr:`SimDevice.host_syncs`; the value
+  returned is 0 (fake tensors have none).
+* **Completion.** Queued device work (events, non-blocking copies) is complete only once the host
+  waited for it: reading a pending non-blocking copy or the ``elapsed_time`` of an incomplete
+  event raises (:mod:`ds.sim.events`).
+* **Device selection.** A rank of :func:`ds.sim.world.run_world` starts as a fresh process does,
+  with ``cuda:0`` current; its code must ``set_device(local_rank)`` (the strict communicator
+  refuses a collective issued while another device is current).
 * **Memory.** Current and peak bytes per device (``cuda:N``) and for the host (``cpu``), by
   construction from the tensors alive (:meth:`SimDevice.memory`), plus device<->host copy bytes.
 
@@ -79,10 +86,13 @@ class SimDevice:
 
     ``total_bytes`` is the device capacity reported by ``total_memory`` (80 GiB by default).
     Re-entering a device after leaving it keeps its books (memory, syncs) but makes new fake
-    tensors; tensors from an earlier entry must not be used in a later one.
+    tensors; tensors from an earlier entry must not be used in a later one. ``selected=False``
+    starts with ``cuda:0`` current, as a new process does, until ``set_device(index)``.
     """
 
-    def __init__(self, index: int = 0, total_bytes: int = DEFAULT_DEVICE_BYTES) -> None:
+    def __init__(
+        self, index: int = 0, total_bytes: int = DEFAULT_DEVICE_BYTES, *, selected: bool = True
+    ) -> None:
         if not 0 <= index < MAX_DEVICES:
             raise AcceleratorError(
                 f"simulated device index {index} is out of range: a simulated node has "
@@ -91,6 +101,7 @@ class SimDevice:
         self.index = index
         self.device = torch.device("cuda", index)
         self.total_bytes = total_bytes
+        self.current = index if selected else 0  # the process's current device (set_device)
         self.obs = Observations()
         self.fake_mode: Any = None
         self._observer: Observer | None = None
@@ -152,8 +163,9 @@ class SimDevice:
     def copies(self) -> dict[str, int]:
         return {"d2h_bytes": self.obs.d2h_bytes, "h2d_bytes": self.obs.h2d_bytes}
 
-    def record_sync(self, where: str) -> None:
-        self.obs.host_syncs.append(HostSync(str(self.device), where))
+    def record_sync(self, where: str, upto: int | None = None) -> None:
+        """The host waited for this device's queue up to ``upto`` (all of it by default)."""
+        self.obs.host_wait(str(self.device), where, upto)
 
 
 class SimGpuAccelerator:
@@ -213,7 +225,7 @@ class SimGpuAccelerator:
 
     def current_device(self) -> int:
         dev = self._dev()
-        return dev.index if dev is not None else self._index
+        return dev.current if dev is not None else self._index
 
     def current_device_name(self) -> str:
         return f"cuda:{self.current_device()}"
@@ -228,6 +240,8 @@ class SimGpuAccelerator:
         if not 0 <= index < MAX_DEVICES:
             raise AcceleratorError(f"cuda:{index} does not exist on a simulated node")
         self._index = index
+        if dev is not None:
+            dev.current = index
 
     def synchronize(self, index: int | None = None) -> None:
         dev = self._dev()

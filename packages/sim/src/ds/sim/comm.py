@@ -15,6 +15,9 @@ What the strict communicator checks, raising :class:`ds.interfaces.errors.CommEr
 
 * every tensor handed to a collective or point-to-point op is a device tensor on the rank's own
   device (``cuda:local_rank``): a host tensor or another GPU's tensor is refused, as NCCL would;
+* the rank's device is the current one (``set_device(local_rank)`` ran) when it issues any
+  operation: NCCL binds a rank's communicator, and barriers and object collectives their
+  buffers, to the current device, so a rank left on ``cuda:0`` would share GPU 0 with rank 0;
 * the arguments torch itself validates (sizes of gather/scatter outputs, dtypes), through the fake
   process group.
 
@@ -49,6 +52,7 @@ import torch.distributed as _dist
 from ds.comm.backends.torch_backend import TorchCommunicator
 from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities, ReduceOp
 from ds.interfaces.errors import CommError
+from ds.sim.accelerator import active_device
 
 MAX_LOCAL = 8  # GPUs of one simulated node (ds.sim.accelerator)
 
@@ -341,7 +345,18 @@ class StrictCommunicator(TorchCommunicator):
             return tuple(range(self.world.world_size))
         return tuple(int(r) for r in _dist.get_process_group_ranks(group))
 
+    def _require_selected(self, name: str, where: str) -> None:
+        dev = active_device()
+        if dev is not None and dev.current != self.device.index:
+            raise CommError(
+                f"{name} on rank {self.rank} at {where} while cuda:{dev.current} is the current "
+                f"device: NCCL runs a rank's communicator on the current device; select the "
+                f"rank's device (set_device({self.device.index}), its local rank) before the "
+                "process group and any allocation"
+            )
+
     def _require_device(self, name: str, tensors: Sequence[torch.Tensor], where: str) -> None:
+        self._require_selected(name, where)
         for i, t in enumerate(tensors):
             if t.device != self.device:
                 kind = "a host tensor" if t.device.type == "cpu" else f"a tensor on {t.device}"
@@ -649,7 +664,9 @@ class StrictCommunicator(TorchCommunicator):
             scatter_object_output_list[0] = scatter_object_input_list[0]
 
     def _note_object(self, name: str, group: Any, root: int = -1) -> None:
-        self.world.record(self.rank, Op(name, self._members(group), root=root, where=_call_site()))
+        where = _call_site()
+        self._require_selected(name, where)
+        self.world.record(self.rank, Op(name, self._members(group), root=root, where=where))
 
 
 __all__ = ["Op", "SimWorld", "StrictCommunicator"]

@@ -107,10 +107,9 @@ def _measure_ranks(
     device_bytes: int,
 ) -> None:
     for rank in chosen:
-        sim = SimDevice(world.local_rank(rank), device_bytes)
+        sim = SimDevice(world.local_rank(rank), device_bytes, selected=False)
         accel = SimGpuAccelerator()
         with world.rank(rank) as comm, sim, _process_state(comm, accel):
-            accel.set_device(sim.index)
             model = build_model(sim.device)
             engine, *_ = initialize(model=model, config=dict(config))
             init_peak = sim.device_bytes().peak

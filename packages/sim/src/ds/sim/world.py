@@ -8,7 +8,9 @@
 * a fake process group of the world's size with that rank's :class:`StrictCommunicator` (device
   tensors only, on the rank's device), installed as ``ds.comm``'s communicator,
 * ``DS_ACCELERATOR=simgpu`` and ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``, so ``ds.full.initialize``
-  binds the rank's device and builds the engine as on a GPU node.
+  binds the rank's device and builds the engine as on a GPU node. The rank starts with ``cuda:0``
+  current, as a new process does: selecting ``cuda:local_rank`` (``set_device``) is the code's
+  own job, and a rank that skips it fails its first collective.
 
 After the last rank, the ranks' collective traces are replayed together
 (:meth:`SimWorld.check`): different collectives, sizes or orders on two ranks, mismatched sends,
@@ -171,10 +173,9 @@ def run_world(
 def _run_rank(
     fn: Callable[[RankContext], Any], world: SimWorld, rank: int, device_bytes: int
 ) -> RankResult:
-    sim = SimDevice(world.local_rank(rank), device_bytes)
+    sim = SimDevice(world.local_rank(rank), device_bytes, selected=False)
     accel = SimGpuAccelerator()
     with world.rank(rank) as comm, sim, _process_state(comm, accel):
-        accel.set_device(sim.index)
         value = fn(RankContext(rank, world.world_size, comm, sim, accel, world))
         memory = sim.memory()
     # The rank's engine, hooks and modules form reference cycles; free them before the next
