@@ -181,3 +181,24 @@ def test_partition_helpers_and_expert_rank_layout() -> None:
     assert edp[:4] == [[0, 8], [2, 10], [4, 12], [6, 14]] and len(edp) == 8
     with pytest.raises(ValueError, match="multiple of expert parallel size"):
         _get_expert_parallel_ranks(16, tensor_parallel_size_=2, expert_parallel_size_=3)
+
+
+def test_config_models_move_deprecated_fields() -> None:
+    from pydantic import Field
+
+    from ds.full.compat.deepspeed.runtime.config_utils import DeepSpeedConfigModel
+
+    class Conf(DeepSpeedConfigModel):
+        old: str | None = Field(
+            None,
+            json_schema_extra={
+                "deprecated": True,
+                "new_param": "new",
+                "new_param_fn": lambda x: [x],
+            },
+        )
+        new: list[str] | None = None
+
+    assert Conf(old="a").new == ["a"] and Conf(new=["b"]).new == ["b"]
+    with pytest.raises(AssertionError, match="both given"):
+        Conf(old="a", new=["b"])

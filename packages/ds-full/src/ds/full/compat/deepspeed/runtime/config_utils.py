@@ -1,16 +1,52 @@
 """``deepspeed.runtime.config_utils``: the config helpers scripts and integrations call.
 
 ``DeepSpeedConfigModel`` is the pydantic base of ds's config sections (the one schema: ds's
-models are DeepSpeed-JSON compatible); the ``get_*_param`` readers and the duplicate-key hook
-behave as DeepSpeed's."""
+models are DeepSpeed-JSON compatible) with DeepSpeed's deprecated-field convention: a field
+declared with ``json_schema_extra={"deprecated": True, "new_param": "name", "new_param_fn": f}``
+moves its value (through ``f``) to ``new_param`` with a warning, and giving both is an error.
+The ``get_*_param`` readers and the duplicate-key hook behave as DeepSpeed's."""
 
 from __future__ import annotations
 
 import collections
 import json
+import logging
 from typing import Any
 
-from ds.zero.config.base import Section as DeepSpeedConfigModel
+from ds.interfaces.errors import ConfigError
+from ds.zero.config.base import Section
+
+
+class DeprecatedFieldError(ConfigError, AssertionError):
+    """A deprecated config field and the field replacing it were both given."""
+
+
+class DeepSpeedConfigModel(Section):
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        for name, field in type(self).model_fields.items():
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            if extra.get("deprecated") and name in self.model_fields_set:
+                self._move_deprecated(name, extra)
+
+    def _move_deprecated(self, name: str, extra: dict[str, Any]) -> None:
+        new = str(extra.get("new_param", ""))
+        note = f"; use {new!r} instead" if new else ""
+        logging.getLogger("ds.deepspeed_compat").warning(
+            f"config field {name!r} is deprecated{note} {extra.get('deprecated_msg', '')}".rstrip()
+        )
+        if not new or not extra.get("set_new_param", True):
+            return
+        *path, leaf = new.split(".")
+        target: Any = self
+        for part in path:
+            target = getattr(target, part)
+        if leaf in target.model_fields_set:
+            raise DeprecatedFieldError(
+                f"config fields {name!r} (deprecated) and {new!r} are both given; keep only {new!r}"
+            )
+        fn = extra.get("new_param_fn", lambda x: x)
+        object.__setattr__(target, leaf, fn(getattr(self, name)))
 
 
 def get_scalar_param(param_dict: dict[str, Any], param_name: str, param_default_value: Any) -> Any:
