@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = Path(__file__).with_name("image-packages.txt")
