@@ -1,7 +1,8 @@
 """GGUF checkpoints (llama.cpp's single-file format): the model config from the file's metadata and
 the tensors dequantized to float32 under their Hugging Face names.
 
-The file is read with the ``gguf`` package llama.cpp publishes. llama.cpp stores the Q and K
+The container is parsed by ``gguf_parse`` (fast on large vocabularies) and the tensors are
+dequantized by the ``gguf`` package llama.cpp publishes. llama.cpp stores the Q and K
 projections of ``llama`` models with their rows permuted for its own RoPE layout; the permutation
 is undone here so the weights match the Hugging Face layout the model families expect.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ds.inference.gguf_parse import GGUFContainer, GGUFFormatError
 from ds.interfaces.errors import ConfigError
 
 # Tensor types this reader dequantizes (ggml type names).
@@ -99,18 +101,21 @@ class GGUFCheckpoint:
         if not self.path.is_file():
             raise ConfigError(f"{self.path} does not exist; pass a .gguf file or a model directory")
         try:
-            self._reader = gguf.GGUFReader(str(self.path), "r")
-        except (ValueError, OSError, IndexError, KeyError, TypeError, OverflowError) as exc:
-            unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", str(exc))
-            if unknown:
-                raise ConfigError(
-                    f"{self.path}: a tensor has the unknown GGUF type id {unknown.group(1)}; "
-                    f"supported: {', '.join(SUPPORTED_TYPES)}"
-                ) from exc
+            self._file = GGUFContainer(self.path)
+        except (ValueError, OSError) as exc:
             raise ConfigError(
-                f"{self.path} is not a readable GGUF file ({type(exc).__name__}: {exc}); "
+                f"{self.path} is not a readable GGUF file ({exc}); "
                 "it may be truncated or corrupt: download it again"
             ) from exc
+        self._types: dict[str, Any] = {}
+        for t in self._file.tensors:
+            try:
+                self._types[t.name] = gguf.GGMLQuantizationType(t.type_id)
+            except ValueError:
+                raise ConfigError(
+                    f"{self.path}: tensor {t.name} has the unknown GGUF type id {t.type_id}; "
+                    f"supported: {', '.join(SUPPORTED_TYPES)}"
+                ) from None
         self._check_extents()
         arch = self.metadata("general.architecture")
         if arch not in ARCHITECTURES:
@@ -121,22 +126,15 @@ class GGUFCheckpoint:
         self.architecture: str = arch
 
     def _check_extents(self) -> None:
-        size = self.path.stat().st_size
-        for t in self._reader.tensors:
-            end = int(t.data_offset) + int(t.n_bytes)
-            if end > size or t.data.nbytes != int(t.n_bytes):
-                raise ConfigError(
-                    f"{self.path} is truncated: tensor {t.name} ends at byte {end} but the file "
-                    f"has {size} bytes; download it again"
-                )
+        for t in self._file.tensors:
+            try:
+                self._file.data(t, self._types[t.name])
+            except GGUFFormatError as exc:
+                raise ConfigError(f"{self.path} is truncated: {exc}; download it again") from exc
 
     def metadata(self, key: str, default: Any = None) -> Any:
         """A metadata value (str, number, bool or list), or ``default`` when absent."""
-        field = self._reader.get_field(key)
-        if field is None:
-            return default
-        value = field.contents()
-        return value
+        return self._file.metadata.get(key, default)
 
     def _arch(self, key: str, default: Any = None) -> Any:
         return self.metadata(f"{self.architecture}.{key}", default)
@@ -149,7 +147,7 @@ class GGUFCheckpoint:
 
     @property
     def tensor_names(self) -> list[str]:
-        return [t.name for t in self._reader.tensors]
+        return [t.name for t in self._file.tensors]
 
     def config(self) -> dict[str, Any]:
         """A Hugging Face style config.json dictionary for the file's model."""
@@ -201,15 +199,15 @@ class GGUFCheckpoint:
         )
 
     def _tensor(self, name: str) -> Any:
-        for t in self._reader.tensors:
+        for t in self._file.tensors:
             if t.name == name:
                 return t
         raise ConfigError(f"{self.path} has no tensor {name}")
 
     def check_tensors(self) -> None:
         """Every tensor has a supported type and a Hugging Face counterpart (before any work)."""
-        for t in self._reader.tensors:
-            kind = t.tensor_type.name
+        for t in self._file.tensors:
+            kind = self._types[t.name].name
             if kind not in SUPPORTED_TYPES:
                 raise ConfigError(
                     f"{self.path}: tensor {t.name} has GGUF type {kind}, which ds cannot load; "
@@ -228,9 +226,10 @@ class GGUFCheckpoint:
         cfg = self.config()
         heads = {"attn_q": cfg["num_attention_heads"], "attn_k": cfg["num_key_value_heads"]}
         out: dict[str, torch.Tensor] = {}
-        for t in self._reader.tensors:
-            shape = tuple(int(n) for n in reversed(t.shape))
-            data = gguf.quants.dequantize(t.data, t.tensor_type)
+        for t in self._file.tensors:
+            shape = tuple(reversed(t.shape))
+            qtype = self._types[t.name]
+            data = gguf.quants.dequantize(self._file.data(t, qtype), qtype)
             w = np.asarray(data, dtype=np.float32).reshape(shape)
             m = _LAYER_RE.fullmatch(t.name)
             if self.architecture in _PERMUTED and m is not None and m.group(2) in heads:
