@@ -18,7 +18,7 @@ import ds.checkpoint._recovery as recovery
 import ds.checkpoint.engine as engine_mod
 import ds.checkpoint.ledger as ledger_mod
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.sharding import shard_state
 
 POINTS = (
@@ -81,7 +81,7 @@ def arm(point: str, directory: str) -> None:
 def main() -> None:
     path, key, directory, point = sys.argv[1:5]
     assert point in POINTS, point
-    led = TechnicalDueDiligenceLedger(path, signing_key=key)
+    led = RunLedger(path, signing_key=key)
     eng = ShardedCheckpointEngine(ledger=led)
     eng.save(directory, "a", state(1))
     led.record_training_event("step", {"step": 2})

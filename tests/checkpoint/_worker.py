@@ -12,7 +12,7 @@ import sys
 import torch
 
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.sharding import even_requests
 from ds.interfaces import registry
 from ds.interfaces.checkpoint import ShardedStateDict, ShardedTensor, TensorMeta
@@ -59,7 +59,7 @@ def main() -> int:
     comm.init_process_group("gloo", f"tcp://127.0.0.1:{port}", rank, world, 60.0)
     ref = reference_tensors()
     if mode in ("save", "save_async"):
-        ledger = TechnicalDueDiligenceLedger(os.path.join(directory, "ledger.jsonl"), comm=comm)
+        ledger = RunLedger(os.path.join(directory, "ledger.jsonl"), comm=comm)
         ledger.record_training_event("step", {"step": 5, "rank_says": rank})
         eng = ShardedCheckpointEngine(comm, ledger=ledger)
         state = flat_partition(ref, rank, world)

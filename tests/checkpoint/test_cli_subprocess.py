@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.sharding import shard_state
 
 DS = shutil.which("ds") or str(Path(sys.executable).with_name("ds"))
@@ -26,7 +26,7 @@ def test_ds_checkpoint_and_ledger_verbs(tmp_path: Path) -> None:
     if not Path(DS).exists():
         pytest.fail("the ds console script is not installed (pip install -e packages/launcher)")
     ledger_path = str(tmp_path / "run.jsonl")
-    with TechnicalDueDiligenceLedger(ledger_path) as led:
+    with RunLedger(ledger_path) as led:
         led.record_training_event("step", {"step": 1})
         ShardedCheckpointEngine(ledger=led).save(
             str(tmp_path / "ck"), "s1", shard_state({"w": torch.randn(8, 8)}, 0, 1)

@@ -105,7 +105,7 @@ def test_a_crash_after_the_commit_rename_is_completed_on_the_next_open(
     against the ledger with the key pinned."""
     from ds.checkpoint import signing
     from ds.checkpoint.cli import main as checkpoint_main
-    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.ledger import RunLedger
 
     key = signing.generate_key_hex()
     pub = signing.public_hex(signing.load_private_key(key))
@@ -117,7 +117,7 @@ def test_a_crash_after_the_commit_rename_is_completed_on_the_next_open(
     )
     assert child.returncode == -signal.SIGKILL, "the saver did not die at the crash point"
     # The resumed run: opens the ledger and saves on in the same directory.
-    with TechnicalDueDiligenceLedger(ledger, signing_key=key) as led:
+    with RunLedger(ledger, signing_key=key) as led:
         ShardedCheckpointEngine(ledger=led).save(directory, "c", state(3))
     leftovers = [
         os.path.join(root, n)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ds.checkpoint import MutationBoundary, ShardedCheckpointEngine, TechnicalDueDiligenceLedger
+from ds.checkpoint import MutationBoundary, RunLedger, ShardedCheckpointEngine
 from ds.checkpoint._format import CheckpointPathError
 from ds.checkpoint._recovery import require_load
 from ds.interfaces.checkpoint import LoadRequest
@@ -67,7 +67,7 @@ def test_load_refuses_before_the_boundary_is_asked(planted: Path, tmp_path: Path
     """With a ledger, a load inside the directory needs an approval; a planted ``latest`` used
     to skip it (the tag error was swallowed) and load the outside checkpoint."""
     req = [LoadRequest("module.fc1.weight", 0, 4)]
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         eng = ShardedCheckpointEngine(ledger=led, boundary=MutationBoundary(led))
         with pytest.raises(CheckpointError, match=r"named by .*latest.* not usable") as err:
             eng.load(str(planted), None, req)

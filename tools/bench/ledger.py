@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Bench
 
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, verify_file
+from ds.checkpoint.ledger import RunLedger, verify_file
 
 BASELINE = "731abe2725c0b91c1bd6c0133501f7a4a998e8b8"
 REOPEN_BASELINE = "6a2b0354de6032813813116ed7e3cb8414a45ab9"
@@ -59,7 +59,7 @@ def _payload(i: int) -> dict[str, object]:
     return {"step": i, "loss": 2.5 / (i + 1), "lr": 3e-4, "grad_norm": 0.9, "samples": 64}
 
 
-def _ds(path: str, n: int, fsync: bool = False, cls: type = TechnicalDueDiligenceLedger) -> float:
+def _ds(path: str, n: int, fsync: bool = False, cls: type = RunLedger) -> float:
     led = cls(path, fsync=fsync)
     t0 = time.perf_counter()
     for i in range(n):
@@ -90,13 +90,13 @@ def _reopen_case(bench: Bench, d: str, n: int, rounds: int, rev: str) -> None:
 
     key = signing.generate_key_hex()
     path = os.path.join(d, "reopen.jsonl")
-    with TechnicalDueDiligenceLedger(path, signing_key=key) as led:
+    with RunLedger(path, signing_key=key) as led:
         for i in range(n):
             led.record_training_event("step", _payload(i))
             if i % 1000 == 999:
                 led.tree_head()
-    impls = {"ds": TechnicalDueDiligenceLedger, f"ds before ({rev[:7]})": None}
-    impls[f"ds before ({rev[:7]})"] = _baseline_module(rev).TechnicalDueDiligenceLedger
+    impls = {"ds": RunLedger, f"ds before ({rev[:7]})": None}
+    impls[f"ds before ({rev[:7]})"] = _baseline_module(rev).RunLedger
     times: dict[str, list[float]] = {k: [] for k in impls}
     for _ in range(rounds):
         for name, cls in impls.items():
@@ -151,7 +151,7 @@ def main() -> None:
     before = f"ds before ({args.baseline[:7]})"
     bench = Bench("ledger", peer="plain-hash-chain", unit="s")
     d = tempfile.mkdtemp(prefix="ds-ledger-bench-")
-    impls = {"ds": TechnicalDueDiligenceLedger, before: base.TechnicalDueDiligenceLedger}
+    impls = {"ds": RunLedger, before: base.RunLedger}
     verifiers = {"ds": verify_file, before: base.verify_file}
     times: dict[str, list[float]] = {k: [] for k in [*impls, "plain-hash-chain"]}
     vtimes: dict[str, list[float]] = {k: [] for k in impls}

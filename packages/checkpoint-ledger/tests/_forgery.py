@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ds.checkpoint import _records, signing
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 
 KEY = signing.generate_key_hex()
 PUB = signing.public_hex(signing.load_private_key(KEY))
@@ -15,7 +15,7 @@ OTHER = signing.generate_key_hex()
 
 def run(path: Path, n: int = 6, key: str | None = KEY) -> None:
     """A small run: n steps, a head, a save after it; close() signs the final head."""
-    with TechnicalDueDiligenceLedger(str(path), signing_key=key) as led:
+    with RunLedger(str(path), signing_key=key) as led:
         for i in range(n):
             led.record_training_event("step", {"step": i})
         led.tree_head()

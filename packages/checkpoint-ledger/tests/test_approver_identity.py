@@ -10,7 +10,7 @@ import pytest
 
 from ds.checkpoint import signing
 from ds.checkpoint.boundary import LOAD_CHECKPOINT, MutationBoundary
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.ledger_cli import main as ledger_main
 from ds.interfaces.errors import ApprovalRequiredError, ConfigError
 
@@ -28,7 +28,7 @@ LOOKALIKES = {
 
 @pytest.mark.parametrize("what", list(LOOKALIKES))
 def test_a_lookalike_of_the_requester_cannot_approve(tmp_path: Path, what: str) -> None:
-    with TechnicalDueDiligenceLedger(str(tmp_path / "run.jsonl")) as led:
+    with RunLedger(str(tmp_path / "run.jsonl")) as led:
         b = MutationBoundary(led)
         intent = b.request(LOAD_CHECKPOINT, "/ck/t", "alice")
         with pytest.raises(ApprovalRequiredError) as exc:
@@ -55,8 +55,8 @@ KEYS = {name: signing.generate_key_hex() for name in ("ops", "bob", "carol")}
 PUBS = {name: signing.public_hex(signing.load_private_key(k)) for name, k in KEYS.items()}
 
 
-def _signed(tmp_path: Path) -> tuple[TechnicalDueDiligenceLedger, MutationBoundary]:
-    led = TechnicalDueDiligenceLedger(str(tmp_path / "run.jsonl"), signing_key=KEYS["ops"])
+def _signed(tmp_path: Path) -> tuple[RunLedger, MutationBoundary]:
+    led = RunLedger(str(tmp_path / "run.jsonl"), signing_key=KEYS["ops"])
     return led, MutationBoundary(led, approver_keys={"Bob": PUBS["bob"], "carol": PUBS["carol"]})
 
 

@@ -16,7 +16,7 @@ from ds.checkpoint.boundary import (
     never_equate_intent_to_approval,
 )
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.sharding import shard_state
 from ds.interfaces.errors import ApprovalRequiredError
 
@@ -52,7 +52,7 @@ def test_never_equate_intent_to_approval_rule() -> None:
 
 
 def test_intent_alone_does_not_allow_the_mutation(tmp_path) -> None:
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         b = MutationBoundary(led)
         intent = b.request("load_optimizer_state", "/ckpt/step9", requested_by="alice")
         with pytest.raises(ApprovalRequiredError, match=f"intent #{intent}"):
@@ -72,7 +72,7 @@ def test_intent_alone_does_not_allow_the_mutation(tmp_path) -> None:
 
 
 def test_policy_approval_is_a_separate_record(tmp_path) -> None:
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         b = MutationBoundary(
             led, policies={"delete_checkpoint": "config"}, config_allows={"delete_checkpoint": True}
         )
@@ -119,7 +119,7 @@ def test_watched_env_change_needs_approval(monkeypatch) -> None:
 def test_checkpoint_delete_needs_approval_and_is_recorded(tmp_path) -> None:
     from ds.interfaces.errors import CheckpointError
 
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         b = MutationBoundary(led)
         eng = ShardedCheckpointEngine(boundary=b, ledger=led)
         d = str(tmp_path / "ck")

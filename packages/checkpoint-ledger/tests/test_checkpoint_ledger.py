@@ -9,7 +9,7 @@ import torch
 
 from ds.checkpoint import signing
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.merkle import leaf_hash, verify_consistency, verify_inclusion
 from ds.checkpoint.sharding import shard_state
 from ds.interfaces.ledger import TreeHead
@@ -20,7 +20,7 @@ def test_every_checkpoint_proves_inclusion_and_its_embedded_head_is_consistent(t
     pub = signing.public_hex(signing.load_private_key(key))
     path = tmp_path / "run.jsonl"
     ck = str(tmp_path / "ck")
-    with TechnicalDueDiligenceLedger(str(path), signing_key=key) as led:
+    with RunLedger(str(path), signing_key=key) as led:
         eng = ShardedCheckpointEngine(ledger=led)
         for step in range(1, 4):
             for s in range(3):

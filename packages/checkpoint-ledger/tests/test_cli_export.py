@@ -10,7 +10,7 @@ import torch
 
 from ds.checkpoint import cli, ledger_cli
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.sharding import shard_state
 from ds.interfaces import registry
 
@@ -93,7 +93,7 @@ def test_export_casts_floating_tensors_only(tmp_path) -> None:
 
 
 def test_inspect_and_verify_with_ledger(tmp_path, capsys) -> None:
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         led.record_training_event("step", {"step": 1})
         eng = ShardedCheckpointEngine(ledger=led)
         state = shard_state({"w": torch.randn(10, 3)}, 0, 1)
@@ -128,7 +128,7 @@ def test_inspect_and_verify_with_ledger(tmp_path, capsys) -> None:
 
 def test_ledger_verbs(tmp_path, capsys) -> None:
     path = str(tmp_path / "l.jsonl")
-    with TechnicalDueDiligenceLedger(path) as led:
+    with RunLedger(path) as led:
         for i in range(9):
             led.record_training_event("step" if i % 3 else "config", {"step": i})
         led.tree_head()

@@ -8,7 +8,7 @@ import pytest
 
 from ds.checkpoint.engine import ShardedCheckpointEngine
 from ds.checkpoint.gate import ProductionDebtZeROGate
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.interfaces import registry
 from ds.interfaces.checkpoint import CheckpointEngine
 from ds.interfaces.ledger import Ledger, ReadinessGate
@@ -18,7 +18,7 @@ from ds.interfaces.ledger import Ledger, ReadinessGate
     ("group", "impl"),
     [
         (registry.CHECKPOINT_ENGINES, ShardedCheckpointEngine),
-        (registry.LEDGERS, TechnicalDueDiligenceLedger),
+        (registry.LEDGERS, RunLedger),
         (registry.GATES, ProductionDebtZeROGate),
     ],
 )
@@ -31,7 +31,7 @@ def test_default_entry_points(group: str, impl: type) -> None:
     ("protocol", "impl"),
     [
         (CheckpointEngine, ShardedCheckpointEngine),
-        (Ledger, TechnicalDueDiligenceLedger),
+        (Ledger, RunLedger),
         (ReadinessGate, ProductionDebtZeROGate),
     ],
 )

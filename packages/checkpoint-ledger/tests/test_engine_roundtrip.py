@@ -161,9 +161,9 @@ def test_resharding_requests_cover_everything(tmp_path) -> None:
 
 
 def test_failed_ledger_record_after_commit_says_the_checkpoint_is_saved(tmp_path) -> None:
-    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.ledger import RunLedger
 
-    led = TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl"))
+    led = RunLedger(str(tmp_path / "l.jsonl"))
     eng = ShardedCheckpointEngine(ledger=led)
     led.close()  # appends now fail
     with pytest.raises(CheckpointError, match="is saved and loadable, but recording it failed"):

@@ -138,9 +138,9 @@ def test_subscribes_to_the_event_bus() -> None:
 def test_report_is_recorded_in_the_ledger(tmp_path) -> None:
     import json
 
-    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.ledger import RunLedger
 
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         gate = ProductionDebtZeROGate(ledger=led, p99_step_latency_s_max=0.5, warmup_steps=0)
         gate.evaluate_training_step(_step(0, 0.9))
         a = gate.report()
@@ -167,11 +167,11 @@ def test_waits_on_a_late_peer_name_it() -> None:
 def test_rescore_recomputes_only_the_formula_that_recorded(tmp_path) -> None:
     import json
 
-    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.ledger import RunLedger
     from ds.checkpoint.rescore import rescore_record
     from ds.interfaces.errors import LedgerError
 
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         gate = ProductionDebtZeROGate(ledger=led)
         for i in range(6):
             gate.evaluate_training_step(_step(i, 0.3, sync_wait_s=0.2, late_rank=1))

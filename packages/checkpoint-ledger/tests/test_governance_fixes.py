@@ -20,7 +20,7 @@ from ds.checkpoint.boundary import (
 )
 from ds.checkpoint.cli import main as ckpt_main
 from ds.checkpoint.engine import ShardedCheckpointEngine
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+from ds.checkpoint.ledger import RunLedger
 from ds.checkpoint.sharding import shard_state
 from ds.interfaces.checkpoint import LoadRequest
 from ds.interfaces.errors import ApprovalRequiredError
@@ -35,7 +35,7 @@ def test_writer_channel_refuses_connections_without_the_job_secret(tmp_path, mon
     monkeypatch.delenv("DS_LEDGER_HOST", raising=False)
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     path = tmp_path / "run.jsonl"
-    led = TechnicalDueDiligenceLedger(str(path))
+    led = RunLedger(str(path))
     server = _ledger_net.LedgerServer(led)
     try:
         host, port = server.address
@@ -91,7 +91,7 @@ def test_free_text_policy_and_self_approval_are_refused() -> None:
 
 def test_approvals_store_is_not_writable_from_outside(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    with TechnicalDueDiligenceLedger(str(path)) as led:
+    with RunLedger(str(path)) as led:
         b = MutationBoundary(led)
         i = b.request(OVERWRITE_CHECKPOINT, "/c/t", requested_by="alice")
         fake = Record(i + 1, "approval", OVERWRITE_CHECKPOINT, "/c/t", "bob", intent=i)
@@ -134,7 +134,7 @@ def test_committed_checkpoint_without_record_is_recovered(tmp_path: Path) -> Non
     d = tmp_path / "ck"
     # A saver that died after the commit rename: the checkpoint is there, the record is not.
     ShardedCheckpointEngine().save(str(d), "orphan", shard_state({"w": torch.ones(4)}, 0, 1))
-    with TechnicalDueDiligenceLedger(str(path)) as led:
+    with RunLedger(str(path)) as led:
         eng = ShardedCheckpointEngine(ledger=led)
         eng.save(str(d), "next", shard_state({"w": torch.zeros(4)}, 0, 1))
     recs = [json.loads(x) for x in path.read_text().splitlines()]
@@ -167,7 +167,7 @@ def test_resume_after_a_crash_after_commit_records_it_and_asks_a_person(tmp_path
     path = tmp_path / "run.jsonl"
     d = tmp_path / "ck"
     ShardedCheckpointEngine().save(str(d), "t", shard_state({"w": torch.ones(4)}, 0, 1))
-    with TechnicalDueDiligenceLedger(str(path)) as led:
+    with RunLedger(str(path)) as led:
         b = MutationBoundary(led, policies={"load_checkpoint": "recorded-checkpoint"})
         eng = ShardedCheckpointEngine(ledger=led, boundary=b)
         # The first thing a resumed run does is load: the unrecorded commit is recorded first,

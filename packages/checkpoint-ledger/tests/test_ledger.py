@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ds.checkpoint import _records, signing
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, read_heads, verify_file
+from ds.checkpoint.ledger import RunLedger, heads_path, read_heads, verify_file
 from ds.checkpoint.merkle import leaf_hash, verify_consistency, verify_inclusion
 from ds.interfaces.errors import LedgerError
 from ds.interfaces.ledger import Ledger, TreeHead
@@ -22,7 +22,7 @@ N = 12
 
 
 def _build(path: str, n: int = N, key: str | None = KEY) -> TreeHead:
-    with TechnicalDueDiligenceLedger(path, signing_key=key) as led:
+    with RunLedger(path, signing_key=key) as led:
         for i in range(n):
             kind = "checkpoint_save" if i % 5 == 4 else "step"
             led.record_training_event(kind, {"step": i, "loss": 1.0 / (i + 1)})
@@ -51,7 +51,7 @@ def _verify(ledger_bytes: bytes, heads_bytes: bytes) -> object:
 def test_is_a_ledger_and_verifies(tmp_path) -> None:
     path = str(tmp_path / "l.jsonl")
     head = _build(path)
-    led = TechnicalDueDiligenceLedger(path, signing_key=KEY)
+    led = RunLedger(path, signing_key=KEY)
     assert isinstance(led, Ledger)
     res = led.verify_ledger_integrity()
     assert res.ok and res.records == N and res.signed
@@ -88,7 +88,7 @@ def test_inclusion_proof_of_each_record_against_signed_head(tmp_path) -> None:
     lines = Path(path).read_bytes().splitlines()
     pub = signing.public_hex(signing.load_private_key(KEY))
     assert signing.verify_head_signature(head, pub)
-    with TechnicalDueDiligenceLedger(path, signing_key=KEY) as led:
+    with RunLedger(path, signing_key=KEY) as led:
         for i, line in enumerate(lines):
             proof = [bytes.fromhex(p) for p in led.prove_inclusion(i, head.size)]
             assert verify_inclusion(
@@ -102,7 +102,7 @@ def test_inclusion_proof_of_each_record_against_signed_head(tmp_path) -> None:
 def test_consistency_proofs_and_fork(tmp_path) -> None:
     path = str(tmp_path / "l.jsonl")
     _build(path)
-    with TechnicalDueDiligenceLedger(path, signing_key=KEY) as led:
+    with RunLedger(path, signing_key=KEY) as led:
         for old in range(0, N + 1):
             for new in range(old, N + 1):
                 proof = [bytes.fromhex(p) for p in led.prove_consistency(old, new)]
@@ -119,7 +119,7 @@ def test_consistency_proofs_and_fork(tmp_path) -> None:
             prefix = b"".join(f.readlines()[:6])
         with open(fork_path, "wb") as f:
             f.write(prefix)
-        with TechnicalDueDiligenceLedger(fork_path) as fork:
+        with RunLedger(fork_path) as fork:
             for i in range(6):
                 fork.record_training_event("step", {"step": 100 + i})
             for old in range(7, N + 1):
@@ -141,8 +141,8 @@ def test_torn_last_line_is_reported_and_recovered(tmp_path) -> None:
     res = verify_file(path)
     assert not res.ok and res.first_bad_index == N and "torn last line" in (res.reason or "")
     with pytest.raises(LedgerError, match="torn last line"):
-        TechnicalDueDiligenceLedger(path, signing_key=KEY)
-    with TechnicalDueDiligenceLedger(path, signing_key=KEY, recover_torn_tail=True) as led:
+        RunLedger(path, signing_key=KEY)
+    with RunLedger(path, signing_key=KEY, recover_torn_tail=True) as led:
         assert led.verify_ledger_integrity().ok
     lines = Path(path).read_bytes().splitlines()
     assert json.loads(lines[-1])["kind"] == "torn_tail_recovered"
@@ -256,7 +256,7 @@ def test_forged_tree_head_is_detected(base: tuple[bytes, bytes], data: st.DataOb
 
 
 def test_closed_ledger_refuses_appends(tmp_path) -> None:
-    led = TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl"))
+    led = RunLedger(str(tmp_path / "l.jsonl"))
     led.close()
     with pytest.raises(LedgerError, match="closed"):
         led.record_training_event("step", {})
@@ -269,7 +269,7 @@ def test_corrupt_ledger_refuses_to_open(tmp_path) -> None:
     data[30] ^= 1
     Path(path).write_bytes(bytes(data))
     with pytest.raises(LedgerError, match="record 0"):
-        TechnicalDueDiligenceLedger(path)
+        RunLedger(path)
 
 
 def test_attach_records_steps_config_and_checkpoint_loads(tmp_path) -> None:
@@ -281,7 +281,7 @@ def test_attach_records_steps_config_and_checkpoint_loads(tmp_path) -> None:
     from ds.interfaces.telemetry import ConfigEvent, EventBus, StepMetrics
 
     bus = EventBus()
-    with TechnicalDueDiligenceLedger(str(tmp_path / "l.jsonl")) as led:
+    with RunLedger(str(tmp_path / "l.jsonl")) as led:
         led.attach(bus)
         bus.publish(ConfigEvent({"zero_optimization": {"stage": 3}}, {"NCCL_ALGO": "ring"}))
         bus.publish(StepMetrics(step=1, loss=2.0, lr=0.1, step_time_s=0.3))

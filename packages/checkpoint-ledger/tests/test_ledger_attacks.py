@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ds.checkpoint import signing
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, verify_file
+from ds.checkpoint.ledger import RunLedger, heads_path, verify_file
 from ds.checkpoint.ledger_cli import main as ledger_main
 from ds.interfaces.errors import LedgerError
 
@@ -43,7 +43,7 @@ def test_forged_tail_record_is_reported_and_fails_when_pinned(tmp_path: Path, ca
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_truncation_with_its_heads_is_caught_by_the_final_head(tmp_path: Path, k) -> None:
     path = tmp_path / "run.jsonl"
-    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:
+    with RunLedger(str(path), signing_key=KEY) as led:
         for i in range(8):
             led.record_training_event("step", {"step": i})
         led.tree_head()
@@ -81,7 +81,7 @@ def test_deleted_heads_fail_when_a_key_is_configured(tmp_path: Path) -> None:
     assert not verify_file(str(path), strict=True).ok
     # The writer, which has the key, refuses to continue a keyed ledger whose heads are gone.
     with pytest.raises(LedgerError, match=r"no .*heads"):
-        TechnicalDueDiligenceLedger(str(path), signing_key=KEY)
+        RunLedger(str(path), signing_key=KEY)
 
 
 def test_heads_resigned_with_another_key_fail(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_a_second_key_is_refused_without_a_signed_rotation(tmp_path: Path) -> No
     path = tmp_path / "run.jsonl"
     _run(path)
     with pytest.raises(LedgerError, match="signed by key"):
-        TechnicalDueDiligenceLedger(str(path), signing_key=OTHER)
+        RunLedger(str(path), signing_key=OTHER)
     # Mixing heads by two keys into the file is caught without any pin.
     with open(heads_path(str(path))) as f:
         last = json.loads(f.readlines()[-1])
@@ -123,11 +123,11 @@ def test_a_second_key_is_refused_without_a_signed_rotation(tmp_path: Path) -> No
 def test_signed_key_rotation_is_followed(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     _run(path)
-    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:
+    with RunLedger(str(path), signing_key=KEY) as led:
         led.rotate_key(OTHER)
         led.record_training_event("step", {"after": "rotation"})
     assert verify_file(str(path), public_key=PUB).ok  # pinned to the first key, followed
-    with TechnicalDueDiligenceLedger(str(path), signing_key=OTHER) as led:
+    with RunLedger(str(path), signing_key=OTHER) as led:
         led.record_training_event("step", {"again": 1})
     assert verify_file(str(path), public_key=PUB).ok
     # A rotation record forged by someone without the old key is refused.
@@ -144,7 +144,7 @@ def test_signed_key_rotation_is_followed(tmp_path: Path) -> None:
 # -- item 5: failed appends leave nothing; one writer ---------------------------------------------
 def test_failed_append_leaves_nothing_and_indices_stay_dense(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "run.jsonl"
-    led = TechnicalDueDiligenceLedger(str(path))
+    led = RunLedger(str(path))
     led.record_training_event("step", {"i": 0})
     real_write = os.write
     calls = {"n": 0}
@@ -169,11 +169,11 @@ def test_failed_append_leaves_nothing_and_indices_stay_dense(tmp_path: Path, mon
 
 def test_second_writer_process_is_refused_naming_the_holder(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
-    led = TechnicalDueDiligenceLedger(str(path))
+    led = RunLedger(str(path))
     code = (
-        "import sys\nfrom ds.checkpoint.ledger import TechnicalDueDiligenceLedger\n"
+        "import sys\nfrom ds.checkpoint.ledger import RunLedger\n"
         "from ds.interfaces.errors import LedgerError\n"
-        f"try:\n    TechnicalDueDiligenceLedger({str(path)!r})\nexcept LedgerError as e:\n"
+        f"try:\n    RunLedger({str(path)!r})\nexcept LedgerError as e:\n"
         "    print(e); sys.exit(3)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -222,7 +222,7 @@ def test_checkpoint_carries_the_final_head_and_pins_the_key(tmp_path: Path, caps
     from ds.checkpoint.sharding import shard_state
 
     path, d = tmp_path / "run.jsonl", tmp_path / "ck"
-    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:
+    with RunLedger(str(path), signing_key=KEY) as led:
         eng = ShardedCheckpointEngine(ledger=led)
         eng.save(str(d), "t", shard_state({"w": torch.ones(4)}, 0, 1))
         save_index = len(led) - 1

@@ -16,8 +16,8 @@ import pytest
 _SERVER = """
 import sys
 from ds.checkpoint import _ledger_net
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
-led = TechnicalDueDiligenceLedger(sys.argv[1])
+from ds.checkpoint.ledger import RunLedger
+led = RunLedger(sys.argv[1])
 server = _ledger_net.LedgerServer(led, bind="127.0.0.1")
 print(server.address[1], flush=True)
 sys.stdin.read()

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ds.checkpoint import _ledger_net, _records, signing
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, verify_file
+from ds.checkpoint.ledger import RunLedger, heads_path, verify_file
 from ds.interfaces.ledger import TreeHead
 
 KEY = signing.generate_key_hex()
@@ -32,7 +32,7 @@ ATTACKER = signing.load_private_key(signing.generate_key_hex())
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes, TreeHead]:
     path = str(tmp_path_factory.mktemp("run") / "run.jsonl")
-    with TechnicalDueDiligenceLedger(path, signing_key=KEY) as led:
+    with RunLedger(path, signing_key=KEY) as led:
         for i in range(9):
             led.record_training_event("checkpoint_save" if i % 4 == 3 else "step", {"i": i})
             if i % 4 == 3:
@@ -156,7 +156,7 @@ def test_history_changes_are_detected_by_the_final_head_holder(run, ops) -> None
 def test_injection_through_the_writer_channel_changes_nothing(attempts) -> None:
     d = tempfile.mkdtemp()
     path = os.path.join(d, "run.jsonl")
-    led = TechnicalDueDiligenceLedger(path, signing_key=KEY)
+    led = RunLedger(path, signing_key=KEY)
     led.record_training_event("step", {"i": 0})
     server = _ledger_net.LedgerServer(led, bind="127.0.0.1")
     try:

@@ -12,7 +12,7 @@ import pytest
 
 from ds.checkpoint import signing
 from ds.checkpoint._reopen import LedgerBreakError
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger, heads_path, verify_file
+from ds.checkpoint.ledger import RunLedger, heads_path, verify_file
 from ds.checkpoint.ledger_cli import main as ledger_main
 from ds.interfaces.errors import LedgerError
 
@@ -79,29 +79,29 @@ def test_reopen_refuses_what_the_writer_did_not_write(tmp_path: Path, attack: st
         step(path)
     heads_before = Path(heads_path(str(path))).read_bytes()
     with pytest.raises(LedgerBreakError) as exc:
-        TechnicalDueDiligenceLedger(str(path), signing_key=KEY)
+        RunLedger(str(path), signing_key=KEY)
     msg = str(exc.value)
     assert "\n" not in msg and str(path) in msg and f"ds ledger recover {path}" in msg
     # Nothing was signed over the forgery, and the file is left as it was found.
     assert Path(heads_path(str(path))).read_bytes() == heads_before
     with pytest.raises(LedgerBreakError):  # still refused: refusing changed nothing
-        TechnicalDueDiligenceLedger(str(path), signing_key=KEY)
+        RunLedger(str(path), signing_key=KEY)
 
 
 def test_a_different_key_is_an_operator_error_not_a_break(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     run(path)
     with pytest.raises(LedgerError) as exc:
-        TechnicalDueDiligenceLedger(str(path), signing_key=OTHER)
+        RunLedger(str(path), signing_key=OTHER)
     assert not isinstance(exc.value, LedgerBreakError) and "open it with that key" in str(exc.value)
     assert ledger_main(["recover", str(path), "--signing-key", OTHER]) == 2
-    assert TechnicalDueDiligenceLedger(str(path), signing_key=KEY).close() is None
+    assert RunLedger(str(path), signing_key=KEY).close() is None
 
 
 WRITER = """
 import os, sys
-from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
-led = TechnicalDueDiligenceLedger(sys.argv[1], signing_key=sys.argv[2])
+from ds.checkpoint.ledger import RunLedger
+led = RunLedger(sys.argv[1], signing_key=sys.argv[2])
 for i in range(5):
     led.record_training_event("step", {"step": i})
 led.tree_head()
@@ -115,7 +115,7 @@ def test_records_of_a_crashed_writer_are_adopted_by_its_seal(tmp_path: Path) -> 
     path = tmp_path / "run.jsonl"
     subprocess.run([sys.executable, "-c", WRITER, str(path), KEY], check=True, timeout=120)
     assert not verify_file(str(path), public_key=PUB).ok  # 4 records no signed head covers
-    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:
+    with RunLedger(str(path), signing_key=KEY) as led:
         assert len(led) == 9  # continued: the seal vouches the tail is the writer's own
         led.record_training_event("step", {"step": 9})
     assert verify_file(str(path), public_key=PUB).ok
@@ -126,7 +126,7 @@ def test_a_forged_record_after_a_crash_is_still_refused(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", WRITER, str(path), KEY], check=True, timeout=120)
     _forge_append(path)
     with pytest.raises(LedgerBreakError, match="not sealed by this writer"):
-        TechnicalDueDiligenceLedger(str(path), signing_key=KEY)
+        RunLedger(str(path), signing_key=KEY)
 
 
 def test_removed_tail_below_the_seal_is_refused(tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_removed_tail_below_the_seal_is_refused(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", WRITER, str(path), KEY], check=True, timeout=120)
     path.write_bytes(b"".join(x + b"\n" for x in lines(path)[:6]))  # drop 3 sealed records
     with pytest.raises(LedgerBreakError, match="records were removed"):
-        TechnicalDueDiligenceLedger(str(path), signing_key=KEY)
+        RunLedger(str(path), signing_key=KEY)
 
 
 def test_recover_starts_a_new_signed_segment_recording_the_break(tmp_path: Path, capsys) -> None:
@@ -152,7 +152,7 @@ def test_recover_starts_a_new_signed_segment_recording_the_break(tmp_path: Path,
     assert brk["previous"] == str(evidence) and brk["previous_records"] == 8
     assert brk["previous_last_signed_head"]["size"] == 7 and "records 7..7" in brk["problem"]
     assert verify_file(str(path), public_key=PUB).ok
-    with TechnicalDueDiligenceLedger(str(path), signing_key=KEY) as led:  # the run goes on
+    with RunLedger(str(path), signing_key=KEY) as led:  # the run goes on
         led.record_training_event("step", {"step": 0})
     assert ledger_main(["recover", str(path), "--signing-key", KEY]) == 0
     assert "nothing to recover" in capsys.readouterr().out

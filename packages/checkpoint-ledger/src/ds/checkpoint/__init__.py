@@ -1,7 +1,7 @@
 """ds.checkpoint: resharding checkpoints, a tamper-evident run ledger and a readiness gate.
 
-Submodules: ``engine`` (ShardedCheckpointEngine), ``ledger`` (TechnicalDueDiligenceLedger),
-``merkle`` (RFC 6962 proofs), ``gate`` (ProductionDebtZeROGate), ``boundary`` (approvals),
+Submodules: ``engine`` (ShardedCheckpointEngine), ``ledger`` (RunLedger),
+``merkle`` (RFC 6962 proofs), ``gate`` (ReadinessGate), ``boundary`` (approvals),
 ``export`` (consolidated safetensors / torch files), ``config``. Names are re-exported lazily so
 ``import ds.checkpoint`` stays cheap.
 """
@@ -13,7 +13,9 @@ from typing import Any
 
 _EXPORTS = {
     "ShardedCheckpointEngine": "ds.checkpoint.engine",
+    "RunLedger": "ds.checkpoint.ledger",
     "TechnicalDueDiligenceLedger": "ds.checkpoint.ledger",
+    "ReadinessGate": "ds.checkpoint.gate",
     "ProductionDebtZeROGate": "ds.checkpoint.gate",
     "GateThresholds": "ds.checkpoint.gate",
     "MutationBoundary": "ds.checkpoint.boundary",

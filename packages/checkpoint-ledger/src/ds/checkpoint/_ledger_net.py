@@ -4,7 +4,7 @@ The channel is the job's, not the network's: the server binds to the rendezvous 
 (``DS_LEDGER_HOST``, else the address ``MASTER_ADDR`` resolves to, else 127.0.0.1), never to every
 interface by default, and admits only peers that prove they hold the job secret. The secret is made
 by rank 0 and reaches the other ranks through the job's own process group (see
-``TechnicalDueDiligenceLedger``), so only members of the rendezvous learn it.
+``RunLedger``), so only members of the rendezvous learn it.
 
 Handshake: the server sends ``{"nonce": hex}``; the client answers ``{"rank": r, "mac": hex}`` with
 ``mac = HMAC-SHA256(secret, "ds-ledger-auth-v1|" + nonce + "|" + r)``. A wrong or missing answer is

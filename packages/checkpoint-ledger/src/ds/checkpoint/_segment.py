@@ -35,11 +35,11 @@ def _evidence_name(path: str) -> str:
 def recover(path: str, signing_key: Any = None) -> str | None:
     """Start a new segment at ``path`` if its writer refuses it; returns the evidence file's
     name, or None when the ledger opens cleanly (nothing is changed then)."""
-    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.ledger import RunLedger
 
     key = signing.load_private_key(signing_key) if signing_key else signing.key_from_env()
     try:
-        TechnicalDueDiligenceLedger(path, signing_key=key).close()
+        RunLedger(path, signing_key=key).close()
         return None
     except LedgerBreakError as exc:
         problem = str(exc)
@@ -61,7 +61,7 @@ def recover(path: str, signing_key: Any = None) -> str | None:
                 os.rename(src, dst)
     finally:
         lock.release()
-    with TechnicalDueDiligenceLedger(path, signing_key=key) as led:
+    with RunLedger(path, signing_key=key) as led:
         led.record_training_event(BREAK_KIND, {"previous": evidence, **info, "problem": problem})
     return evidence
 

@@ -79,13 +79,11 @@ def parse_gate_config(value: Any) -> GateConfig:
 
 
 def build_gate(config: Any = None, ledger: Any | None = None, events: Any | None = None) -> Any:
-    """A ProductionDebtZeROGate with the ``gate`` section's thresholds, subscribed to ``events``."""
-    from ds.checkpoint.gate import ProductionDebtZeROGate
+    """A ReadinessGate with the ``gate`` section's thresholds, subscribed to ``events``."""
+    from ds.checkpoint.gate import ReadinessGate
 
     cfg = parse_gate_config(config)
-    gate = ProductionDebtZeROGate(
-        GateThresholds(**cfg.model_dump(exclude={"enabled"})), ledger=ledger
-    )
+    gate = ReadinessGate(GateThresholds(**cfg.model_dump(exclude={"enabled"})), ledger=ledger)
     if events is not None:
         gate.attach(events)
     return gate
@@ -117,10 +115,10 @@ def build_engine(
 
 
 def build_ledger(config: Any = None, comm: Any | None = None) -> Any:
-    from ds.checkpoint.ledger import TechnicalDueDiligenceLedger
+    from ds.checkpoint.ledger import RunLedger
 
     cfg = parse_ledger_config(config)
-    return TechnicalDueDiligenceLedger(
+    return RunLedger(
         cfg.path,
         signing_key=cfg.signing_key,
         comm=comm,

@@ -73,7 +73,7 @@ def _subscore(value: float, threshold: float) -> float:
     return max(0.0, 0.5 - 0.5 * (ratio - 1.0))
 
 
-class ProductionDebtZeROGate:
+class ReadinessGate:
     """The default :class:`ds.interfaces.ledger.ReadinessGate`.
 
     Feed it every StepMetrics (``evaluate_training_step`` or ``attach(bus)``); ``report`` gives
@@ -264,3 +264,7 @@ def assess(values: dict[str, float], t: GateThresholds, steps: int) -> Assessmen
             findings.append(Finding(name, v, thr, "warning", "near limit: " + text))
     score = 100.0 * sum(scores) / len(scores) if scores else 100.0
     return Assessment(round(score, 3), tuple(findings), values)
+
+
+# The seed name of the readiness gate, kept as an alias of the public API.
+ProductionDebtZeROGate = ReadinessGate

@@ -1,4 +1,4 @@
-"""TechnicalDueDiligenceLedger: an append-only, hash-chained, Merkle-committed run ledger.
+"""RunLedger: an append-only, hash-chained, Merkle-committed run ledger.
 
 Every event (training steps, checkpoint saves with their SHA-256 digests, loads, configuration and
 environment changes, intents and approvals) becomes one canonical JSON line (see ``_records``),
@@ -46,6 +46,7 @@ log = get_logger(__name__)
 __all__ = [
     "LedgerBreakError",
     "LedgerScan",
+    "RunLedger",
     "TechnicalDueDiligenceLedger",
     "check_head",
     "heads_path",
@@ -55,7 +56,7 @@ __all__ = [
 ]
 
 
-class TechnicalDueDiligenceLedger:
+class RunLedger:
     """The default :class:`ds.interfaces.ledger.Ledger`.
 
     ``path``: the JSON-lines file (created if absent). ``signing_key``: Ed25519 key spec (see
@@ -213,9 +214,7 @@ class TechnicalDueDiligenceLedger:
     def _append_locked(self, kind: str, payload: Mapping[str, Any], rank: int) -> int:
         fd = self._fd
         if fd is None:
-            raise LedgerError(
-                f"ledger {self.path} is closed; open a new TechnicalDueDiligenceLedger"
-            )
+            raise LedgerError(f"ledger {self.path} is closed; open a new RunLedger")
         if self._broken is not None:
             raise LedgerError(f"ledger {self.path} refuses appends: {self._broken}")
         index = len(self._tree)
@@ -427,8 +426,12 @@ class TechnicalDueDiligenceLedger:
                 self._writer_lock.release()
                 self._writer_lock = None
 
-    def __enter__(self) -> TechnicalDueDiligenceLedger:
+    def __enter__(self) -> RunLedger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# The seed name of the run ledger, kept as an alias of the public API.
+TechnicalDueDiligenceLedger = RunLedger
