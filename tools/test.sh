@@ -6,4 +6,7 @@ cd "$ROOT"
 tools/bootstrap.sh
 # Collectives in tests fail with a named rank and op instead of hanging (ds.comm watchdog).
 export DS_COMM_WATCHDOG="${DS_COMM_WATCHDOG:-120}"
-exec .venv/bin/python -m pytest interfaces/tests packages integrations tests "$@"
+# Test files run on as many worker processes as the machine has cores (DS_TEST_WORKERS overrides;
+# 0 runs in this process). A file stays on one worker: its module-scoped worlds run once.
+WORKERS="${DS_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}"
+exec .venv/bin/python -m pytest -n "$WORKERS" --dist loadfile interfaces/tests packages integrations tests "$@"
