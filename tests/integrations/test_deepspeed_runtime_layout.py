@@ -38,11 +38,14 @@ def test_zero_precision_and_constants_are_views_of_ds_models() -> None:
     from ds.zero.config.model import DsConfig
     from ds.zero.config.sections import ZeroConfig
 
-    assert DeepSpeedZeroConfig is ZeroConfig
+    assert issubclass(DeepSpeedZeroConfig, ZeroConfig)  # ds's model, as DeepSpeed shows it
     zero = DeepSpeedZeroConfig(stage=3, stage3_prefetch_bucket_size=10)
     assert zero.stage == ZeroStageEnum.weights and zero.prefetch_bucket_size == 10
+    assert zero.overlap_comm is True and DeepSpeedZeroConfig(stage=2).overlap_comm is False
+    assert ZeroConfig(stage=3).overlap_comm is None  # ds's own model leaves it to the engine
+    old = DeepSpeedZeroConfig(cpu_offload=True, cpu_offload_param=True)
+    assert old.offload_optimizer.device == "cpu" and old.offload_param.device == "cpu"
     assert config_utils.get_config_default(DeepSpeedZeroConfig, "sub_group_size") == 10**9
-    assert issubclass(DeepSpeedZeroConfig, config_utils.DeepSpeedConfigModel)
     fp16 = precision_config.get_float16_config({"fp16": {"enabled": True, "loss_scale": 0}})
     assert fp16.enabled and fp16.initial_scale_power == 16
     assert not precision_config.get_bfloat16_config({}).enabled

@@ -1,13 +1,35 @@
 """``deepspeed.runtime.zero.config``: ``DeepSpeedZeroConfig`` is ds's ``zero_optimization`` model
-(DeepSpeed's field names, ``stage3_*`` aliases and defaults), ``ZeroStageEnum`` the stages."""
+(DeepSpeed's field names, ``stage3_*`` aliases and defaults) read as DeepSpeed presents it:
+``overlap_comm`` resolved for the stage (on at stage 3) and the old ``cpu_offload`` /
+``cpu_offload_param`` flags as ``offload_optimizer`` / ``offload_param`` sections."""
 
 from __future__ import annotations
 
 from enum import IntEnum
 from typing import Any
 
-from ds.zero.config.sections import OffloadOptimizerConfig, OffloadParamConfig
-from ds.zero.config.sections import ZeroConfig as DeepSpeedZeroConfig
+from pydantic import model_validator
+
+from ds.zero.config.sections import OffloadOptimizerConfig, OffloadParamConfig, ZeroConfig
+
+DeepSpeedZeroOffloadOptimizerConfig = OffloadOptimizerConfig
+DeepSpeedZeroOffloadParamConfig = OffloadParamConfig
+
+
+class DeepSpeedZeroConfig(ZeroConfig):
+    @model_validator(mode="after")
+    def _as_deepspeed_presents_it(self) -> DeepSpeedZeroConfig:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        if self.overlap_comm is None:
+            put("overlap_comm", int(self.stage) == 3)
+        pin = bool(self.cpu_offload_use_pin_memory)
+        if self.cpu_offload and self.offload_optimizer is None:
+            put("offload_optimizer", OffloadOptimizerConfig(device="cpu", pin_memory=pin))
+        if self.cpu_offload_param and self.offload_param is None:
+            put("offload_param", OffloadParamConfig(device="cpu", pin_memory=pin))
+        return self
 
 
 class ZeroStageEnum(IntEnum):
@@ -27,6 +49,8 @@ def get_zero_config(param_dict: dict[str, Any]) -> DeepSpeedZeroConfig:
 
 __all__ = [
     "DeepSpeedZeroConfig",
+    "DeepSpeedZeroOffloadOptimizerConfig",
+    "DeepSpeedZeroOffloadParamConfig",
     "OffloadOptimizerConfig",
     "OffloadParamConfig",
     "ZeroStageEnum",
