@@ -1,17 +1,24 @@
-"""The real-GPU check: ``tools/gpu/check.sh`` runs it on one GPU in under 10 minutes.
+"""The GPU check: ``tools/gpu/check.sh`` runs it on one GPU; every row is pass/fail plus a number.
 
-Sections (all by default, in this order):
+Rows, by section (all by default, in this order):
 
-- ``parity``: ZeRO stages 0-3, 1-3 also with CPU offload (optimizer; stage 3 parameters too), at world 1 on the accelerator's
-  backend (NCCL on a GPU), against torch.optim.AdamW on the same model and batches;
-- ``kernels``: the Triton Adam/AdamW, Lion and Adagrad kernels against their pure-torch
-  references on the device (needs a CUDA device);
-- ``inference``: ds.inference greedy generation against transformers' on the device;
-- ``bench``: step time, tokens/s and MFU of a ~1B Llama-shaped model under ds ZeRO, torch DDP
-  and torch FSDP2, one after the other in this process.
+- ``install``: the ds distributions found through their entry points, the native extension;
+- ``parity``: ZeRO stages 0-3, 1-3 also with CPU offload (optimizer; stage 3 parameters too), at
+  world 1 on the accelerator's backend (NCCL on a GPU), against torch.optim.AdamW;
+- ``kernels``: every Triton kernel (Adam, Lion, Adagrad in fp32/bf16/fp16; int8/int4/fp8
+  quantization; SwiGLU forward and backward; paged attention) against its pure-torch reference;
+- ``bandwidth``: the device's copy bandwidth; fused Adam as a fraction of it (goal >= 0.9);
+  paged-attention decode as a fraction of it (goal >= 0.7);
+- ``bench``: a ~1B Llama training step, torch FSDP2 then ds ZeRO-2 and ZeRO-3 on the same
+  batches: tokens/s and MFU (goal: ds >= FSDP2 and MFU >= 0.5, bf16);
+- ``serve``: greedy parity of the ds engine with transformers, then tokens/s of transformers
+  ``generate`` and of the ds engine on the same model and prompts (goal: ds >= transformers).
 
-Prints one table per section, writes everything as JSON (``--out``) and exits 1 when a check
-failed. ``--device cpu --size tiny`` runs the same code on the CPU (gloo), as the test does.
+Each row runs isolated (an exception or its time budget ends that row only) and the report is
+rewritten after every row, so a run cut short still leaves what it measured. A global budget
+(``--budget``) skips the rows it no longer has time for. ``--dry-run`` runs every row's code on
+the CPU at tiny sizes (Triton through ``TRITON_INTERPRET=1``); a row whose verdict needs CUDA is
+reported ``skipped`` with the reason, its code having run.
 """
 
 from __future__ import annotations
@@ -19,16 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SECTIONS = ("parity", "kernels", "inference", "bench")
+SECTIONS = ("install", "parity", "kernels", "bandwidth", "bench", "serve")
 ROOT = Path(__file__).resolve().parents[2]
+NEEDS_CUDA = "needs CUDA: timings and goals of a GPU (its code ran on the CPU at tiny size)"
 
 
 def _ints(text: str) -> list[int]:
@@ -63,16 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sections", type=_sections, default=list(SECTIONS),
                    help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)")  # fmt: skip
     p.add_argument("--device", default="cuda", help="cuda (default; the rank's device) or cpu")
+    p.add_argument("--dry-run", action="store_true",
+                   help="every row on the CPU at tiny sizes (the suite's check of this script)")  # fmt: skip
+    p.add_argument("--budget", type=float, default=420.0,
+                   help="seconds for all rows together (default 420)")  # fmt: skip
     p.add_argument("--stages", type=_ints, default=[0, 1, 2, 3], help="ZeRO stages for parity")
     p.add_argument("--parity-steps", type=_positive, default=5)
     p.add_argument("--size", choices=("1b", "tiny"), default="1b", help="benchmark model size")
     p.add_argument("--batch", type=_positive, default=4, help="benchmark micro-batch")
     p.add_argument("--seq", type=_positive, default=2048, help="benchmark sequence length")
-    p.add_argument("--steps", type=_positive, default=10, help="timed benchmark steps")
-    p.add_argument("--warmup", type=_positive, default=3, help="untimed benchmark steps")
+    p.add_argument("--steps", type=_positive, default=10, help="timed benchmark steps (at most)")
+    p.add_argument("--warmup", type=_positive, default=2, help="untimed benchmark steps")
     p.add_argument("--bench-stage", type=int, choices=(0, 1, 2, 3), default=2,
-                   help="ZeRO stage of the ds row (world 1: stages differ in code path only)")  # fmt: skip
-    p.add_argument("--systems", default="ds,torch DDP,torch FSDP2",
+                   help="ZeRO stage of the 'ds' system")  # fmt: skip
+    p.add_argument("--systems", default="torch FSDP2,ds ZeRO-2,ds ZeRO-3",
                    help="benchmark rows, comma-separated")  # fmt: skip
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="dense bf16 peak for MFU (default: known from the device name)")  # fmt: skip
@@ -82,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
+    if args.dry_run:
+        args.device, args.size, args.batch, args.seq = "cpu", "tiny", 2, 16
+        args.steps, args.warmup, args.parity_steps = 1, 1, 2
     if args.device not in ("cuda", "cpu"):
         build_parser().error(f"--device {args.device!r}: use cuda or cpu")
     bad = [s for s in args.stages if s not in (0, 1, 2, 3)]
@@ -94,8 +113,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         build_parser().error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
     args.systems = systems
-    if args.device == "cpu" and "kernels" in args.sections:
-        build_parser().error("--sections kernels needs --device cuda (the Triton kernels)")
     return args
 
 
@@ -131,8 +148,247 @@ def table(title: str, rows: list[dict[str, Any]]) -> str:
     return "\n".join([f"\n## {title}", line, rule, *body])
 
 
+# -- rows ----------------------------------------------------------------------------------------
+@dataclass
+class Ctx:
+    args: argparse.Namespace
+    device: Any  # torch.device
+    name: str
+    tiny: bool
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cuda(self) -> bool:
+        return bool(self.device.type == "cuda")
+
+
+@dataclass
+class Row:
+    section: str
+    name: str
+    budget: float  # seconds on a GPU (the dry run has the same)
+    run: Callable[[Ctx, float], dict[str, Any]]  # (context, deadline) -> measurements
+    cuda_verdict: bool = False  # pass/fail only means something on a GPU
+
+
+class RowTimeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise RowTimeout("row budget spent")
+
+
+def _install(ctx: Ctx, deadline: float) -> dict[str, Any]:
+    from importlib import metadata
+
+    dists = sorted(
+        d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"].startswith("ds-")
+    )
+    import ds.ops._C as native  # built for this Python by check.sh
+    from ds.interfaces import registry
+
+    providers = registry.list_providers("ds.kernels")
+    cls = registry.get("ds.kernels", "cuda" if ctx.cuda else "cpu")
+    ok = len(dists) >= 12 and {"cpu", "cuda"} <= set(providers)
+    return {"value": len(dists), "unit": "ds distributions", "kernels": ",".join(sorted(providers)),
+            "provider": getattr(cls, "__name__", str(cls)), "native": native.__file__, "ok": ok}  # fmt: skip
+
+
+def _parity(stage: int, offload: bool) -> Callable[[Ctx, float], dict[str, Any]]:
+    def run(ctx: Ctx, deadline: float) -> dict[str, Any]:
+        import check_parity
+
+        row = check_parity.run_one(stage, offload, ctx.args.parity_steps, ctx.device)
+        return {"value": row["max_abs_diff"], "unit": "max abs diff", **row}
+
+    return run
+
+
+def _optimizer(kind: str, dtype: str) -> Callable[[Ctx, float], dict[str, Any]]:
+    def run(ctx: Ctx, deadline: float) -> dict[str, Any]:
+        import check_kernels as k
+
+        n, steps = (4096 + 17, 2) if ctx.tiny else (10**6 + 17, 10)
+        return k.optimizer(kind, k.DTYPES[dtype], n, steps, ctx.device)
+
+    return run
+
+
+def _quant(scheme: str) -> Callable[[Ctx, float], dict[str, Any]]:
+    def run(ctx: Ctx, deadline: float) -> dict[str, Any]:
+        import check_kernels as k
+
+        return k.quantization(scheme, 64 * 40 + 8 if ctx.tiny else 2**22 + 8, ctx.device)
+
+    return run
+
+
+def _swiglu(ctx: Ctx, deadline: float) -> dict[str, Any]:
+    import check_kernels as k
+
+    return k.swiglu(1000 if ctx.tiny else 2**22 + 5, ctx.device)
+
+
+def _paged(dtype: str) -> Callable[[Ctx, float], dict[str, Any]]:
+    def run(ctx: Ctx, deadline: float) -> dict[str, Any]:
+        import check_kernels as k
+
+        return k.paged_attention(ctx.device, k.DTYPES[dtype], ctx.tiny)
+
+    return run
+
+
+def _copy_bw(ctx: Ctx, deadline: float) -> dict[str, Any]:
+    import check_kernels as k
+
+    row = k.copy_bandwidth(ctx.device, 2**20 if ctx.tiny else 2**31, 3 if ctx.tiny else 10)
+    ctx.shared["copy_bw"] = row["bytes_per_s"]
+    return row
+
+
+def _adam_bw(ctx: Ctx, deadline: float) -> dict[str, Any]:
+    import check_kernels as k
+
+    n = 2**12 if ctx.tiny else 2**28
+    return k.adam_bandwidth(ctx.device, n, 2 if ctx.tiny else 10, ctx.shared.get("copy_bw"))
+
+
+def _decode_bw(ctx: Ctx, deadline: float) -> dict[str, Any]:
+    import check_kernels as k
+
+    return k.decode_bandwidth(
+        ctx.device, ctx.tiny, 2 if ctx.tiny else 10, ctx.shared.get("copy_bw")
+    )
+
+
+def _bench(system: str) -> Callable[[Ctx, float], dict[str, Any]]:
+    def run(ctx: Ctx, deadline: float) -> dict[str, Any]:
+        import check_throughput
+        from models import peak_tflops
+
+        a = ctx.args
+        peak = peak_tflops(ctx.name, a.peak_tflops)
+        row = check_throughput.one(system, a.size, ctx.device, a.batch, a.seq, a.steps,
+                                   a.warmup, a.bench_stage, peak, deadline)  # fmt: skip
+        ctx.shared[system] = row["value"]
+        fsdp = ctx.shared.get("torch FSDP2")
+        if system.startswith("ds") and fsdp:
+            row["vs_fsdp2"] = row["value"] / fsdp
+            row["ok"] = row["vs_fsdp2"] >= 1.0 and (row["mfu"] or 0.0) >= 0.5
+        elif not system.startswith("ds"):
+            row["ok"] = True  # the reference: its number is the measurement
+        return row
+
+    return run
+
+
+def _serve_parity(ctx: Ctx, deadline: float) -> dict[str, Any]:
+    import check_inference
+
+    # The kernel the engine picks on CUDA by default; on the CPU the same kernel, interpreted.
+    return check_inference.parity(ctx.device, "triton", ctx.tiny)
+
+
+def _serve(which: str) -> Callable[[Ctx, float], dict[str, Any]]:
+    def run(ctx: Ctx, deadline: float) -> dict[str, Any]:
+        import check_inference
+
+        serve = ctx.shared.get("serve")
+        if serve is None:
+            serve = ctx.shared["serve"] = check_inference.Serve(ctx.device, ctx.tiny)
+        return serve.transformers() if which == "transformers" else serve.ds()
+
+    return run
+
+
+def rows(args: argparse.Namespace) -> list[Row]:
+    out = [Row("install", "distributions and native extension", 30, _install)]
+    for stage in args.stages:
+        for offload in (False, True) if stage > 0 else (False,):  # offload needs ZeRO 1-3
+            label = f"ZeRO-{stage}" + (" + offload" if offload else "")
+            out.append(Row("parity", label, 40, _parity(stage, offload)))
+    for kind in ("adam", "lion", "adagrad"):
+        for dtype in ("float32", "bfloat16", "float16"):
+            out.append(Row("kernels", f"{kind} {dtype}", 20, _optimizer(kind, dtype)))
+    for scheme in ("int8_sym", "int4_sym", "fp8_e4m3"):
+        out.append(Row("kernels", f"quantize {scheme}", 20, _quant(scheme)))
+    out.append(Row("kernels", "swiglu fwd+bwd", 20, _swiglu))
+    for dtype in ("float32", "bfloat16"):
+        out.append(Row("kernels", f"paged attention {dtype}", 30, _paged(dtype)))
+    out += [
+        Row("bandwidth", "device copy", 20, _copy_bw, cuda_verdict=True),
+        Row("bandwidth", "fused adam (fp32)", 30, _adam_bw, cuda_verdict=True),
+        Row("bandwidth", "paged attention decode (bf16)", 30, _decode_bw, cuda_verdict=True),
+    ]
+    for system in args.systems:
+        out.append(Row("bench", system, 90, _bench(system), cuda_verdict=True))
+    out += [
+        Row("serve", "greedy parity with transformers", 40, _serve_parity),
+        Row("serve", "transformers generate", 60, _serve("transformers"), cuda_verdict=True),
+        Row("serve", "ds engine", 60, _serve("ds"), cuda_verdict=True),
+    ]
+    return [r for r in out if r.section in args.sections]
+
+
+def run_row(row: Row, ctx: Ctx, remaining: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"section": row.section, "row": row.name}
+    budget = min(row.budget, remaining)
+    if budget < 3:
+        return {**out, "status": "skipped", "reason": "the global budget is spent"}
+    t0 = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    try:
+        got = row.run(ctx, t0 + 0.6 * budget)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        out.update(got)
+        ok = got.get("ok")
+        if row.cuda_verdict and not ctx.cuda:
+            out["status"], out["reason"] = "skipped", NEEDS_CUDA
+        elif ok is None:
+            out["status"], out["reason"] = "skipped", "no goal to judge without its reference row"
+        else:
+            out["status"] = "pass" if ok else "fail"
+    except BaseException as exc:  # one row's failure (or its budget) must not stop the others
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        out["status"] = "error"
+        out["error"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
+        out["traceback"] = traceback.format_exc(limit=6)[-2000:]
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    out.pop("ok", None)
+    out["seconds"] = round(time.monotonic() - t0, 2)
+    if ctx.cuda:
+        import torch
+
+        try:
+            torch.cuda.synchronize(ctx.device)
+            torch.cuda.empty_cache()
+        except Exception as exc:  # a row that broke the context: later rows will say so
+            out.setdefault("error", f"after the row: {type(exc).__name__}: {exc}")
+    return out
+
+
+def versions() -> dict[str, str]:
+    import platform
+
+    out = {"python": platform.python_version()}
+    for mod in ("torch", "triton", "transformers", "pydantic", "structlog"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception as exc:
+            out[mod] = f"missing ({type(exc).__name__})"
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     world_one_env()
+    if args.device == "cpu":
+        # Before any kernel is defined: the Triton kernels run through the interpreter.
+        os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
     if args.device == "cuda":
@@ -146,61 +402,65 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ds.init_distributed()  # binds the rank's device, then NCCL (gloo on the CPU)
     from ds.full.training import rank_accelerator
 
-    accel = rank_accelerator()
-    device = torch.device(accel.current_device_name())
+    device = torch.device(rank_accelerator().current_device_name())
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     report: dict[str, Any] = {
         "device": name,
-        "torch": torch.__version__,
+        "dry_run": args.dry_run,
+        "versions": versions(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "sections": {},
+        "budget_s": args.budget,
+        "rows": [],
     }
-    print(f"device {device} ({name}), torch {torch.__version__}", flush=True)
-    t0 = time.perf_counter()
+    print(f"device {device} ({name}); {report['versions']}", flush=True)
+    ctx = Ctx(args, device, name, tiny=args.size == "tiny" or device.type == "cpu")
+    t0 = time.monotonic()
+    for row in rows(args):
+        result = run_row(row, ctx, args.budget - (time.monotonic() - t0))
+        report["rows"].append(result)
+        report["seconds"] = time.monotonic() - t0
+        write(report, args.out)
+        shown = {k: v for k, v in result.items() if k not in ("traceback", "section")}
+        print(f"[{row.section}] {json.dumps(shown, default=str)}", flush=True)
+    serve = ctx.shared.get("serve")
+    if serve is not None:
+        serve.close()
     for section in args.sections:
-        s0 = time.perf_counter()
-        if section == "parity":
-            import check_parity
-
-            rows = check_parity.run(args.stages, args.parity_steps, device)
-        elif section == "kernels":
-            import check_kernels
-
-            rows = check_kernels.run(device)
-        elif section == "inference":
-            import check_inference
-
-            rows = [check_inference.run(device)]
-        else:
-            import check_throughput
-            from models import peak_tflops
-
-            rows = check_throughput.run(
-                args.size, device, args.batch, args.seq, args.steps, args.warmup,
-                args.bench_stage, peak_tflops(name, args.peak_tflops), args.systems,
-            )  # fmt: skip
-        report["sections"][section] = rows
-        print(table(f"{section} ({time.perf_counter() - s0:.0f} s)", rows), flush=True)
-    report["seconds"] = time.perf_counter() - t0
+        rs = [
+            {k: v for k, v in r.items() if k not in ("traceback", "section", "reason")}
+            for r in report["rows"]
+            if r["section"] == section
+        ]
+        if rs:
+            print(table(section, rs), flush=True)
     return report
 
 
+def write(report: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    tmp.replace(out)
+
+
 def failures(report: dict[str, Any]) -> list[str]:
-    out = []
-    for section, rows in report["sections"].items():
-        for row in rows:
-            if row.get("ok") is False or "error" in row:
-                out.append(f"{section}: {json.dumps(row)}")
-    return out
+    return [
+        f"{r['section']}/{r['row']}: {r['status']} {r.get('error', '')}".rstrip()
+        for r in report["rows"]
+        if r["status"] in ("fail", "error")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write(report, args.out)
     bad = failures(report)
-    print(f"\n{report['seconds']:.0f} s; JSON: {args.out}")
+    counts = {
+        s: sum(r["status"] == s for r in report["rows"])
+        for s in ("pass", "fail", "error", "skipped")
+    }
+    print(f"\n{report.get('seconds', 0):.0f} s; {counts}; JSON: {args.out}")
     for line in bad:
         print(f"FAILED {line}")
     return 1 if bad else 0

@@ -1,17 +1,65 @@
 #!/usr/bin/env bash
-# The real-GPU check (docs/ops.md, "GPU check"): on one GPU, in under 10 minutes, ZeRO 0-3 parity
-# with and without offload on NCCL, the Triton kernels against their references, greedy
-# inference parity with transformers, and ds / torch DDP / torch FSDP2 throughput on a ~1B Llama.
-#   tools/gpu/check.sh [--sections parity,kernels,inference,bench] [--out FILE] [...]
-# Arguments go to tools/gpu/check.py (--help lists them). Exit status 1: a check failed.
-set -euo pipefail
+# The GPU check (tools/gpu/check.py lists its rows), run on the GPU machine's own image:
+#   here:   tools/gpu/prepare.sh                      (wheels into .whl/, which then travels)
+#   there:  tools/gpu/check.sh [check.py arguments]   (carry .whl)
+# Installs ds and the wheels the image lacks from .whl/ with pip --no-index --no-deps --target
+# (a site directory on PYTHONPATH: dist-info included, so entry points find the providers),
+# builds ds-ops-kernels' native extension there for that Python, prints versions and nvidia-smi,
+# then runs the rows under one budget so that everything ends within 8 minutes. The JSON report
+# and this log go to $OUT (else bench-results/gpu/). Exit status 1: a row failed.
+# DS_GPU_WHEELS: the wheel folder (default .whl); DS_GPU_SITE: the install directory (default
+# /tmp/ds-site); DS_GPU_INSTALL=0 skips the install (ds already importable, as in the .venv);
+# DS_GPU_CHECK_SECONDS: the whole run's limit (default 480).
+set -uo pipefail
+START=$(date +%s)
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
-if [ ! -x "$PY" ]; then
-  echo "tools/gpu/check.sh: no python at $PY (run tools/bootstrap.sh or set PYTHON)" >&2
-  exit 2
+PY="${PYTHON:-python3}"
+[ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/python" ] && [ "${DS_GPU_INSTALL:-1}" = 0 ] && PY="$ROOT/.venv/bin/python"
+OUTDIR="${OUT:-$ROOT/bench-results/gpu}"
+TOTAL="${DS_GPU_CHECK_SECONDS:-480}"
+mkdir -p "$OUTDIR"
+for a in "$@"; do
+  case "$a" in -h|--help) exec "$PY" "$ROOT/tools/gpu/check.py" --help ;; esac
+done
+exec > >(tee -a "$OUTDIR/check.log") 2>&1
+echo "check.sh: $(date -u '+%F %T UTC') python $PY"
+if [ "${DS_GPU_INSTALL:-1}" != 0 ]; then
+  SITE="${DS_GPU_SITE:-/tmp/ds-site}"
+  WHEELS="${DS_GPU_WHEELS:-$ROOT/.whl}"
+  if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+    echo "check.sh: no wheels in $WHEELS (run tools/gpu/prepare.sh here, carry .whl)" >&2
+    exit 2
+  fi
+  rm -rf "$SITE"
+  # One pip call: a second --target install into the same directory would skip the ds/ folder.
+  if ! "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+      --no-cache-dir --target "$SITE" "$WHEELS"/*.whl "$ROOT/packages/ops-kernels"; then
+    echo "check.sh: the install from .whl failed" >&2
+    exit 2
+  fi
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  echo "check.sh: installed into $SITE in $(( $(date +%s) - START )) s"
 fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-# One rank on the first visible device; the whole run is bounded so a hang cannot eat the slot.
+"$PY" - <<'PY'
+import platform
+from importlib import metadata
+for name in ("torch", "triton", "transformers", "pydantic", "structlog", "ds-interfaces", "ds-ops-kernels"):
+    try:
+        v = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        v = "missing"
+    print(f"  {name} {v}")
+print(f"  python {platform.python_version()}")
+PY
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}"
-exec timeout --signal=TERM "${DS_GPU_CHECK_TIMEOUT:-600}" "$PY" "$ROOT/tools/gpu/check.py" "$@"
+export PYTHONUNBUFFERED=1
+LEFT=$(( TOTAL - ($(date +%s) - START) ))
+# The rows get what is left less a margin for start-up and the tables; a hard stop behind it.
+BUDGET=$(( LEFT - 60 ))
+[ "$BUDGET" -lt 30 ] && BUDGET=30
+timeout --signal=TERM --kill-after=10 "$(( LEFT - 5 ))" "$PY" "$ROOT/tools/gpu/check.py" \
+  --budget "$BUDGET" --out "$OUTDIR/check.json" "$@"
+RC=$?
+echo "check.sh: exit $RC after $(( $(date +%s) - START )) s; report $OUTDIR/check.json"
+exit $RC

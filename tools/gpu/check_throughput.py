@@ -95,13 +95,17 @@ def _fsdp2(
 
 
 SYSTEMS: dict[str, Callable[..., Callable[[torch.Tensor], None]]] = {
-    "ds": _ds,
-    "torch DDP": _ddp,
     "torch FSDP2": _fsdp2,
+    "ds ZeRO-2": lambda size, device, stage, micro: _ds(size, device, 2, micro),
+    "ds ZeRO-3": lambda size, device, stage, micro: _ds(size, device, 3, micro),
+    "torch DDP": _ddp,
+    "ds": _ds,  # the ZeRO stage of --bench-stage
 }
+DEFAULT_SYSTEMS = ["torch FSDP2", "ds ZeRO-2", "ds ZeRO-3"]
 
 
-def run(
+def one(
+    name: str,
     size: str,
     device: torch.device,
     batch: int,
@@ -110,40 +114,39 @@ def run(
     warmup: int,
     stage: int,
     peak: float | None,
-    systems: list[str] | None = None,
-) -> list[dict[str, Any]]:
+    deadline: float,
+) -> dict[str, Any]:
+    """One system's row: median step time over up to ``steps`` timed steps, fewer when the
+    row's ``deadline`` (time.monotonic) comes first (at least one)."""
     ids = _batch(size, batch, seq, device)
     tokens = batch * seq
     start, stop = _timer(device)
-    rows = []
-    for name in systems or list(SYSTEMS):
-        row: dict[str, Any] = {"system": name if name != "ds" else f"ds ZeRO-{stage}"}
-        try:
-            step = SYSTEMS[name](size, device, stage, batch)
-            for _ in range(warmup):
-                step(ids)
-            times = []
-            for _ in range(steps):
-                t0 = start()
-                step(ids)
-                times.append(stop(t0))
-            times.sort()
-            median = times[len(times) // 2]
-            row["step_s"] = median
-            row["tokens_per_s"] = tokens / median
-            achieved = flops_per_token(size, seq) * tokens / median
-            row["mfu"] = achieved / (peak * 1e12) if peak else None
-            if device.type == "cuda":
-                row["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-        except Exception as exc:
-            row["error"] = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-        rows.append(row)
+    row: dict[str, Any] = {}
+    try:
+        step = SYSTEMS[name](size, device, stage, batch)
+        for _ in range(warmup):
+            step(ids)
+        times: list[float] = []
+        while len(times) < steps and (not times or time.monotonic() < deadline):
+            t0 = start()
+            step(ids)
+            times.append(stop(t0))
+        times.sort()
+        median = times[len(times) // 2]
+        row["value"] = tokens / median
+        row["unit"] = "tokens/s"
+        row["step_s"] = median
+        row["timed_steps"] = len(times)
+        achieved = flops_per_token(size, seq) * tokens / median
+        row["mfu"] = achieved / (peak * 1e12) if peak else None
+        if device.type == "cuda":
+            row["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    finally:
         step = None  # type: ignore[assignment]
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-    for row in rows:
-        row["params"] = param_count(size)
-        row["tokens_per_step"] = tokens
-    return rows
+    row["params"] = param_count(size)
+    row["tokens_per_step"] = tokens
+    return row
