@@ -114,7 +114,7 @@ def write_gguf(
     arch: str = "llama",
     types: dict[str, str] | None = None,
     add_bos: bool | None = False,
-    extra_tensor: tuple[str, np.ndarray, str] | None = None,
+    end_of_turn: bool = False,
 ) -> Path:
     """Write ``model`` (a transformers llama/qwen2) as llama.cpp would, each 2-D tensor in the
     ggml type ``types`` gives its llama.cpp short name (default F32; norms stay F32)."""
@@ -146,6 +146,8 @@ def write_gguf(
     w.add_bos_token_id(vocab.index("<|im_start|>"))
     w.add_eos_token_id(vocab.index("<|im_end|>"))
     w.add_unk_token_id(vocab.index("<|endoftext|>"))
+    if end_of_turn:
+        w.add_eot_token_id(vocab.index("<|endoftext|>"))
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
     w.add_chat_template(CHATML)
@@ -161,10 +163,6 @@ def write_gguf(
         kind = types.get(short, "F32") if array.ndim == 2 else "F32"
         data, raw = encode(array, kind, seed)
         w.add_tensor(gname, data, raw_dtype=raw)
-    if extra_tensor is not None:
-        name, array, kind = extra_tensor
-        data, raw = encode(array, kind, 0)
-        w.add_tensor(name, data, raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -66,6 +66,13 @@ def test_f32_llama_loads_the_original_weights_with_q_k_unpermuted(
     assert config["eos_token_id"] == vocabulary().index("<|im_end|>")
 
 
+def test_end_of_turn_token_also_ends_generation(models: dict[str, Any], tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "eot.gguf", models["llama"], end_of_turn=True)
+    engine = build_engine(path, {"kv_cache": {"num_blocks": 8}})
+    ends = sorted(vocabulary().index(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    assert list(engine.eos_token_ids) == ends
+
+
 def test_every_supported_type_dequantizes_as_transformers_reads_the_file(
     files: dict[str, Path], models: dict[str, Any]
 ) -> None:

@@ -182,10 +182,17 @@ class GGUFCheckpoint:
         scaling = self._rope_scaling()
         if scaling is not None:
             cfg["rope_scaling"] = scaling
-        for key in ("bos_token_id", "eos_token_id"):
-            value = self.metadata(f"tokenizer.ggml.{key}")
-            if value is not None:
-                cfg[key] = int(value)
+        bos = self.metadata("tokenizer.ggml.bos_token_id")
+        if bos is not None:
+            cfg["bos_token_id"] = int(bos)
+        # Generation ends at any end-of-generation token llama.cpp knows: EOS, end of turn (EOT),
+        # end of message (EOM).
+        ends = sorted(
+            {int(v) for k in ("eos", "eot", "eom")
+             if (v := self.metadata(f"tokenizer.ggml.{k}_token_id")) is not None}
+        )  # fmt: skip
+        if ends:
+            cfg["eos_token_id"] = ends[0] if len(ends) == 1 else ends
         return cfg
 
     def _rope_scaling(self) -> dict[str, Any] | None:
