@@ -203,14 +203,15 @@ def test_install_route_in_a_fresh_venv_and_the_dry_run(tmp_path: Path) -> None:
     )  # fmt: skip
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-5000:]
-    assert (site / "ds" / "interfaces").is_dir() and list(site.glob("ds_ops_kernels-*.dist-info"))
+    assert (site / "wheels" / "ds" / "interfaces").is_dir()
+    assert list((site / "native").glob("ds_ops_kernels-*.dist-info"))
     assert "installed into" in log and "ds-interfaces 0.1.0" in log
     report = json.loads((out / "check.json").read_text())
     assert (out / "check.log").is_file()
     by = {(r["section"], r["row"]): r for r in report["rows"]}
     install = by[("install", "distributions and native extension")]
     assert install["status"] == "pass", install
-    assert install["native"].startswith(str(site)) and install["kernels"] == "cpu,cuda"
+    assert install["native"].startswith(str(site / "native")) and install["kernels"] == "cpu,cuda"
     assert {s for s, _ in by} == set(check.SECTIONS)
     for (section, row), r in by.items():
         if section in ("bandwidth", "bench") or row in ("transformers generate", "ds engine"):

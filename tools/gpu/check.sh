@@ -31,13 +31,23 @@ if [ "${DS_GPU_INSTALL:-1}" != 0 ]; then
     exit 2
   fi
   rm -rf "$SITE"
-  # One pip call: a second --target install into the same directory would skip the ds/ folder.
-  if ! "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
-      --no-cache-dir --target "$SITE" "$WHEELS"/*.whl "$ROOT/packages/ops-kernels"; then
-    echo "check.sh: the install from .whl failed" >&2
+  # Two folders, both on the path: ds is a namespace package, so its portions merge (a second
+  # --target install into one folder would skip the ds/ already there).
+  if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "$SITE/wheels" "$WHEELS"/*.whl; then
+    echo "check.sh: the install from $WHEELS failed" >&2
     exit 2
   fi
-  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="$SITE/wheels${PYTHONPATH:+:$PYTHONPATH}"
+  # ds-ops-kernels with its native extension, built here for this Python (scikit-build-core,
+  # nanobind, cmake and ninja from the image). A failed build leaves the rows that need it to
+  # report the error; the others still run.
+  if "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile \
+      --no-cache-dir --target "$SITE/native" "$ROOT/packages/ops-kernels"; then
+    export PYTHONPATH="$SITE/native:$PYTHONPATH"
+  else
+    echo "check.sh: building ds-ops-kernels (native extension) failed; see above" >&2
+  fi
   echo "check.sh: installed into $SITE in $(( $(date +%s) - START )) s"
 fi
 "$PY" - <<'PY'
