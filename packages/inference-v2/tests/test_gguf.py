@@ -121,6 +121,9 @@ def test_qwen2_keeps_its_q_k_layout_and_biases(
     q = "model.layers.0.self_attn.q_proj."
     assert torch.equal(weights[q + "bias"], ref[q + "bias"])
     assert torch.equal(weights[q + "weight"], ref[q + "weight"].half().float())
+    _, bf16 = read_gguf(files["qwen2-f16"], torch.bfloat16)
+    assert all(t.dtype == torch.bfloat16 for t in bf16.values())
+    assert torch.equal(bf16[q + "weight"], weights[q + "weight"].bfloat16())
 
 
 def test_qwen3_with_its_own_head_size_and_q_k_norms(tmp_path: Path) -> None:

@@ -270,7 +270,7 @@ def build_engine(
     if isinstance(path_or_model, (str, Path)) and is_gguf(path_or_model):
         model_config = open_gguf(path_or_model).config()
         family = family_for(model_config)
-        weights = read_gguf(path_or_model)[1]
+        weights = read_gguf(path_or_model, _DTYPES[cfg.dtype])[1]
     elif isinstance(path_or_model, (str, Path)):
         model_config = read_config(path_or_model)
         family = family_for(model_config)  # before reading weights: fail fast

@@ -226,8 +226,9 @@ class GGUFCheckpoint:
                     f"{self.architecture} model family; this GGUF variant is not supported"
                 )
 
-    def weights(self) -> dict[str, torch.Tensor]:
-        """Every tensor dequantized to float32, under its Hugging Face name and layout."""
+    def weights(self, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        """Every tensor dequantized (through float32) to ``dtype``, under its Hugging Face name
+        and layout; one tensor at a time, so a model in bfloat16 never holds float32 copies."""
         gguf = _gguf()
         self.check_tensors()
         cfg = self.config()
@@ -241,7 +242,7 @@ class GGUFCheckpoint:
             m = _LAYER_RE.fullmatch(t.name)
             if self.architecture in _PERMUTED and m is not None and m.group(2) in heads:
                 w = unpermute(w, heads[m.group(2)])
-            out[str(hf_name(t.name))] = torch.from_numpy(np.array(w, copy=True))
+            out[str(hf_name(t.name))] = torch.from_numpy(np.array(w, copy=True)).to(dtype)
         return out
 
 
@@ -268,8 +269,10 @@ def open_gguf(path: str | Path) -> GGUFCheckpoint:
     return _open_cached(p, st.st_mtime_ns, st.st_size)
 
 
-def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def read_gguf(
+    path: str | Path, dtype: torch.dtype = torch.float32
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``(config, weights)`` of a GGUF file, ready for a model family."""
     ckpt = open_gguf(path)
     config = ckpt.config()
-    return config, ckpt.weights()
+    return config, ckpt.weights(dtype)
