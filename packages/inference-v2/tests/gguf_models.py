@@ -2,7 +2,7 @@
 llama.cpp's tensor names, its Q/K row permutation for llama, a byte-level BPE tokenizer with a
 chat template, and each tensor in a chosen ggml type.
 
-K-quant types (Q4_K, Q6_K) have no quantizer in the ``gguf`` package; their tensors are random
+K-quant types (Q2_K..Q6_K) have no quantizer in the ``gguf`` package; their tensors are random
 valid blocks (sane fp16 scales), so the reference for them is the file, not the original model.
 """
 
@@ -35,6 +35,18 @@ MIXED_TYPES = {
     "ffn_down": "Q4_K",
     "output": "Q6_K",
 }
+# The other supported types (a second file).
+MORE_TYPES = {
+    "token_embd": "Q5_0",
+    "attn_q": "Q5_1",
+    "attn_k": "Q2_K",
+    "attn_v": "Q3_K",
+    "attn_output": "Q5_K",
+    "ffn_gate": "Q5_K",
+    "ffn_up": "Q3_K",
+    "ffn_down": "Q2_K",
+    "output": "Q5_0",
+}
 GGUF_TINY = dict(
     vocab_size=256 + len(MERGES) + len(SPECIALS),
     hidden_size=256,
@@ -55,7 +67,14 @@ _GGUF_NAMES = {
     "self_attn.k_norm": "attn_k_norm",
 }
 # Offsets of the fp16 scale fields inside one K-quant block.
-_K_SCALES = {"Q4_K": ((0, 2e-4), (2, 2e-4)), "Q6_K": ((208, 2e-4),)}
+_K_SCALES = {
+    "Q2_K": ((80, 2e-3), (82, 2e-3)),
+    "Q3_K": ((108, 2e-4),),
+    "Q4_K": ((0, 2e-4), (2, 2e-4)),
+    "Q5_K": ((0, 1e-4), (2, 1e-4)),
+    "Q6_K": ((208, 2e-4),),
+    "IQ4_NL": ((0, 1e-2),),  # a type ds refuses
+}
 
 
 def byte_tokens() -> list[str]:
@@ -81,7 +100,7 @@ def gguf_name(hf: str) -> str:
 
 
 def random_k_blocks(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
-    """Random valid ``kind`` (Q4_K / Q6_K) data for a [rows, cols] tensor, as the byte array the
+    """Random valid ``kind`` (a K-quant) data for a [rows, cols] tensor, as the byte array the
     writer takes."""
     import gguf
 

@@ -13,6 +13,7 @@ import torch
 from gguf_models import (
     CHATML,
     MIXED_TYPES,
+    MORE_TYPES,
     SPECIALS,
     hf_from_gguf,
     tiny_gguf_model,
@@ -40,6 +41,7 @@ def files(models: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> d
     return {
         "llama-f32": write_gguf(root / "llama-f32.gguf", models["llama"]),
         "llama-mixed": write_gguf(root / "llama-mixed.gguf", models["llama"], types=MIXED_TYPES),
+        "llama-more": write_gguf(root / "llama-more.gguf", models["llama"], types=MORE_TYPES),
         "qwen2-f16": write_gguf(
             root / "qwen2-f16.gguf",
             models["qwen2"],
@@ -76,13 +78,15 @@ def test_end_of_turn_token_also_ends_generation(models: dict[str, Any], tmp_path
 def test_every_supported_type_dequantizes_as_transformers_reads_the_file(
     files: dict[str, Path], models: dict[str, Any]
 ) -> None:
-    path = files["llama-mixed"]
-    used = {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+    used = set()
+    for path in (files["llama-mixed"], files["llama-more"]):
+        used |= {t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors}
+        _, weights = read_gguf(path)
+        theirs = hf_from_gguf(path).state_dict()
+        for name, tensor in theirs.items():
+            assert torch.equal(weights[name], tensor), (path.name, name)
     assert used == set(SUPPORTED_TYPES)
-    _, weights = read_gguf(path)
-    theirs = hf_from_gguf(path).state_dict()
-    for name, tensor in theirs.items():
-        assert torch.equal(weights[name], tensor), name
+    _, weights = read_gguf(files["llama-mixed"])
     # Types quantized from the model (not random K-quant blocks) stay close to its weights.
     ref = models["llama"].state_dict()
     bounds = {
@@ -99,7 +103,7 @@ def test_every_supported_type_dequantizes_as_transformers_reads_the_file(
                 assert err < bound, (name, float(err))
 
 
-@pytest.mark.parametrize("name", ["llama-mixed", "qwen2-f16"])
+@pytest.mark.parametrize("name", ["llama-mixed", "llama-more", "qwen2-f16"])
 def test_greedy_equals_transformers_on_the_dequantized_weights(
     name: str, files: dict[str, Path]
 ) -> None:
@@ -187,11 +191,11 @@ def _one_line(exc: pytest.ExceptionInfo[ConfigError]) -> str:
 def test_unsupported_tensor_type_names_it_and_the_supported_ones(
     models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = write_gguf(tmp_path / "q5.gguf", models["llama"], types={"ffn_up": "Q5_0"})
+    path = write_gguf(tmp_path / "iq4.gguf", models["llama"], types={"ffn_up": "IQ4_NL"})
     with pytest.raises(ConfigError) as exc:
         build_engine(path)
     text = _one_line(exc)
-    assert "Q5_0" in text and "ffn_up" in text and "supported: F32, F16, BF16" in text
+    assert "IQ4_NL" in text and "ffn_up" in text and "supported: F32, F16, BF16" in text
 
 
 def test_unsupported_architecture_names_it(tmp_path: Path) -> None:

@@ -21,7 +21,10 @@ from ds.inference.gguf_parse import GGUFContainer, GGUFFormatError
 from ds.interfaces.errors import ConfigError
 
 # Tensor types this reader dequantizes (ggml type names).
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
+SUPPORTED_TYPES = (
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+)  # fmt: skip
 # GGUF ``general.architecture`` -> Hugging Face ``model_type``.
 ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 # Architectures whose Q/K rows llama.cpp's converter permutes.
@@ -260,8 +263,8 @@ def _open_cached(path: Path, mtime_ns: int, size: int) -> GGUFCheckpoint:
 
 
 def open_gguf(path: str | Path) -> GGUFCheckpoint:
-    """The GGUF file at ``path``, parsed once per process while the file is unchanged (its
-    metadata is slow to parse and both the engine and the tokenizer read it)."""
+    """The GGUF file at ``path``, parsed once per process while the file is unchanged (the
+    engine and the tokenizer both read it)."""
     p = Path(path).resolve()
     if not p.is_file():
         raise ConfigError(f"{path} does not exist; pass a .gguf file or a model directory")
