@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
     # Must be set before the kernel is defined (it is built on first use).
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ds.inference.attention import paged_attention, select_attention
+from ds.inference.attention import cuda_runtime, paged_attention, select_attention
 from ds.inference.cli import _config, _parser
 from ds.inference.config import EngineConfig
 from ds.interfaces.errors import ConfigError
@@ -39,6 +39,17 @@ def test_selection(
     requested: str, device: str | torch.device, alibi: bool, block: int, want: str
 ) -> None:
     assert select_attention(requested, device, alibi=alibi, block_size=block) == want  # type: ignore[arg-type]
+
+
+def test_simulated_cuda_devices_keep_torch() -> None:
+    """Fake CUDA tensors (the simulation) hold no memory a kernel could read: auto is torch."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    got = select_attention("auto", "cuda:3", alibi=False, block_size=16, cuda_runtime=False)
+    assert got == "torch"
+    with FakeTensorMode():
+        assert cuda_runtime() is False
+    assert cuda_runtime() is torch.cuda.is_available()
 
 
 def test_config_default_is_auto_and_the_key_is_checked() -> None:

@@ -25,22 +25,42 @@ AttentionChoice = Literal["auto", "torch", "triton"]
 
 
 def select_attention(
-    requested: AttentionChoice, device: str | torch.device, *, alibi: bool, block_size: int
+    requested: AttentionChoice,
+    device: str | torch.device,
+    *,
+    alibi: bool,
+    block_size: int,
+    cuda_runtime: bool = True,
 ) -> Literal["torch", "triton"]:
     """The paged-attention implementation an engine runs: ``requested`` unless it is ``auto``.
 
-    ``auto`` is the Triton kernel on CUDA and PyTorch elsewhere (CPU, MPS, other devices). The
-    kernel has no ALiBi bias and walks power-of-two blocks only, so ``auto`` keeps PyTorch for
-    an ALiBi model or another block size there; an explicit ``triton`` is honoured and the
-    kernel refuses what it cannot do with a :class:`KernelError`.
+    ``auto`` is the Triton kernel on CUDA and PyTorch elsewhere (CPU, MPS, other devices).
+    ``cuda_runtime``: a CUDA runtime is there to compile the kernel for (False for CUDA devices
+    that are simulated: their tensors hold no memory a kernel could read). The kernel has no
+    ALiBi bias and walks power-of-two blocks only, so ``auto`` keeps PyTorch for an ALiBi model
+    or another block size; an explicit ``triton`` is honoured and the kernel refuses what it
+    cannot do with a :class:`KernelError`.
     """
     if requested != "auto":
         return requested
-    if torch.device(device).type != "cuda":
+    if torch.device(device).type != "cuda" or not cuda_runtime:
         return "torch"
     if alibi or block_size & (block_size - 1):
         return "torch"
     return "triton"
+
+
+def cuda_runtime() -> bool:
+    """A real CUDA runtime runs this process's CUDA tensors: CUDA is available and no fake-tensor
+    mode (the simulated devices) is active."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        from torch._guards import detect_fake_mode
+
+        return detect_fake_mode() is None
+    except ImportError:  # pragma: no cover - older torch
+        return True
 
 
 def write_kv(

@@ -287,13 +287,14 @@ def build_engine(
     # EOS of config.json and generation_config.json together: transformers' generate() stops on
     # the generation config's, which usually repeats (or extends) the model's.
     eos = _ids(model_config.get("eos_token_id")) | _ids(_generation_eos(path_or_model))
-    from ds.inference.attention import select_attention
+    from ds.inference.attention import cuda_runtime, select_attention
 
     attention = select_attention(
         cfg.attention,
         cfg.device,
         alibi=getattr(model, "alibi", None) is not None,
         block_size=cfg.kv_cache.block_size,
+        cuda_runtime=cfg.attention != "auto" or cuda_runtime(),
     )
     if attention == "triton":
         from ds.inference.triton_attention import paged_attention_triton
