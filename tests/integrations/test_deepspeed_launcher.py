@@ -119,6 +119,18 @@ def test_enable_installs_a_deepspeed_command_and_disable_removes_it(tmp_path: Pa
     assert command.exists()  # not ours: left in place
 
 
+def test_no_deepspeed_command_beside_a_real_deepspeed(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "deepspeed").mkdir(parents=True)
+    (real / "deepspeed" / "__init__.py").write_text("__version__ = '0.19.8'\n")
+    py = make_env(tmp_path / "venv", extra_site=[str(real)])
+    cmd = [str(py), "-m", "ds.launcher", "compat", "enable"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no deepspeed command written" in proc.stderr
+    assert not (tmp_path / "venv" / "bin" / "deepspeed").exists()
+
+
 def test_core_range_lists_follow_deepspeeds_rules() -> None:
     from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
     from ds.full.compat.deepspeed.utils import numa

@@ -4,8 +4,8 @@
 loads :mod:`ds.full.compat._hook` (a few microseconds, no ds or torch import) which serves
 ``import deepspeed`` and ``importlib.metadata`` for ``deepspeed`` from ds **only when no DeepSpeed is
 installed** and says so in one line when it first does. It also writes a ``deepspeed`` launcher
-command beside ``ds`` (DeepSpeed's launcher arguments, run by ``ds run``), unless a ``deepspeed``
-command that is not ds's is already there. ``disable`` deletes both. Nothing else in the
+command beside ``ds`` (DeepSpeed's launcher arguments, run by ``ds run``), unless a real DeepSpeed
+is installed or a ``deepspeed`` command that is not ds's is already there. ``disable`` deletes both. Nothing else in the
 environment changes; ``pip`` never sees a ``deepspeed`` distribution.
 """
 
@@ -79,7 +79,15 @@ def enable(site_dir: str | None = None, bin_dir: str | None = None) -> Path:
     path = pth_path(site_dir)
     path.write_text(pth_line(os.path.abspath(_hook.__file__)), encoding="utf-8")
     command = command_path(site_dir, bin_dir)
-    if command is not None and not write_command(command):
+    if command is None:
+        return path
+    if _hook.DeepSpeedApiFinder().real_deepspeed_spec() is not None:
+        # The hook stands aside for a real DeepSpeed; so does the command (its own is DeepSpeed's).
+        print(
+            "ds compat: a real DeepSpeed is installed; no deepspeed command written",
+            file=sys.stderr,
+        )
+    elif not write_command(command):
         print(
             f"ds compat: {command} is not ds's; left as it is ('ds run' takes the same arguments)",
             file=sys.stderr,
