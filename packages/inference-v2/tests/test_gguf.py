@@ -116,6 +116,30 @@ def test_greedy_equals_transformers_on_the_dequantized_weights(
     assert [r.tokens for r in got] == want
 
 
+def test_q8_0_file_keeps_its_grid_in_ds_int8_weights(
+    models: dict[str, Any], tmp_path: Path
+) -> None:
+    from ds.inference.quantize import load_provider
+
+    q8 = {k: "Q8_0" for k in MIXED_TYPES}
+    path = write_gguf(tmp_path / "q8.gguf", models["llama"], types=q8)
+    _, weights = read_gguf(path)
+    provider = load_provider("cpu")
+    w = weights["model.layers.1.mlp.down_proj.weight"]
+    # Q8_0's block of 32 with scale amax/127 is ds's int8_sym with group_size 32: no change.
+    assert torch.equal(provider.dequantize(provider.quantize(w, "int8_sym", 32), torch.float32), w)
+    ps = prompts(n=2, lo=3, hi=30, vocab=models["llama"].config.vocab_size)
+    kv = {"block_size": 16, "num_blocks": 32}
+    plain = build_engine(path, {"kv_cache": kv})
+    int8 = build_engine(
+        path, {"kv_cache": kv, "quantization": {"scheme": "int8_sym", "group_size": 32}}
+    )
+    params = SamplingParams(max_new_tokens=NEW_TOKENS)
+    assert [r.tokens for r in generate(int8, ps, params)] == [
+        r.tokens for r in generate(plain, ps, params)
+    ]
+
+
 def test_qwen2_keeps_its_q_k_layout_and_biases(
     files: dict[str, Path], models: dict[str, Any]
 ) -> None:
