@@ -38,11 +38,12 @@ if [ "$DOWNLOAD" = 1 ]; then
     -d "$DEST" -r "$DEST/carried.txt"
 fi
 WHEELS=$(du -cb "$DEST"/*.whl | tail -1 | cut -f1)
-TREE=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+TREE=$( (git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null || true) | tail -1 | cut -f1)
 TOTAL=$((WHEELS + TREE))
-printf 'prepare.sh: %d wheels, %.1f MiB; working tree %.1f MiB; together %.1f MiB of 64\n' \
-  "$(ls "$DEST"/*.whl | wc -l)" "$(echo "$WHEELS / 1048576" | bc -l)" \
-  "$(echo "$TREE / 1048576" | bc -l)" "$(echo "$TOTAL / 1048576" | bc -l)"
+awk -v n="$(ls "$DEST"/*.whl | wc -l)" -v w="$WHEELS" -v t="$TREE" -v all="$TOTAL" 'BEGIN {
+  m = 1048576
+  printf "prepare.sh: %d wheels, %.1f MiB; working tree %.1f MiB; together %.1f MiB of 64\n",
+    n, w / m, t / m, all / m }'
 if [ "$TOTAL" -gt "$LIMIT" ]; then
   echo "prepare.sh: over the 64 MiB that travel to the GPU machine" >&2
   exit 1
