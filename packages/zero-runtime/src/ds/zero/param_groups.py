@@ -1,22 +1,48 @@
 """The engine's parameter groups: the user's groups, split so each strategy group holds one kind
-of parameter.
+of parameter, with a :class:`GroupMeta` saying which.
 
-A user group splits by tensor parallelism (replicated parameters, then the tensor-parallel slices,
-marked ``ds_tp``), by pipeline tied copies an earlier stage counts (``ds_pp_replica``) and by
-expert replica group (``ds_replica``, :mod:`ds.interfaces.moe`). ``ds_origin`` names the user
-group each engine group came from (checkpoints regroup by it at another split).
+A user group splits by tensor parallelism (replicated parameters, then the tensor-parallel
+slices), by pipeline tied copies an earlier stage counts and by expert replica group
+(:mod:`ds.interfaces.moe`). Each strategy group carries its :class:`GroupMeta` under
+:data:`META_KEY`, attached here once; strategies read it with :func:`group_meta` and hand the
+optimizer :func:`hyper_params` (the group without it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from ds.interfaces.errors import ConfigError
-from ds.interfaces.moe import replica_group
+from ds.interfaces.moe import ReplicaGroup, replica_group
 from ds.interfaces.parallel import ParallelMesh, pp_replica, tp_dim
+
+#: The key of a strategy group's :class:`GroupMeta` (the one key ds adds to a torch group).
+META_KEY = "ds_meta"
+
+
+@dataclass(frozen=True)
+class GroupMeta:
+    """What the engine knows of the parameters of one strategy group."""
+
+    origin: int = 0  # the user's parameter group they came from (checkpoints regroup by it)
+    tp_sliced: bool = False  # tensor-parallel slices: the norm counts each slice once
+    pp_replica: bool = False  # tied copies an earlier pipeline stage counts in the norm
+    replica: ReplicaGroup | None = None  # experts: partitioned and reduced over these ranks
+
+
+def group_meta(group: Mapping[str, Any]) -> GroupMeta:
+    """The group's :class:`GroupMeta` (the defaults for a group the engine did not split)."""
+    meta = group.get(META_KEY)
+    return meta if isinstance(meta, GroupMeta) else GroupMeta()
+
+
+def hyper_params(group: Mapping[str, Any]) -> dict[str, Any]:
+    """The group's optimizer hyper-parameters: everything but its parameters and metadata."""
+    return {k: v for k, v in group.items() if k not in ("params", META_KEY)}
 
 
 def engine_param_groups(
@@ -25,15 +51,14 @@ def engine_param_groups(
     mesh: ParallelMesh | None,
     stage: int,
 ) -> tuple[list[dict[str, Any]], list[int]]:
-    """The split groups (without ``ds_origin``) and, per group, the user group it came from."""
-    split = _split_replicas(_split_tp(user_param_groups(model, model_parameters), mesh))
-    if stage == 3 and any("ds_replica" in g for g in split):
+    """The strategy's groups and, per group, the user group it came from."""
+    groups = _split_replicas(_split_tp(user_param_groups(model, model_parameters), mesh))
+    if stage == 3 and any(group_meta(g).replica is not None for g in groups):
         raise ConfigError(
             "zero_optimization.stage=3 with mixture-of-experts (expert parameters) is not "
             "available in ds; use stage 0, 1 or 2"
         )
-    origin = [int(g.pop("ds_origin")) for g in split]
-    return split, origin
+    return groups, [group_meta(g).origin for g in groups]
 
 
 def user_param_groups(
@@ -64,13 +89,13 @@ def regroup(objects: dict[str, Any], origin: list[int]) -> None:
 
 def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[dict[str, Any]]:
     """With tensor parallelism, each group splits in two: replicated parameters, then the
-    tensor-parallel slices (marked ``ds_tp``), so the global gradient norm can count each slice
-    once and each replicated parameter once (see ZeroStrategy.prepare_step). With pipeline
-    stages, tied copies an earlier stage counts (``ds_pp_replica``) get a group of their own."""
+    tensor-parallel slices, so the global gradient norm can count each slice once and each
+    replicated parameter once (see ZeroStrategy.prepare_step). With pipeline stages, tied
+    copies an earlier stage counts get a group of their own."""
     tp = mesh is not None and mesh.shape.tp > 1
     pp = mesh is not None and mesh.shape.pp > 1
     if not (tp or pp):
-        return [dict(g, ds_origin=i) for i, g in enumerate(groups)]
+        return [dict(g, **{META_KEY: GroupMeta(origin=i)}) for i, g in enumerate(groups)]
     out: list[dict[str, Any]] = []
     for i, g in enumerate(groups):
         for sliced in (False, True):
@@ -80,22 +105,17 @@ def _split_tp(groups: list[dict[str, Any]], mesh: ParallelMesh | None) -> list[d
                     for p in g["params"]
                     if (tp_dim(p) is not None) == sliced and (pp and pp_replica(p)) == replica
                 ]
-                if not params:
-                    continue
-                extra: dict[str, Any] = {}
-                if sliced:
-                    extra["ds_tp"] = True
-                if replica:
-                    extra["ds_pp_replica"] = True
-                out.append(dict(g, params=params, ds_origin=i, **extra))
+                if params:
+                    meta = GroupMeta(origin=i, tp_sliced=sliced, pp_replica=replica)
+                    out.append(dict(g, params=params, **{META_KEY: meta}))
     return out
 
 
 def _split_replicas(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Expert parameters (held by a replica group, :mod:`ds.interfaces.moe`) leave their group
-    for one of their own per replica group, marked ``ds_replica``: it is partitioned and reduced
-    over those ranks. Groups DeepSpeed's split_params_into_different_moe_groups_for_optimizer
-    already made pass through whole."""
+    for one of their own per replica group: it is partitioned and reduced over those ranks.
+    Groups DeepSpeed's split_params_into_different_moe_groups_for_optimizer already made pass
+    through whole."""
     out: list[dict[str, Any]] = []
     for g in groups:
         rest = [p for p in g["params"] if replica_group(p) is None]
@@ -107,5 +127,6 @@ def _split_replicas(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if rest or not by_group:
             out.append(dict(g, params=rest))
         for params in by_group.values():
-            out.append(dict(g, params=params, ds_replica=replica_group(params[0])))
+            meta = replace(group_meta(g), replica=replica_group(params[0]))
+            out.append(dict(g, params=params, **{META_KEY: meta}))
     return out

@@ -22,6 +22,7 @@ import torch
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.kernels import AdamHyper, KernelProvider
 from ds.interfaces.logging import get_logger
+from ds.zero.param_groups import hyper_params
 from ds.zero.stage3.partitioner import Stage3Partitioner
 from ds.zero.stage3.shard import shard_of
 from ds.zero.stage3.state_stream import StateStream
@@ -97,7 +98,7 @@ class Stage3Optimizer:
                         "the optimizer over engine.module.parameters()"
                     )
             master_groups.append(
-                {**group, "params": [self._master(shard_of(p)) for p in originals]}
+                {**hyper_params(group), "params": [self._master(shard_of(p)) for p in originals]}
             )
             originals_of.append(originals)
         optimizer = build(master_groups)

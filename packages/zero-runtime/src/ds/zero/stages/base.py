@@ -79,7 +79,8 @@ class StrategyContext:
     """Everything a strategy needs, handed over by the engine at construction."""
 
     module: torch.nn.Module
-    # torch-style parameter groups: [{"params": [...named in ``param_names``], "lr": ..., ...}]
+    # torch-style parameter groups: [{"params": [...named in ``param_names``], "lr": ..., ...}],
+    # each with its ds.zero.param_groups.GroupMeta (read with group_meta; hyper_params drops it)
     param_groups: list[dict[str, Any]]
     param_names: dict[int, str]  # id(param) -> qualified name in ``module``
     config: ResolvedConfig

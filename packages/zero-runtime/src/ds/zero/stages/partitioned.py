@@ -27,6 +27,7 @@ import torch
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
 from ds.interfaces.comm import GLOO_CAPABILITIES, comm_capabilities
 from ds.interfaces.errors import ConfigError
+from ds.zero.param_groups import group_meta, hyper_params
 from ds.zero.stages import sharded_io
 from ds.zero.stages.base import MemoryReport, StrategyContext, ZeroStrategy
 from ds.zero.stages.flat import FlatGroup
@@ -110,7 +111,8 @@ class PartitionedStrategy(ZeroStrategy):
         for user_group in ctx.param_groups:
             params = [p for p in user_group["params"] if p.requires_grad]
             names = [ctx.param_names[id(p)] for p in params]
-            replica = user_group.get("ds_replica")  # expert parameters: ds.interfaces.moe
+            meta = group_meta(user_group)
+            replica = meta.replica  # expert parameters: ds.interfaces.moe
             world, rank = self.world, self.rank
             if replica is not None:
                 world = replica.size if self.comm is not None else 1
@@ -128,14 +130,9 @@ class PartitionedStrategy(ZeroStrategy):
             if replica is not None:
                 group.replica_pg, group.replica_ranks = replica.group, replica.ranks
             self.groups.append(group)
-            hyper = {
-                k: v
-                for k, v in user_group.items()
-                if k not in ("params", "ds_tp", "ds_replica", "ds_pp_replica")
-            }
-            self._tp_flags.append(bool(user_group.get("ds_tp")))
-            self._pp_flags.append(bool(user_group.get("ds_pp_replica")))
-            opt_groups.append({**hyper, "params": [group.master]})
+            self._tp_flags.append(meta.tp_sliced)
+            self._pp_flags.append(meta.pp_replica)
+            opt_groups.append({**hyper_params(user_group), "params": [group.master]})
         self._optimizer = ctx.optimizer_factory(opt_groups)
         self.reducer = GradReducer(
             self.groups,
