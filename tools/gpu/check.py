@@ -200,6 +200,8 @@ def _parity(stage: int, offload: bool) -> Callable[[Ctx, float], dict[str, Any]]
         import check_parity
 
         row = check_parity.run_one(stage, offload, ctx.args.parity_steps, ctx.device)
+        if not offload:  # without offload the trained module lives on the rank's device
+            row["ok"] = row["ok"] and row["param_devices"] == [str(ctx.device)]
         return {"value": row["max_abs_diff"], "unit": "max abs diff", **row}
 
     return run

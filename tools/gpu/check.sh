@@ -72,4 +72,6 @@ timeout --signal=TERM --kill-after=10 "$(( LEFT - 5 ))" "$PY" "$ROOT/tools/gpu/c
   --budget "$BUDGET" --out "$OUTDIR/check.json" "$@"
 RC=$?
 echo "check.sh: exit $RC after $(( $(date +%s) - START )) s; report $OUTDIR/check.json"
+exec >&- 2>&-
+sleep 1  # tee writes the last lines of check.log
 exit $RC
