@@ -205,6 +205,39 @@ def test_ds_serve_finds_the_tokenizer_inside_the_gguf(files: dict[str, Path]) ->
     assert cli._tokenizer_dir(explicit) == "elsewhere"
 
 
+def test_container_parser_reads_what_gguf_reader_reads(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    from ds.inference.gguf_parse import GGUFContainer
+
+    path = tmp_path / "kinds.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_bool("t.bool", True)
+    w.add_int8("t.i8", -5)
+    w.add_uint64("t.u64", 2**40 + 3)
+    w.add_float64("t.f64", 0.1)
+    w.add_float32("t.f32", 0.1)
+    w.add_string("t.str", "héllo")
+    w.add_array("t.floats", [0.5, -1.25])
+    w.add_array("t.strs", ["a", "", "日本"])
+    w.add_tensor("x", np.arange(12, dtype=np.float32).reshape(3, 4))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for file in (path, files["llama-mixed"]):
+        ours = GGUFContainer(file)
+        ref = gguf.GGUFReader(str(file))
+        assert set(ours.metadata) == set(ref.fields) - {"GGUF.version", "GGUF.tensor_count",
+                                                        "GGUF.kv_count"}  # fmt: skip
+        for key, value in ours.metadata.items():
+            assert value == ref.fields[key].contents(), key
+        for mine, theirs in zip(ours.tensors, ref.tensors, strict=True):
+            assert (mine.name, mine.offset) == (theirs.name, theirs.data_offset)
+            data = ours.data(mine, theirs.tensor_type)
+            assert np.array_equal(data, theirs.data), mine.name
+
+
 # -- bad input --------------------------------------------------------------------------------
 def _one_line(exc: pytest.ExceptionInfo[ConfigError]) -> str:
     text = str(exc.value)
