@@ -45,6 +45,8 @@ def test_zero_precision_and_constants_are_views_of_ds_models() -> None:
     assert ZeroConfig(stage=3).overlap_comm is None  # ds's own model leaves it to the engine
     old = DeepSpeedZeroConfig(cpu_offload=True, cpu_offload_param=True)
     assert old.offload_optimizer.device == "cpu" and old.offload_param.device == "cpu"
+    nvme = DeepSpeedZeroConfig(offload_optimizer={"device": "nvme", "pipeline_read": True})
+    assert nvme.offload_optimizer.pipeline and not old.offload_optimizer.pipeline
     assert config_utils.get_config_default(DeepSpeedZeroConfig, "sub_group_size") == 10**9
     fp16 = precision_config.get_float16_config({"fp16": {"enabled": True, "loss_scale": 0}})
     assert fp16.enabled and fp16.initial_scale_power == 16

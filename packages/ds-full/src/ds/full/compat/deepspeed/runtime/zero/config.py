@@ -12,8 +12,14 @@ from pydantic import model_validator
 
 from ds.zero.config.sections import OffloadOptimizerConfig, OffloadParamConfig, ZeroConfig
 
-DeepSpeedZeroOffloadOptimizerConfig = OffloadOptimizerConfig
 DeepSpeedZeroOffloadParamConfig = OffloadParamConfig
+
+
+class DeepSpeedZeroOffloadOptimizerConfig(OffloadOptimizerConfig):
+    @property
+    def pipeline(self) -> bool:
+        """Whether NVMe offload overlaps reads or writes with the step (DeepSpeed's flag)."""
+        return bool(self.pipeline_read or self.pipeline_write)
 
 
 class DeepSpeedZeroConfig(ZeroConfig):
@@ -27,6 +33,9 @@ class DeepSpeedZeroConfig(ZeroConfig):
         pin = bool(self.cpu_offload_use_pin_memory)
         if self.cpu_offload and self.offload_optimizer is None:
             put("offload_optimizer", OffloadOptimizerConfig(device="cpu", pin_memory=pin))
+        if self.offload_optimizer is not None:
+            fields = self.offload_optimizer.model_dump(exclude_unset=True)
+            put("offload_optimizer", DeepSpeedZeroOffloadOptimizerConfig(**fields))
         if self.cpu_offload_param and self.offload_param is None:
             put("offload_param", OffloadParamConfig(device="cpu", pin_memory=pin))
         return self
