@@ -137,6 +137,22 @@ def test_a_row_that_raises_or_overruns_ends_alone() -> None:
     ]
 
 
+def test_bench_goal_is_fsdp2_speed_and_half_the_peak() -> None:
+    v = check.bench_verdict
+    assert v("torch FSDP2", {"value": 100.0, "mfu": 0.3}, None)["ok"] is True
+    assert v("ds ZeRO-2", {"value": 110.0, "mfu": 0.55}, 100.0) == {
+        "value": 110.0, "mfu": 0.55, "vs_fsdp2": 1.1, "ok": True}  # fmt: skip
+    assert v("ds ZeRO-3", {"value": 99.0, "mfu": 0.6}, 100.0)["ok"] is False  # slower
+    assert v("ds ZeRO-3", {"value": 120.0, "mfu": 0.45}, 100.0)["ok"] is False  # MFU short
+    assert v("ds ZeRO-2", {"value": 120.0, "mfu": None}, 100.0)["ok"] is False  # no peak known
+    assert v("ds ZeRO-2", {"value": 120.0, "mfu": 0.6}, None)["ok"] is None  # FSDP2 failed
+    ctx = _ctx()
+    row = check.run_row(
+        check.Row("bench", "x", 10, lambda c, d: {"value": 1.0, "ok": None}), ctx, 99
+    )
+    assert row["status"] == "skipped" and "reference" in row["reason"]
+
+
 def test_what_travels_covers_every_need_the_image_lacks() -> None:
     import carry
 
