@@ -205,6 +205,26 @@ def test_ds_serve_finds_the_tokenizer_inside_the_gguf(files: dict[str, Path]) ->
     assert cli._tokenizer_dir(explicit) == "elsewhere"
 
 
+def _bare_gguf(path: Path, arch: str) -> Path:
+    """A GGUF of architecture ``arch`` with one tensor and no other metadata."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_gguf_without_tokenizer_serves_token_ids(tmp_path: Path) -> None:
+    from ds.inference import cli
+    from ds.inference.tokenizer import TextCodec
+
+    path = _bare_gguf(tmp_path / "bare.gguf", "llama")
+    directory = cli._tokenizer_dir(cli._parser().parse_args([str(path)]))
+    assert directory is None and not TextCodec.from_dir(directory).available
+
+
 def test_container_parser_reads_what_gguf_reader_reads(
     files: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -256,14 +276,7 @@ def test_unsupported_tensor_type_names_it_and_the_supported_ones(
 
 
 def test_unsupported_architecture_names_it(tmp_path: Path) -> None:
-    path = tmp_path / "gpt2.gguf"
-    w = gguf.GGUFWriter(str(path), "gpt2")
-    w.add_block_count(1)
-    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = _bare_gguf(tmp_path / "gpt2.gguf", "gpt2")
     with pytest.raises(ConfigError) as exc:
         build_engine(path)
     assert "'gpt2' is not supported; supported: llama, qwen2, qwen3" in _one_line(exc)

@@ -134,7 +134,7 @@ def _config(args: argparse.Namespace) -> dict[str, object]:
     return cfg
 
 
-def _tokenizer_dir(args: argparse.Namespace) -> str | Path:
+def _tokenizer_dir(args: argparse.Namespace) -> str | Path | None:
     """--tokenizer, else the model directory, else the tokenizer a GGUF file carries."""
     if args.tokenizer:
         return str(args.tokenizer)

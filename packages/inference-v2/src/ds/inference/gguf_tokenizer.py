@@ -102,8 +102,13 @@ def write_tokenizer_dir(ckpt: GGUFCheckpoint, directory: str | Path) -> Path:
     return root
 
 
-def tokenizer_dir(path: str | Path) -> Path:
-    """A temporary tokenizer directory for the GGUF file at ``path`` (removed at exit)."""
+def tokenizer_dir(path: str | Path) -> Path | None:
+    """A temporary tokenizer directory for the GGUF file at ``path`` (removed at exit), or None
+    when the file carries no tokenizer (then prompts must be token ids, as for a model
+    directory without tokenizer.json)."""
+    ckpt = open_gguf(path)
+    if not ckpt.metadata("tokenizer.ggml.tokens"):
+        return None
     root = Path(tempfile.mkdtemp(prefix="ds-gguf-tokenizer-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
-    return write_tokenizer_dir(open_gguf(path), root)
+    return write_tokenizer_dir(ckpt, root)
