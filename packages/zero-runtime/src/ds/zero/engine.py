@@ -252,8 +252,8 @@ class ZeroEngine(EngineAccessors):
         """More StepMetrics fields for this step (the pipeline engine adds its own)."""
         return {}
 
-    def _stage_loss(self) -> None:
-        self.telemetry.stage_loss()
+    def _stage_loss(self) -> None:  # the two halves of the loss's read-back, for callers that
+        self.telemetry.stage_loss()  # drive them apart (see StepTelemetry)
 
     def _take_loss(self) -> float | None:
         return self.telemetry.take_loss()
