@@ -134,3 +134,41 @@ def test_ds_serve_gguf_answers_the_openai_client(server: Any) -> None:
     )
     streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert streamed == answer
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather of a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+@pytest.mark.multiprocess
+def test_ds_serve_gguf_calls_a_named_tool_with_schema_arguments(server: Any) -> None:
+    import json
+
+    from serve_harness import MODEL
+
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    reply = server.client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice=named, max_tokens=40,
+        temperature=0,
+    )  # fmt: skip
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    plain = server.client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], tool_choice="none", max_tokens=12,
+        temperature=0,
+    )  # fmt: skip
+    assert plain.choices[0].message.tool_calls is None and plain.choices[0].message.content
