@@ -81,3 +81,24 @@ def _end_process_groups_a_test_started():
         import torch.distributed as dist
 
         dist.destroy_process_group()
+
+
+@pytest.fixture(autouse=True)
+def _restore_library_logging():
+    """A test that runs a CLI in-process (``cli.main([...])``) configures logging for the whole
+    process, as a CLI should; the tests after it, in whatever order the workers run them, must
+    find the library's default again: the ``ds`` logger silent and structlog unconfigured."""
+    import logging
+    import sys
+
+    ds_logger = logging.getLogger("ds")
+    saved = (list(ds_logger.handlers), ds_logger.level, ds_logger.propagate)
+    structlog = sys.modules.get("structlog")
+    was_configured = bool(structlog is not None and structlog.is_configured())
+    yield
+    ds_logger.handlers[:] = saved[0]
+    ds_logger.setLevel(saved[1])
+    ds_logger.propagate = saved[2]
+    structlog = sys.modules.get("structlog")
+    if structlog is not None and not was_configured and structlog.is_configured():
+        structlog.reset_defaults()
