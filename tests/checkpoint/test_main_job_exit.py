@@ -50,8 +50,8 @@ def test_ending_with_collectives_in_flight_exits_cleanly(ending: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_main_job_exits_0_ten_times_in_a_row(tmp_path: Path) -> None:
-    for i in range(10):
+def test_main_job_exits_0_four_times_in_a_row(tmp_path: Path) -> None:
+    for i in range(4):
         out = tmp_path / f"run{i}"
         proc = _run(
             [

@@ -74,13 +74,14 @@ def test_bad_search_spaces_are_one_line() -> None:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_autotune_picks_the_fastest_point_it_timed(tmp_path: Path) -> None:
-    proc = _autotune(tmp_path, "--stages", "0,2", "--micro", "2,4", "--offload", "none",
+    # Two points (one per stage) make a choice; each more point is one more 2-rank trial.
+    proc = _autotune(tmp_path, "--stages", "0,2", "--micro", "2", "--offload", "none",
                      "--model", "MODEL", "--seq-len", "32", "--memory-limit", "64GiB")  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     rows = json.loads((tmp_path / "out" / "results.json").read_text())
     timed = [r for r in rows if r["status"] == "timed"]
-    assert len(timed) == 4, out[-4000:]
+    assert len(timed) == 2, out[-4000:]
     assert all(r["estimate_bytes"] > 0 for r in rows)  # each point estimated before its trial
     best = max(timed, key=lambda r: r["samples_per_s"])
     assert rows[0] == best and rows[0]["why"] == "best measured samples/s"
