@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from world import free_port
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -22,12 +22,6 @@ class RankResult:
     returncode: int | None  # None: killed at the deadline
     stdout: str
     stderr: str
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _base_env() -> dict[str, str]:

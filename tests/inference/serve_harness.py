@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,18 +13,13 @@ from typing import Any
 
 import pytest
 from serve_model import serve_command
+from world import free_port
 
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
 KEY = "sk-ds-test"
 MODEL = "tiny-serve"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

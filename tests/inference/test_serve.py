@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from world import free_port
 
 VOCAB = 512
 
@@ -49,12 +49,6 @@ def _tiny_model_dir(root: Path) -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve_command() -> list[str]:
     ds = shutil.which("ds", path=str(Path(sys.executable).parent))
     if ds:
@@ -72,7 +66,7 @@ def test_streaming_requests_equal_offline_generation(tmp_path: Path) -> None:
     from ds.inference.tokenizer import TextCodec
 
     model_dir = _tiny_model_dir(tmp_path)
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             *_serve_command(),
