@@ -33,9 +33,9 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# The files that take longest (measured with --durations on 2 cores), started first: the xdist
-# workers take whole files in collection order, and a long file started last runs alone while
-# the other worker idles.
+# The files that take longest (measured with --durations on 2 cores) are collected first. A
+# serial run and `--no-loadscope-reorder` start them first; xdist's default order (files with the
+# most tests first) still starts the one-test isolation file last, where it runs alone.
 _LONGEST_FIRST = (
     "tests/isolation/test_isolation.py",
     "tests/parallel/test_initialize_mesh.py",
