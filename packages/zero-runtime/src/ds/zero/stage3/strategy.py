@@ -10,6 +10,7 @@ import torch
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
 from ds.interfaces.parallel import tp_dim
 from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.nvme_room import check_room, ranks_per_node, stage3_needs
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.partitioner import Stage3Limits, Stage3Partitioner
 from ds.zero.stage3.shard import is_partitioned, partition_param, shard_of
@@ -61,6 +62,19 @@ def _pin(ctx: StrategyContext, zero: Any) -> Any:
     if op is None or not op.pin_memory or acc is None or not acc.capabilities().has_pinned_memory:
         return None
     return acc.pin_memory
+
+
+def check_nvme_room(
+    module: torch.nn.Module, zero: Any, groups: list[dict[str, Any]], threshold: int
+) -> None:
+    """Refuse, naming the bytes, an NVMe offload whose paths lack room for the swap files."""
+    if "nvme" not in (zero.offload_param_device, zero.offload_optimizer_device):
+        return
+    params = [shard_of(p) for p in {id(p): p for p in module.parameters()}.values()]
+    # A parameter the engine does not manage is the optimizer's own error, raised later.
+    trained = {id(p): p for g in groups for p in g["params"] if is_partitioned(p)}
+    needs = stage3_needs(zero, params, [shard_of(p) for p in trained.values()], threshold)
+    check_room(needs, ranks_per_node())
 
 
 def place_shard(
@@ -128,6 +142,8 @@ class Stage3Strategy(ZeroStrategy):
                 )
             if pin is not None and zero.offload_param_device == "cpu":
                 shard_of(p).shard = pin(shard_of(p).shard)
+        # Room for the NVMe swap files, before the first byte of them is written.
+        check_nvme_room(module, zero, ctx.param_groups, self.limits.param_persistence_threshold)
         aio = aio_from(cfg.raw.aio)
         swapper = None
         if zero.offload_param_device == "nvme":
