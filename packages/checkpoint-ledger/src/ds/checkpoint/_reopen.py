@@ -44,8 +44,12 @@ class Reopened:
     uncovered: int  # unsigned ledger: records no head covers (reported, not refused)
 
 
-def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any) -> Reopened:
-    """Refuse (raise) unless the writer holding ``key`` may continue ``path`` as scanned in ``s``."""
+def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any, vouched: int = 0) -> Reopened:
+    """Refuse (raise) unless the writer holding ``key`` may continue ``path`` as scanned in ``s``.
+
+    ``vouched``: how many leading heads the writer's sealed state (``_resume``) vouches for,
+    together with the records below them; ``s`` then resumed from that state.
+    """
     mine = signing.public_hex(key) if key is not None else None
     seals, sealed = _seal.read(path, signing.seal_key(key)) if key is not None else ([], False)
 
@@ -83,7 +87,7 @@ def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any) -> Reopened
             f"run's own, its heads were re-signed: {recover_hint(path)}"
         )
     sealed_heads = _sealed_heads(path, seals, brk)
-    for k, h in enumerate(heads):  # a head in the sealed prefix is the writer's: roots only
+    for k, h in enumerate(heads[vouched:], vouched):  # in the sealed prefix: roots only
         _check_head(h, chain.key_at(h.size) if k >= sealed_heads else None, s, brk)
     covered = max(h.size for h in signed) if signed else 0
     if seals and max(e.head for e in seals) > covered:
@@ -93,7 +97,7 @@ def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any) -> Reopened
         )
     adopt = False
     if s.records > covered:
-        last = s.tree.leaves[-1].hex()
+        last = s.last_leaf.hex() if s.last_leaf is not None else ""
         if not any(e.index == s.records - 1 and e.leaf == last for e in seals):
             why = "no writer's seal" if not sealed else "not sealed by this writer"
             raise brk(

@@ -102,6 +102,14 @@ class SealWriter:
             pass
         self._heads_hex = self._heads_sha.hexdigest()
 
+    @property
+    def heads_len(self) -> int:
+        return self._heads_len
+
+    @property
+    def heads_sha(self) -> str:
+        return self._heads_hex
+
     def rekey(self, key: bytes) -> None:
         self._key = key
 

@@ -1,10 +1,10 @@
 """``ds ledger recover``: after the writer refused a ledger, keep it as evidence and start a new
 signed segment whose first record describes the break.
 
-The refused files (``<ledger>``, ``.heads``, ``.seal``) are renamed to ``<ledger>.broken-<n>``
-(``.heads``/``.seal`` alike), untouched, and a new ledger at the same path begins with a
-``ledger_break`` record: the evidence file's name, size and SHA-256, how many of its records a
-signed head covered, its last signed head and the writer's refusal. The new segment is signed by
+The refused files (``<ledger>``, ``.heads``, ``.seal``, ``.state``) are renamed to
+``<ledger>.broken-<n>`` (``.heads``/``.seal``/``.state`` alike), untouched, and a new ledger at
+the same path begins with a ``ledger_break`` record: the evidence file's name, size and SHA-256,
+how many of its records a signed head covered, its last signed head and the writer's refusal. The new segment is signed by
 the run's key (a keyed ledger is never continued unsigned), so nothing in it vouches for the old
 file; the old file's checkpoints are verified against the evidence file.
 """
@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-from ds.checkpoint import _seal, signing
+from ds.checkpoint import _resume, _seal, signing
 from ds.checkpoint._lockfile import WriterLock
 from ds.checkpoint._reopen import LedgerBreakError
 from ds.checkpoint._verify import heads_path, read_heads, scan
@@ -55,6 +55,7 @@ def recover(path: str, signing_key: Any = None) -> str | None:
         for src, dst in (
             (heads_path(path), heads_path(evidence)),
             (_seal.seal_path(path), _seal.seal_path(evidence)),
+            (_resume.state_path(path), _resume.state_path(evidence)),
             (path, evidence),
         ):
             if os.path.exists(src):

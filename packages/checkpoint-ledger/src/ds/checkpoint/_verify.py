@@ -14,6 +14,7 @@ are then signed by the new key. A pinned key (``public_key``) is the ledger's fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -45,36 +46,59 @@ class LedgerScan:
         self.rotations: list[tuple[int, dict[str, Any]]] = []  # (index, payload)
         self.exists = True
         self.roots: dict[int, str] = {}  # Merkle root (hex) at each size scan() was asked for
+        self.last_leaf: bytes | None = None  # leaf hash of the last good record
+        self.sha: Any = None  # SHA-256 (hashlib object) of the good prefix, when asked for
 
 
-def scan(path: str, keep_kinds: bool = False, roots_at: set[int] | None = None) -> LedgerScan:
+def scan(
+    path: str, keep_kinds: bool = False, roots_at: set[int] | None = None, digest: bool = False
+) -> LedgerScan:
     """Verify the chain of ``path`` record by record and rebuild its Merkle tree.
 
     ``roots_at``: sizes (those of tree heads) whose roots are taken as the tree passes them, in
-    O(log n) each, so checking every head costs nothing beyond the scan itself.
+    O(log n) each, so checking every head costs nothing beyond the scan itself. ``digest``: also
+    keep a SHA-256 of the good prefix (``LedgerScan.sha``) from the same bytes that were checked.
     """
     out = LedgerScan()
-    want = roots_at or set()
-    if 0 in want:
+    if roots_at and 0 in roots_at:
         out.roots[0] = merkle.EMPTY_ROOT.hex()
+    if digest:
+        out.sha = hashlib.sha256()
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         out.exists = False
         return out
+    scan_bytes(out, data, keep_kinds, roots_at)
+    if digest:
+        out.sha.update(memoryview(data)[: out.good_bytes])
+    return out
+
+
+def scan_bytes(
+    out: LedgerScan, data: bytes, keep_kinds: bool = False, roots_at: set[int] | None = None
+) -> None:
+    """Continue ``out`` (a scan up to record ``out.records``, byte ``out.good_bytes``) over
+    ``data``, the file's bytes from ``out.good_bytes`` on."""
+    want = roots_at or set()
+    if out.records in want:
+        out.roots[out.records] = out.tree.root().hex()
     lines = data.split(b"\n")
     tail = lines.pop()  # after the last newline: b"" for a cleanly ended file
-    pos = 0
-    for index, line in enumerate(lines):
+    pos = out.good_bytes
+    for line in lines:
+        index = out.records
         h, problem, rec = _records.check(line, index, out.last_hash)
         if problem is not None:
             out.first_bad_index = index
             out.reason = f"record {index}: {problem}"
-            return out
+            return
         assert h is not None
-        out.tree.append(line)
+        leaf = merkle.leaf_hash(line)
+        out.tree.append_leaf_hash(leaf)
         out.last_hash = h
+        out.last_leaf = leaf
         out.records += 1
         pos += len(line) + 1
         out.good_bytes = pos
@@ -87,24 +111,30 @@ def scan(path: str, keep_kinds: bool = False, roots_at: set[int] | None = None) 
             out.rotations.append((index, rec["payload"]))
     if tail:
         out.torn_tail = tail
-        out.first_bad_index = len(lines)
+        out.first_bad_index = out.records
         out.reason = (
-            f"record {len(lines)}: torn last line ({len(tail)} bytes without a newline; "
+            f"record {out.records}: torn last line ({len(tail)} bytes without a newline; "
             "a crash interrupted its append)"
         )
-    return out
 
 
 def read_heads(path: str) -> list[TreeHead]:
-    heads: list[TreeHead] = []
     try:
-        with open(heads_path(path), encoding="utf-8") as f:
-            for n, line in enumerate(f):
-                if not line.endswith("\n"):
-                    break  # torn head append: the previous heads still stand
-                heads.append(parse_head(line, f"{heads_path(path)} line {n + 1}"))
+        with open(heads_path(path), "rb") as f:
+            return parse_heads(f.read(), heads_path(path))
     except FileNotFoundError:
-        pass
+        return []
+
+
+def parse_heads(data: bytes, where: str) -> list[TreeHead]:
+    """The heads of a ``.heads`` file's bytes (``where`` names it in errors)."""
+    heads: list[TreeHead] = []
+    for n, line in enumerate(data.split(b"\n")[:-1]):  # a torn last append: the rest stand
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise LedgerError(f"{where} line {n + 1} is not a tree head: {exc}") from exc
+        heads.append(parse_head(text, f"{where} line {n + 1}"))
     return heads
 
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ds.checkpoint import _records, _reopen, _seal, merkle, signing
+from ds.checkpoint import _records, _reopen, _resume, _seal, merkle, signing
 from ds.checkpoint._fsutil import atomic_write_bytes
 from ds.checkpoint._lockfile import WriterLock
 from ds.checkpoint._reopen import LedgerBreakError
@@ -89,6 +89,8 @@ class RunLedger:
         self._fd: int | None = None
         self._writer_lock: WriterLock | None = None
         self._seal: _seal.SealWriter | None = None
+        self._sha: Any = None  # keyed: SHA-256 of the file as written, for the sealed state
+        self._rotations: list[list[Any]] = []
         self._head_size = 0  # size of the last head this writer signed
         self._broken: str | None = None
         self._head_sink: str | None = None
@@ -143,11 +145,17 @@ class RunLedger:
             raise
 
     def _open_locked(self, recover: bool) -> None:
+        mac_key = signing.seal_key(self._key) if self._key is not None else None
         try:
-            heads = read_heads(self.path)
+            # Keyed: resume from the sealed state (the records it covers are not re-read).
+            fast = _resume.open_scan(self.path, mac_key) if mac_key is not None else None
+            heads = read_heads(self.path) if fast is None else fast[1]
         except LedgerError as exc:  # a .heads line that is not a head: altered evidence
             raise LedgerBreakError(f"{exc}; {_reopen.recover_hint(self.path)}") from exc
-        s = scan(self.path, roots_at={h.size for h in heads})
+        if fast is None:
+            s = scan(self.path, roots_at={h.size for h in heads}, digest=mac_key is not None)
+        else:
+            s = fast[0]
         torn: bytes | None = None
         if s.reason is not None:
             if s.torn_tail is None or not recover:
@@ -160,7 +168,8 @@ class RunLedger:
                 err = LedgerError if s.torn_tail is not None else _reopen.LedgerBreakError
                 raise err(f"cannot append to ledger {self.path}: {s.reason}; {hint}")
             torn = s.torn_tail
-        state = _reopen.check(self.path, s, heads, self._key)  # before anything is changed
+        vouched = fast[2] if fast is not None else 0
+        state = _reopen.check(self.path, s, heads, self._key, vouched)  # before any change
         if torn is not None:
             aside = f"{self.path}.torn-{s.good_bytes}"
             with open(aside, "wb") as f:
@@ -181,6 +190,8 @@ class RunLedger:
         if self._key is not None:
             self._seal = _seal.SealWriter(self.path, signing.seal_key(self._key), state.seal)
         self._tree = s.tree
+        self._sha = s.sha
+        self._rotations = [[i, p] for i, p in s.rotations]
         self._prev = s.last_hash
         self._size = s.good_bytes
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -238,6 +249,8 @@ class RunLedger:
                 "nothing of it was kept"
             ) from exc
         self._size += len(data)
+        if self._sha is not None:
+            self._sha.update(data)
         self._tree.append_leaf_hash(leaf)
         self._prev = h
         return index
@@ -286,6 +299,7 @@ class RunLedger:
                 "signature": signing.sign_rotation(self._key, index, new_public),
             }
             self._append_locked(ROTATION_KIND, payload, self._rank)
+            self._rotations.append([index, payload])
             self._key = new
             if self._seal is not None:
                 self._seal.rekey(signing.seal_key(new))
@@ -323,8 +337,9 @@ class RunLedger:
                 os.fsync(f.fileno())  # heads are rare and are the evidence against truncation
             self._head_size = size
             if self._seal is not None and head.signature is not None:
-                last = self._tree.leaves[-1].hex() if size else ""
-                self._seal.head_written(text.encode(), size - 1, last, size)
+                leaf = self._tree.last_leaf()
+                self._seal.head_written(text.encode(), size - 1, leaf.hex() if leaf else "", size)
+                self._write_state()
             sink = self._head_sink
         if sink is not None:
             try:
@@ -332,6 +347,23 @@ class RunLedger:
             except OSError as exc:  # the checkpoint was deleted or moved: the head still stands
                 log.warning("could not copy the ledger head", path=sink, error=str(exc))
         return head
+
+    def _write_state(self) -> None:
+        """Seal where the next reopen may resume (``_resume``); under the lock, after a head."""
+        assert self._seal is not None and self._key is not None
+        st = _resume.capture(
+            self._tree,
+            self._prev,
+            self._size,
+            self._sha,
+            rotations=self._rotations,
+            heads_len=self._seal.heads_len,
+            heads_sha=self._seal.heads_sha,
+        )
+        try:
+            _resume.write(self.path, signing.seal_key(self._key), st)
+        except OSError as exc:  # only the next reopen's speed depends on it
+            log.warning("could not write the ledger state", path=self.path, error=str(exc))
 
     def prove_inclusion(self, index: int, tree_size: int | None = None) -> list[str]:
         if self._client is not None:

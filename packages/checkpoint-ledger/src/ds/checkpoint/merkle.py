@@ -41,6 +41,9 @@ class MerkleTree:
 
     def append_leaf_hash(self, h: bytes) -> None:
         self.leaves.append(h)
+        self._push(h)
+
+    def _push(self, h: bytes) -> None:
         size, node = 1, h
         while self._stack and self._stack[-1][0] == size:
             left_size, left = self._stack.pop()
@@ -51,8 +54,15 @@ class MerkleTree:
     def append(self, data: bytes) -> None:
         self.append_leaf_hash(leaf_hash(data))
 
+    def last_leaf(self) -> bytes | None:
+        return self.leaves[-1] if self.leaves else None
+
+    def frontier(self) -> list[tuple[int, bytes]]:
+        """(size, root) of the perfect subtrees the tree is made of, largest first."""
+        return list(self._stack)
+
     def root(self, size: int | None = None) -> bytes:
-        if size is None or size == len(self.leaves):
+        if size is None or size == len(self):
             if not self._stack:
                 return EMPTY_ROOT
             node = self._stack[-1][1]
@@ -63,8 +73,8 @@ class MerkleTree:
         return self._mth(0, size)
 
     def _check_size(self, size: int) -> None:
-        if size < 0 or size > len(self.leaves):
-            raise ValueError(f"tree size {size} outside [0, {len(self.leaves)}]")
+        if size < 0 or size > len(self):
+            raise ValueError(f"tree size {size} outside [0, {len(self)}]")
 
     def _mth(self, lo: int, hi: int) -> bytes:
         n = hi - lo
