@@ -10,11 +10,15 @@ it in the same run, interleaved round by round with the current one, so the two 
 under the same machine load.
 
 ``reopen``: a writer opening an existing signed ledger (one head per 1000 records, as a run with
-frequent checkpoints has), before and after the writer verified the file against its heads and
-seal on reopen (``--reopen-baseline``, default: the ledger before that check), side by side. The
-difference is what the reopen verification costs; it is reported per million records.
+frequent checkpoints has), reported per million records: as it is (resumed from the writer's
+sealed state: one SHA-256 pass over the file, no record parsed), the same writer with the state
+moved aside (the full check: every record parsed, re-encoded and hashed), and the ledger before
+the writer verified anything on reopen (``--reopen-baseline``), interleaved round by round;
+``--reopen-sizes 100000,1000000`` measures several sizes, ``--full-rounds`` caps the rounds of
+the two slow ones.
 
     .venv/bin/python tools/bench/ledger.py [--events 50000] [--baseline REV] [--reopen-baseline REV]
+        [--only-reopen] [--reopen-sizes N,...] [--full-rounds K]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -85,49 +90,58 @@ def _plain_chain(path: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def _reopen_case(bench: Bench, d: str, n: int, rounds: int, rev: str) -> None:
-    from ds.checkpoint import signing
+def _reopen_case(bench: Bench, d: str, n: int, rounds: int, rev: str, full_rounds: int) -> None:
+    from ds.checkpoint import _reopen, _resume, signing
 
     key = signing.generate_key_hex()
-    path = os.path.join(d, "reopen.jsonl")
+    path = os.path.join(d, f"reopen{n}.jsonl")
     with RunLedger(path, signing_key=key) as led:
         for i in range(n):
             led.record_training_event("step", _payload(i))
             if i % 1000 == 999:
                 led.tree_head()
-    impls = {"ds": RunLedger, f"ds before ({rev[:7]})": None}
-    impls[f"ds before ({rev[:7]})"] = _baseline_module(rev).RunLedger
+    state = _resume.state_path(path)
+
+    def full_check(p: str, **kw: object) -> RunLedger:  # the reopen without its sealed state
+        os.replace(state, state + ".aside")
+        try:
+            return RunLedger(p, **kw)  # type: ignore[arg-type]
+        finally:
+            os.replace(state + ".aside", state)
+
+    before = f"ds before ({rev[:7]})"
+    impls = {"ds": RunLedger, "ds: full check (no sealed state)": full_check}
+    base = _baseline_module(rev)
+    impls[before] = getattr(base, "RunLedger", None) or base.TechnicalDueDiligenceLedger
     times: dict[str, list[float]] = {k: [] for k in impls}
-    for _ in range(rounds):
+    for r in range(max(rounds, full_rounds)):
         for name, cls in impls.items():
+            if name != "ds" and r >= full_rounds:
+                continue
             t0 = time.perf_counter()
             led = cls(path, signing_key=key)
             times[name].append(time.perf_counter() - t0)
             led.close_local()
-    # The verification alone, without the chain scan both versions do: reading the heads, their
-    # roots taken during the scan (O(log n) each), signatures, key chain, seal.
-    from ds.checkpoint import _reopen
-    from ds.checkpoint._verify import read_heads, scan
-
-    heads = read_heads(path)
-    s = scan(path, roots_at={h.size for h in heads})
+    # The verification alone: the sealed state's digest over the file prefix, the heads, the
+    # records after the state (none here: the last head sealed them all), the reopen check.
+    mac = signing.seal_key(signing.load_private_key(key))
     check: list[float] = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        hs = read_heads(path)
-        for _h in hs:  # what roots_at adds to the scan: one O(log n) root per head
-            s.tree.root()
-        _reopen.check(path, s, hs, signing.load_private_key(key))
+        got = _resume.open_scan(path, mac)
+        assert got is not None
+        _reopen.check(path, got[0], got[1], signing.load_private_key(key), got[2])
         check.append(time.perf_counter() - t0)
     times["ds: verification alone"] = check
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     for name, ts in times.items():
         bench.add(name, f"reopen {n} signed records", ts, s_per_million=med[name] * 1e6 / n)
-    now, before = med["ds"], med[f"ds before ({rev[:7]})"]
-    alone = med["ds: verification alone"]
     print(
-        f"reopen: verification alone {alone * 1e6 / n:.3f} s per million records; whole reopen "
-        f"now - before {(now - before) * 1e6 / n:.3f} s per million (noise included)"
+        f"reopen {n}: {med['ds'] * 1e6 / n:.3f} s per million records (verification alone "
+        f"{med['ds: verification alone'] * 1e6 / n:.3f}); full check "
+        f"{med['ds: full check (no sealed state)'] * 1e6 / n:.1f}, before "
+        f"{med[before] * 1e6 / n:.1f}; {os.path.getsize(path) / n:.0f} bytes per record; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
 
 
@@ -138,13 +152,27 @@ def main() -> None:
     ap.add_argument("--baseline", default=BASELINE, help="git revision of the 'before' ledger")
     ap.add_argument("--reopen-baseline", default=REOPEN_BASELINE, help="'before' for reopen")
     ap.add_argument("--only-reopen", action="store_true", help="measure the reopen case alone")
+    ap.add_argument(
+        "--reopen-sizes",
+        default="",
+        help="comma-separated ledger sizes for reopen (default: --events)",
+    )
+    ap.add_argument(
+        "--full-rounds",
+        type=int,
+        default=0,
+        help="rounds of the full-scan reopens (default --rounds)",
+    )
     args = ap.parse_args()
     n = args.events
+    sizes = [int(x) for x in args.reopen_sizes.split(",") if x] or [n]
+    full_rounds = args.full_rounds or args.rounds
     if args.only_reopen:
         bench = Bench("ledger_reopen", unit="s")
-        _reopen_case(
-            bench, tempfile.mkdtemp(prefix="ds-ledger-bench-"), n, args.rounds, args.reopen_baseline
-        )
+        for size in sizes:
+            d = tempfile.mkdtemp(prefix="ds-ledger-bench-")
+            _reopen_case(bench, d, size, args.rounds, args.reopen_baseline, full_rounds)
+            shutil.rmtree(d)
         bench.report()
         return
     base = _baseline_module(args.baseline)
@@ -180,7 +208,8 @@ def main() -> None:
             tf,
             events_per_s=nf / sorted(tf)[1],
         )
-    _reopen_case(bench, d, n, args.rounds, args.reopen_baseline)
+    for size in sizes:
+        _reopen_case(bench, d, size, args.rounds, args.reopen_baseline, full_rounds)
     bench.report()
 
 
