@@ -12,6 +12,7 @@ import torch
 
 from ds.autotune import deepspeed_estimate, estimate, model_state_bytes
 from ds.autotune.model_spec import from_hf_config
+from ds.full import initialize  # the engine measured: ds-full hands it to `ds estimate`
 from ds.interfaces.errors import ConfigError
 
 # Every matrix above stage 3's default persistence threshold (1e5 elements), so it partitions.
@@ -56,7 +57,14 @@ def test_simulated_states_follow_the_stages(spec) -> None:  # type: ignore[no-un
     psi = spec.params
     rows = {
         (r.stage, r.offload): r
-        for r in estimate(spec, 8, stages=(0, 1, 2, 3), offloads=("none", "cpu"), ranks=(0,))
+        for r in estimate(
+            spec,
+            8,
+            initialize=initialize,
+            stages=(0, 1, 2, 3),
+            offloads=("none", "cpu"),
+            ranks=(0,),
+        )
     }
     # ZeRO-2 with the optimizer on the host keeps the bf16 parameters on the device, no more:
     # DeepSpeed's estimator says the same.
@@ -79,10 +87,12 @@ def test_simulated_states_follow_the_stages(spec) -> None:  # type: ignore[no-un
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_stage3_shrinks_with_the_world(spec) -> None:  # type: ignore[no-untyped-def]
-    at = {
-        w: estimate(spec, w, stages=(3,), offloads=("none",), ranks=(0,))[0].device_states
-        for w in (2, 8)
-    }
+    at = {}
+    for w in (2, 8):
+        (row,) = estimate(
+            spec, w, initialize=initialize, stages=(3,), offloads=("none",), ranks=(0,)
+        )
+        at[w] = row.device_states
     assert at[8] < at[2]
 
 

@@ -50,3 +50,29 @@ def test_the_trial_ends_after_its_last_step_with_each_ranks_times(
     assert ended.value.code == 0
     got = json.loads((tmp_path / "t.rank0").read_text())
     assert got["step_times_s"] == [1.0, 2.0] and got["samples_per_step"] == 8
+
+
+def test_the_wired_harness_sets_what_the_hook_reads(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from ds.full.planning import trial_harness
+
+    harness = trial_harness()
+    assert list(harness.launch[1:]) == ["-m", "ds.launcher", "run"]
+    for key, value in harness.environment(str(tmp_path / "t"), 0, 1).items():
+        monkeypatch.setenv(key, value)
+    engine = _Engine()
+    autotune_trial.attach(engine)
+    with pytest.raises(SystemExit):
+        engine.events.publish(StepMetrics(step=1, loss=None, lr=0.0, step_time_s=0.5, samples=2))
+    assert (tmp_path / "t.rank0").exists()
+
+
+def test_the_planning_verbs_are_the_composition_roots() -> None:
+    from ds.full import planning
+    from ds.interfaces import registry
+
+    verbs = registry.list_providers(registry.CLI)
+    for verb, main in (("estimate", planning.estimate_main), ("autotune", planning.autotune_main)):
+        assert verbs[verb].distribution == "ds-full"
+        assert registry.get(registry.CLI, verb) is main

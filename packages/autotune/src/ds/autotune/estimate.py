@@ -4,11 +4,15 @@ Each point runs ds's own engine, partitioner and optimizer (``ds.initialize`` an
 step) on chosen ranks of a simulated world (fake CUDA devices, ``ds.sim.estimate``), so the
 bytes are what ds allocates, bucket and staging buffers included, not a formula. Beside them:
 ds's closed-form model-state bytes and DeepSpeed's estimator formulae.
+
+The simulation is ds-sim's, a declared dependency found through the ``ds.simulations`` group it
+advertises. The engine it measures is handed in (``initialize=``): the composition root passes
+its own when it wires ``ds estimate`` (ds-autotune does not declare it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -66,6 +70,7 @@ def estimate(
     spec: ModelSpec,
     world: int,
     *,
+    initialize: Callable[..., Any],
     stages: Sequence[int] = (0, 1, 2, 3),
     offloads: Sequence[str] = ("none", "cpu"),
     micro_batch: int = 1,
@@ -75,14 +80,12 @@ def estimate(
     ranks: Sequence[int] | None = None,
     backend: str = "nccl",
 ) -> list[Estimate]:
-    """``backend``: the collectives' backend (nccl for GPUs, gloo for CPU runs), which decides
-    the bucket and staging buffers ds allocates."""
+    """``initialize``: the engine to measure (``ds.initialize``'s signature; ``ds.full`` hands in
+    its own). ``backend``: the collectives' backend (nccl for GPUs, gloo for CPU runs), which
+    decides the bucket and staging buffers ds allocates."""
     if world < 1:
         raise ConfigError(f"--world {world}: must be >= 1")
-    # The simulation is ds-sim's (a declared dependency, found through the group it advertises);
-    # the engine it measures is the composition root's, found as framework adapters find it.
     simulate = registry.get(registry.SIMULATIONS, "memory")
-    initialize = registry.get(registry.INITIALIZE, "default")
     out = []
     nodes = max(1, -(-world // gpus_per_node))
     per_node = min(world, gpus_per_node)

@@ -1,10 +1,14 @@
-"""``ds estimate``: per-rank memory of each ZeRO stage and offload setting for a model and world."""
+"""``ds estimate``: per-rank memory of each ZeRO stage and offload setting for a model and world.
+
+The composition root registers the verb and hands :func:`main` the engine to measure."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from ds.interfaces.errors import DsError
 
@@ -42,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, initialize: Callable[..., Any]) -> int:
+    """``ds estimate``; ``initialize`` is the engine to measure (wired by ``ds.full``)."""
     args = _parser().parse_args(argv)
     import torch
 
@@ -57,6 +62,7 @@ def main(argv: list[str]) -> int:
             rows += estimate(
                 spec,
                 world,
+                initialize=initialize,
                 stages=args.stages,
                 offloads=args.offload.split(","),
                 micro_batch=args.micro_batch,

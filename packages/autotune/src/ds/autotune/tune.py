@@ -6,8 +6,12 @@ size that does not divide it is skipped. With a model config (``--model``), ever
 estimated with ``ds estimate`` (the engine on the simulated GPU world) and points above the
 memory limit are pruned without running. The rest are timed in short real trials: the user's
 script, unchanged, started with ``ds run`` and the point's config in place of the base config's
-path in its arguments; the engine times steps ``start+1 .. end`` and ends the trial there
-(``ds.full.autotune_trial``). The winner is the highest measured samples/s.
+path in its arguments; the engine times steps ``start+1 .. end`` and ends the trial there. The
+winner is the highest measured samples/s.
+
+How a trial starts the script and tells the engine to time it is the composition root's to say
+(ds-autotune declares neither the launcher nor the engine): it hands a :class:`TrialHarness` to
+:func:`run_trial` when it wires the ``ds autotune`` command.
 """
 
 from __future__ import annotations
@@ -17,15 +21,26 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ds.interfaces.errors import ConfigError
 
-TRIAL_ENV = "DS_AUTOTUNE_TRIAL"  # read by ds.full.autotune_trial
+
+@dataclass(frozen=True)
+class TrialHarness:
+    """How a trial runs the user's script: given by whoever wires ``ds autotune``.
+
+    ``launch``: the command that starts the script on ``--nproc N`` ranks (``ds run``).
+    ``environment(result, start, end)``: the variables that make the engine time optimizer steps
+    ``start+1 .. end``, write ``<result>.rank<r>`` (JSON: ``step_times_s``, ``samples_per_step``,
+    ``peak_host_rss_bytes``) on every rank after step ``end`` and end the script there.
+    """
+
+    launch: Sequence[str]
+    environment: Callable[[str, int, int], Mapping[str, str]]
 
 
 @dataclass
@@ -147,9 +162,9 @@ def run_trial(
     start: int,
     end: int,
     timeout_s: float,
-    launcher: Sequence[str] | None = None,
+    harness: TrialHarness,
 ) -> None:
-    """Time one point: ``ds run --nproc N script...`` with the point's config."""
+    """Time one point: ``<harness.launch> --nproc N script...`` with the point's config."""
     os.makedirs(workdir, exist_ok=True)
     cfg_path = os.path.join(workdir, f"trial{index:02d}.json")
     with open(cfg_path, "w", encoding="utf-8") as f:
@@ -162,9 +177,8 @@ def run_trial(
             "train.py --deepspeed_config ds.json)"
         )
     result = os.path.join(workdir, f"trial{index:02d}.result")
-    cmd = [*(launcher or [sys.executable, "-m", "ds.launcher", "run"]), "--nproc", str(nproc)]
-    env = dict(os.environ)
-    env[TRIAL_ENV] = json.dumps({"result": result, "start": start, "end": end})
+    cmd = [*harness.launch, "--nproc", str(nproc)]
+    env = {**os.environ, **harness.environment(result, start, end)}
     began = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -233,4 +247,13 @@ def _size(n: int | None) -> str:
     return f"{n}B"
 
 
-__all__ = ["Point", "format_table", "points", "prune", "rank_points", "run_trial", "trial_config"]
+__all__ = [
+    "Point",
+    "TrialHarness",
+    "format_table",
+    "points",
+    "prune",
+    "rank_points",
+    "run_trial",
+    "trial_config",
+]

@@ -1,5 +1,8 @@
 """``ds autotune``: time short trials of a training script over ZeRO stages, micro-batch sizes,
-offload and bucket sizes; write the fastest config and a ranked table."""
+offload and bucket sizes; write the fastest config and a ranked table.
+
+The composition root registers the verb and hands :func:`main` the engine that ``--model``
+estimates measure and the harness that runs each trial (:class:`ds.autotune.tune.TrialHarness`)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,13 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ds.interfaces.errors import DsError
+
+if TYPE_CHECKING:
+    from ds.autotune.tune import TrialHarness
 
 
 def _ints(text: str) -> list[int]:
@@ -58,16 +65,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], *, initialize: Callable[..., Any], harness: TrialHarness) -> int:
+    """``ds autotune``; ``initialize`` is the engine ``--model`` estimates measure, ``harness``
+    how each trial runs the script (both wired by ``ds.full``)."""
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        return _run(args, initialize, harness)
     except DsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
-def _estimator(args: argparse.Namespace, base: dict[str, Any]) -> Any:
+def _estimator(
+    args: argparse.Namespace, base: dict[str, Any], initialize: Callable[..., Any]
+) -> Any:
     import torch
 
     from ds.autotune.estimate import estimate
@@ -92,9 +103,9 @@ def _estimator(args: argparse.Namespace, base: dict[str, Any]) -> Any:
 
     def _one(p: Any) -> int:
         (row,) = estimate(
-            spec, args.nproc, stages=[p.stage], offloads=[p.offload], micro_batch=p.micro_batch,
-            seq_len=args.seq_len, dtype=dtype, gpus_per_node=min(args.nproc, 8),
-            backend="nccl" if on_gpu else "gloo",
+            spec, args.nproc, initialize=initialize, stages=[p.stage], offloads=[p.offload],
+            micro_batch=p.micro_batch, seq_len=args.seq_len, dtype=dtype,
+            gpus_per_node=min(args.nproc, 8), backend="nccl" if on_gpu else "gloo",
         )  # fmt: skip
         # On a GPU the limit is device memory; a CPU run holds both "device" and host bytes.
         return int(row.device_peak if on_gpu else row.device_peak + row.host_peak)
@@ -102,7 +113,7 @@ def _estimator(args: argparse.Namespace, base: dict[str, Any]) -> Any:
     return bytes_of
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, initialize: Callable[..., Any], harness: TrialHarness) -> int:
     from ds.autotune import tune
     from ds.interfaces.errors import ConfigError
 
@@ -128,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
     if not pts:
         raise ConfigError("the search space is empty: no micro-batch size divides the batch")
     if args.model:
-        tune.prune(pts, _estimator(args, base), args.memory_limit)
+        tune.prune(pts, _estimator(args, base, initialize), args.memory_limit)
         live = [p for p in pts if p.status != "pruned"]
         if not live:
             small = min(pts, key=lambda p: p.estimate_bytes or 0)
@@ -146,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
         tune.run_trial(
             p, script=script, base_config_path=args.config, nproc=args.nproc,
             workdir=args.out, index=i, start=args.start_step, end=args.end_step,
-            timeout_s=args.trial_timeout,
+            timeout_s=args.trial_timeout, harness=harness,
         )  # fmt: skip
         done = f"{p.samples_per_s:.2f} samples/s" if p.status == "timed" else p.why
         print(f"{done} ({p.trial_s:.1f} s)", flush=True)

@@ -6,6 +6,9 @@ JSON object ``{"result": PATH, "start": S, "end": E}``. The engine then times op
 each rank writes ``PATH.rank<r>`` (its step times, samples per step, peak RSS) and the script
 ends there with exit status 0, as DeepSpeed's autotuner ends its trials at
 ``end_profile_step``. Outside a trial nothing here runs.
+
+Both sides of the variable live here: :func:`environment` writes it (``ds autotune`` runs each
+trial with it, wired by :mod:`ds.full.planning`) and :func:`attach` reads it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ import os
 from typing import Any
 
 ENV = "DS_AUTOTUNE_TRIAL"
+
+
+def environment(result: str, start: int, end: int) -> dict[str, str]:
+    """The variables that make a run of the script one trial: steps ``start+1 .. end`` timed,
+    ``<result>.rank<r>`` written after step ``end``, then the script ends."""
+    return {ENV: json.dumps({"result": result, "start": start, "end": end})}
 
 
 def attach(engine: Any) -> None:
@@ -56,4 +65,4 @@ def attach(engine: Any) -> None:
     engine.events.subscribe(record, StepMetrics)
 
 
-__all__ = ["ENV", "attach"]
+__all__ = ["ENV", "attach", "environment"]
