@@ -10,6 +10,8 @@ whose first record describes the break. Operator mistakes (a different key, no k
 
 The check costs what the writer's scan of the file costs anyway: head roots are taken during the
 scan (``scan(roots_at=...)``), signatures are checked once per head, the seal is two small slots.
+A keyed writer's scan resumes from its sealed state (``_resume``): the records and heads that
+state vouches for are not re-read, only the file prefix's digest is compared.
 """
 
 from __future__ import annotations

@@ -226,8 +226,8 @@ def _recover(args: argparse.Namespace) -> int:
         print(f"OK {args.path}: the writer accepts it as it is; nothing to recover")
     else:
         print(
-            f"RECOVERED {args.path}: the refused ledger is kept as {evidence} (with its .heads "
-            "and .seal); a new signed segment starts with a ledger_break record describing it"
+            f"RECOVERED {args.path}: the refused ledger is kept as {evidence} (with its .heads, "
+            ".seal and .state); a new signed segment starts with a ledger_break record describing it"
         )
     return 0
 
