@@ -222,14 +222,19 @@ def _progress(enabled: bool, total: int):  # type: ignore[no-untyped-def]
 
 def _mfu(model: torch.nn.Module, tokens_per_s: float, world: int) -> str:
     """Training FLOP/s by the dense rule (6 per parameter per token) and MFU against the
-    device's peak (DS_PEAK_TFLOPS per device where the peak is not known, as on a CPU)."""
-    from ds.monitor.peak import peak_flops
+    device's peak: a GPU's datasheet figure, a CPU's measured GEMM ceiling at this rank's thread
+    count (``ds bench peak``, cached), or DS_PEAK_TFLOPS per device."""
+    from ds.monitor.peak import peak_flops_source
 
     p = next(model.parameters())
     rate = 6.0 * sum(x.numel() for x in model.parameters()) * tokens_per_s
-    peak = peak_flops(p.device, p.dtype)
-    mfu = f"{100.0 * rate / (peak * world):.2f}%" if peak else "n/a (set DS_PEAK_TFLOPS)"
-    return f"{rate / 1e9:.2f} GFLOP/s, MFU {mfu}"
+    peak, source = peak_flops_source(p.device, p.dtype)
+    if not peak:
+        return f"{rate / 1e9:.2f} GFLOP/s, MFU n/a (set DS_PEAK_TFLOPS)"
+    return (
+        f"{rate / 1e9:.2f} GFLOP/s, MFU {100.0 * rate / (peak * world):.2f}% "
+        f"of {peak * world / 1e9:.1f} GFLOP/s ({source}, {world} x {peak / 1e9:.1f})"
+    )
 
 
 def _gate_terms(report) -> str:  # type: ignore[no-untyped-def]

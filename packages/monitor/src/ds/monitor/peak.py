@@ -1,8 +1,9 @@
 """Peak dense FLOP/s of an accelerator, for MFU.
 
-Vendor datasheet figures for dense (not sparse) tensor-core math. ``DS_PEAK_TFLOPS`` overrides
-(per device, in TFLOP/s), which is also how a CPU or an unlisted device gets an MFU: a CPU's
-peak depends on its cores, clocks and vector units, which no portable API reports.
+Vendor datasheet figures for dense (not sparse) tensor-core math on GPUs. On a CPU the peak is
+measured (``ds.monitor.ceiling``: torch GEMM at the process's thread count, cached per host, torch
+version and thread count; ``ds bench peak`` measures and prints it). ``DS_PEAK_TFLOPS`` overrides
+both (per device, in TFLOP/s), which is also how an unlisted device gets an MFU.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import os
 
 import torch
+
+from ds.monitor.ceiling import ceiling, dtype_key
 
 # (substring of torch.cuda.get_device_name(), {dtype: TFLOP/s})
 _GPUS: tuple[tuple[str, dict[str, float]], ...] = (
@@ -26,21 +29,36 @@ _GPUS: tuple[tuple[str, dict[str, float]], ...] = (
 )
 
 
-def _dtype_key(dtype: torch.dtype) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, "fp32")
-
-
 def peak_flops(device: torch.device | str, dtype: torch.dtype = torch.bfloat16) -> float | None:
     """Peak FLOP/s of one device for ``dtype``, or ``None`` when unknown."""
+    return peak_flops_source(device, dtype)[0]
+
+
+def peak_flops_source(
+    device: torch.device | str, dtype: torch.dtype = torch.bfloat16
+) -> tuple[float | None, str]:
+    """``(peak FLOP/s or None, where it comes from)``: ``DS_PEAK_TFLOPS``, ``datasheet``,
+    ``measured`` (a CPU, by this process's thread count) or ``unknown``."""
     override = os.environ.get("DS_PEAK_TFLOPS")
     if override:
-        return float(override) * 1e12
+        try:
+            return float(override) * 1e12, "DS_PEAK_TFLOPS"
+        except ValueError:
+            raise ValueError(
+                f"DS_PEAK_TFLOPS={override!r} is not a number; set it to the peak TFLOP/s "
+                "of one device, e.g. DS_PEAK_TFLOPS=989"
+            ) from None
     device = torch.device(device)
+    key = dtype_key(dtype)
+    if device.type == "cpu":
+        if os.environ.get("DS_PEAK_MEASURE", "1") == "0":
+            return None, "unknown"
+        return float(ceiling(dtypes=(key,))["flops"][key]), "measured"
     if device.type != "cuda" or not torch.cuda.is_available():
-        return None
+        return None, "unknown"
     name = torch.cuda.get_device_name(device)
-    for key, table in _GPUS:
-        if key in name:
-            value = table.get(_dtype_key(dtype), 0.0)
-            return value * 1e12 if value else None
-    return None
+    for gpu, table in _GPUS:
+        if gpu in name:
+            value = table.get(key, 0.0)
+            return (value * 1e12, "datasheet") if value else (None, "unknown")
+    return None, "unknown"
