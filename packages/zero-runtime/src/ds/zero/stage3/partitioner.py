@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,8 +21,10 @@ import torch
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
+from ds.zero.stage3.external import external_parameters, register_external_parameter
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.heap import release_free_heap
+from ds.zero.stage3.limits import Accounting, Stage3Limits
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
 from ds.zero.stage3.pool import BufferPool
 from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
@@ -31,53 +32,15 @@ from ds.zero.stage3.swap import ParamSwapper
 
 log = get_logger(__name__)
 
-
-@dataclass(frozen=True)
-class Stage3Limits:
-    """The stage3_* knobs, in parameter elements (as DeepSpeed counts them)."""
-
-    prefetch_bucket_size: int = 50_000_000
-    max_live_parameters: int = 1_000_000_000
-    max_reuse_distance: int = 1_000_000_000
-    param_persistence_threshold: int = 100_000
-    reduce_bucket_size: int = 500_000_000
-
-
-@dataclass
-class Accounting:
-    """Bytes of parameter data this rank holds, kept by the partitioner itself."""
-
-    partition_bytes: int = 0  # every shard resident in memory (excludes NVMe-swapped shards)
-    live_bytes: int = 0  # full parameters currently gathered (or being gathered)
-    peak_live_bytes: int = 0
-    peak_resident_bytes: int = 0
-    total_bytes: int = 0  # the whole model, unsharded
-    fetched_numel: int = 0  # parameter elements gathered since construction
-
-    @property
-    def resident_bytes(self) -> int:
-        return self.partition_bytes + self.live_bytes
-
-    def bump(self) -> None:
-        self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
-        self.peak_resident_bytes = max(self.peak_resident_bytes, self.resident_bytes)
-
-
-def register_external_parameter(module: torch.nn.Module, param: torch.nn.Parameter) -> None:
-    """Declare that ``module``'s forward uses ``param`` although another module owns it (for
-    example a tied output head reading the embedding weight); stage 3 then gathers it for both.
-    Call before the stage-3 engine is built."""
-    ext = module.__dict__.setdefault("_ds_external_params", [])
-    if all(p is not param for p in ext):
-        ext.append(param)
-
-
-def external_parameters(root: torch.nn.Module) -> dict[torch.nn.Module, list[torch.nn.Parameter]]:
-    return {
-        m: m.__dict__["_ds_external_params"]
-        for m in root.modules()
-        if "_ds_external_params" in m.__dict__
-    }
+# Stage3Limits, Accounting and the external-parameter helpers live in limits.py and external.py;
+# imported from here too.
+__all__ = [
+    "Accounting",
+    "Stage3Limits",
+    "Stage3Partitioner",
+    "external_parameters",
+    "register_external_parameter",
+]
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:
