@@ -1,8 +1,11 @@
 """What every decoder-only family shares: the per-layer attention over the paged KV cache.
 
-A family sets the shape fields, ``windows`` (each layer's sliding window or None), ``softcap``,
-``rotary`` (None for learned positions), builds its weights, and implements ``embed``, ``layer``
-and ``head``; ``forward`` runs them over a ragged batch.
+Construction is the same for every family: read the shape (``shape_keys``), let the family read
+the rest of its config (``configure``: the other shape fields, ``windows`` (each layer's sliding
+window or None), ``softcap``, ``rotary`` (None for learned positions)), take the token embedding
+and let the family take its other weights (``load``), then refuse any weight nobody took. A
+family implements ``layer`` and ``head`` (and ``embed`` where it adds to the token embedding);
+``forward`` runs them over a ragged batch.
 """
 
 from __future__ import annotations
@@ -14,7 +17,13 @@ import torch
 
 from ds.inference.attention import paged_attention, write_kv
 from ds.inference.kv_cache import KVCache
-from ds.inference.models.blocks import max_context
+from ds.inference.models.blocks import (
+    DenseLinear,
+    LinearFactory,
+    Weights,
+    max_context,
+    required,
+)
 from ds.inference.ragged import RaggedBatch
 from ds.inference.rope import Rotary, apply_rotary
 from ds.interfaces.errors import ConfigError
@@ -61,11 +70,42 @@ class RaggedDecoder:
     windows: list[int | None]
     rotary: Rotary | None
 
-    def __init__(self, config: dict[str, Any], dtype: torch.dtype) -> None:
+    # Config keys of the hidden size, head count, layer count and vocabulary ("a|b": either).
+    shape_keys: tuple[str, ...] = (
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+    )
+    weight_prefixes: tuple[str, ...] = ("model.",)  # stripped from the checkpoint's names
+    embed_name = "embed_tokens.weight"
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        weights: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: torch.device | str,
+        linear_factory: LinearFactory | None = None,
+    ) -> None:
+        config, weights = self.convert(config, weights)
         self.dtype = dtype
         self.max_context = max_context(config)
         # Replaced by the Triton kernel when the engine is configured with attention="triton".
         self.attention: Callable[..., torch.Tensor] = paged_attention
+        hidden, heads, layers, vocab = required(config, *self.shape_keys)
+        self.hidden, self.num_heads = int(hidden), int(heads)
+        self.num_layers, self.vocab_size = int(layers), int(vocab)
+        self.configure(config, device)
+        w = Weights(weights, self.weight_prefixes, dtype, device, linear_factory)
+        self.embed_w = w.take(self.embed_name)
+        self.load(w)
+        w.finish()
+
+    def tied_head(self, w: Weights, bias: torch.Tensor | None = None) -> DenseLinear:
+        """The checkpoint's ``lm_head.weight``, else the token embedding (tied)."""
+        head = w.maybe("lm_head.weight")
+        return DenseLinear(self.embed_w if head is None else head, bias)
 
     @property
     def sliding_window(self) -> int | None:
@@ -74,8 +114,22 @@ class RaggedDecoder:
         return max(ws) if ws and len(ws) == len(self.windows) else None
 
     # -- family hooks -----------------------------------------------------------------------
-    def embed(self, batch: RaggedBatch) -> torch.Tensor:
+    def convert(
+        self, config: dict[str, Any], weights: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """A config and checkpoint of another layout, renamed into the family's own."""
+        return config, weights
+
+    def configure(self, config: dict[str, Any], device: torch.device | str) -> None:
+        """Everything the config decides beyond the shape (``scale``, ``windows``, ``rotary``)."""
         raise NotImplementedError
+
+    def load(self, w: Weights) -> None:
+        """Take every weight but the token embedding (``embed_w``)."""
+        raise NotImplementedError
+
+    def embed(self, batch: RaggedBatch) -> torch.Tensor:
+        return self.embed_w[batch.token_ids]
 
     def layer(
         self, i: int, x: torch.Tensor, batch: RaggedBatch, cache: KVCache, rope: Tables

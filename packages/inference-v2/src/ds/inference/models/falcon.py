@@ -15,14 +15,7 @@ import torch
 
 from ds.inference.attention import alibi_slopes
 from ds.inference.kv_cache import KVCache
-from ds.inference.models.blocks import (
-    DenseLinear,
-    LinearFactory,
-    Weights,
-    activation,
-    layer_norm,
-    required,
-)
+from ds.inference.models.blocks import Weights, activation, layer_norm
 from ds.inference.models.decoder import RaggedDecoder, Tables
 from ds.inference.ragged import RaggedBatch
 from ds.inference.rope import Rotary, rope_parameters
@@ -48,24 +41,17 @@ class _FalconLayer:
 
 
 class FalconModel(RaggedDecoder):
-    def __init__(
-        self,
-        config: dict[str, Any],
-        weights: dict[str, torch.Tensor],
-        dtype: torch.dtype,
-        device: torch.device | str,
-        linear_factory: LinearFactory | None = None,
-    ) -> None:
-        super().__init__(config, dtype)
-        hidden, heads, layers, vocab = required(
-            config,
-            "hidden_size",
-            "num_attention_heads|n_head",
-            "num_hidden_layers|n_layer",
-            "vocab_size",
-        )
-        self.num_heads, self.num_layers, self.vocab_size = int(heads), int(layers), int(vocab)
-        self.head_dim = int(hidden) // self.num_heads
+    shape_keys = (
+        "hidden_size",
+        "num_attention_heads|n_head",
+        "num_hidden_layers|n_layer",
+        "vocab_size",
+    )
+    weight_prefixes = ("transformer.",)
+    embed_name = "word_embeddings.weight"
+
+    def configure(self, config: dict[str, Any], device: torch.device | str) -> None:
+        self.head_dim = self.hidden // self.num_heads
         self.new_arch = bool(config.get("new_decoder_architecture", False))
         self.multi_query = bool(config.get("multi_query", True))
         self.parallel = bool(config.get("parallel_attn", True))
@@ -75,19 +61,14 @@ class FalconModel(RaggedDecoder):
         else:
             self.num_kv_heads = 1 if self.multi_query else self.num_heads
         if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_kv_heads={kv}")
+            raise ConfigError(
+                f"num_attention_heads={self.num_heads} is not a multiple of num_kv_heads={kv}"
+            )
         num_ln = config.get("num_ln_in_parallel_attn")
         self.num_ln = 2 if num_ln is None and self.new_arch else int(num_ln or 1)
         self.eps = float(config.get("layer_norm_epsilon", 1e-5))
         self.act = activation(config.get("activation", "gelu"))
         self.scale = self.head_dim**-0.5
-        w = Weights(weights, ("transformer.",), dtype, device, linear_factory)
-        self.embed_w = w.take("word_embeddings.weight")
-        self.layers = [_FalconLayer(w, f"h.{i}.") for i in range(self.num_layers)]
-        self.ln_f = (w.take("ln_f.weight"), w.maybe("ln_f.bias"))
-        head = w.maybe("lm_head.weight")
-        self.lm_head = DenseLinear(self.embed_w if head is None else head, None)
-        w.finish()
         if config.get("alibi"):
             self.rotary = None
             self.alibi = alibi_slopes(self.num_heads).to(device)
@@ -95,8 +76,10 @@ class FalconModel(RaggedDecoder):
             self.rotary = Rotary(self.head_dim, rope_parameters(config), device)
         self.windows = [None] * self.num_layers
 
-    def embed(self, batch: RaggedBatch) -> torch.Tensor:
-        return self.embed_w[batch.token_ids]
+    def load(self, w: Weights) -> None:
+        self.layers = [_FalconLayer(w, f"h.{i}.") for i in range(self.num_layers)]
+        self.ln_f = (w.take("ln_f.weight"), w.maybe("ln_f.bias"))
+        self.lm_head = self.tied_head(w)
 
     def _split(self, fused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         t, d, h = fused.shape[0], self.head_dim, self.num_heads

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ds.inference.models.blocks import LinearFactory, gemma_rms_norm, softcap
+from ds.inference.models.blocks import gemma_rms_norm, softcap
 from ds.inference.models.llama import LlamaModel
 from ds.inference.ragged import RaggedBatch
 
@@ -18,17 +18,10 @@ from ds.inference.ragged import RaggedBatch
 class GemmaModel(LlamaModel):
     norm = staticmethod(gemma_rms_norm)
 
-    def __init__(
-        self,
-        config: dict[str, Any],
-        weights: dict[str, torch.Tensor],
-        dtype: torch.dtype,
-        device: torch.device | str,
-        linear_factory: LinearFactory | None = None,
-    ) -> None:
-        super().__init__(config, weights, dtype, device, linear_factory)
+    def configure(self, config: dict[str, Any], device: torch.device | str) -> None:
+        super().configure(config, device)
         # transformers keeps the scale as an fp32 tensor and casts it to the weights' dtype.
-        self.embed_scale = torch.tensor(self.hidden**0.5).to(dtype)
+        self.embed_scale = torch.tensor(self.hidden**0.5).to(self.dtype)
         scalar = config.get("query_pre_attn_scalar")
         if scalar is not None:
             self.scale = float(scalar) ** -0.5

@@ -16,11 +16,9 @@ import torch
 from ds.inference.kv_cache import KVCache
 from ds.inference.models.blocks import (
     DenseLinear,
-    LinearFactory,
     LinearFn,
     Weights,
     activation,
-    required,
     rms_norm,
 )
 from ds.inference.models.decoder import RaggedDecoder, Tables, sliding_windows
@@ -100,23 +98,8 @@ class _Layer:
 class LlamaModel(RaggedDecoder):
     norm = staticmethod(rms_norm)
 
-    def __init__(
-        self,
-        config: dict[str, Any],
-        weights: dict[str, torch.Tensor],
-        dtype: torch.dtype,
-        device: torch.device | str,
-        linear_factory: LinearFactory | None = None,
-    ) -> None:
-        super().__init__(config, dtype)
+    def configure(self, config: dict[str, Any], device: torch.device | str) -> None:
         self.config = config
-        hidden, heads, layers, vocab = required(
-            config, "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"
-        )
-        self.hidden = int(hidden)
-        self.num_heads = int(heads)
-        self.num_layers = int(layers)
-        self.vocab_size = int(vocab)
         self.num_kv_heads = int(config.get("num_key_value_heads") or self.num_heads)
         self.head_dim = int(config.get("head_dim") or self.hidden // self.num_heads)
         if self.num_heads % self.num_kv_heads:
@@ -127,21 +110,17 @@ class LlamaModel(RaggedDecoder):
         self.eps = float(config.get("rms_norm_eps", 1e-6))
         self.act = activation(self.activation_name(config))
         self.scale = self.head_dim**-0.5
-        w = Weights(weights, ("model.",), dtype, device, linear_factory)
-        self.embed_w = w.take("embed_tokens.weight")
-        head = w.maybe("lm_head.weight")
-        if head is None:
-            if not config.get("tie_word_embeddings", True):
-                raise ConfigError("checkpoint has no lm_head.weight and tie_word_embeddings=false")
-            head = self.embed_w
-        # The output head stays dense: it is small next to the layers and most sensitive.
-        self.lm_head = DenseLinear(head, None)
-        self.norm_w = w.take("norm.weight")
-        self.layers = [self._build_layer(w, i) for i in range(self.num_layers)]
-        w.finish()
         rule = WINDOW_RULES.get(str(config.get("model_type")))
         self.windows = sliding_windows(config, self.num_layers, rule(config) if rule else None)
         self.rotary = Rotary(self.head_dim, self.rope_params(config), device)
+
+    def load(self, w: Weights) -> None:
+        if "lm_head.weight" not in w and not self.config.get("tie_word_embeddings", True):
+            raise ConfigError("checkpoint has no lm_head.weight and tie_word_embeddings=false")
+        # The output head stays dense: it is small next to the layers and most sensitive.
+        self.lm_head = self.tied_head(w)
+        self.norm_w = w.take("norm.weight")
+        self.layers = [self._build_layer(w, i) for i in range(self.num_layers)]
 
     # -- what subclasses change ---------------------------------------------------------------
     def activation_name(self, config: dict[str, Any]) -> Any:
@@ -164,9 +143,6 @@ class LlamaModel(RaggedDecoder):
             w.linear(f"{p}mlp.down_proj"),
             self.act,
         )
-
-    def embed(self, batch: RaggedBatch) -> torch.Tensor:
-        return self.embed_w[batch.token_ids]
 
     # -- the layer ------------------------------------------------------------------------------
     def _build_layer(self, w: Weights, i: int) -> _Layer:

@@ -9,14 +9,7 @@ from typing import Any
 import torch
 
 from ds.inference.kv_cache import KVCache
-from ds.inference.models.blocks import (
-    DenseLinear,
-    LinearFactory,
-    Weights,
-    activation,
-    layer_norm,
-    required,
-)
+from ds.inference.models.blocks import Weights, activation, layer_norm
 from ds.inference.models.decoder import RaggedDecoder, Tables
 from ds.inference.ragged import RaggedBatch
 
@@ -40,37 +33,25 @@ class _OPTLayer:
 
 
 class OPTModel(RaggedDecoder):
-    def __init__(
-        self,
-        config: dict[str, Any],
-        weights: dict[str, torch.Tensor],
-        dtype: torch.dtype,
-        device: torch.device | str,
-        linear_factory: LinearFactory | None = None,
-    ) -> None:
-        super().__init__(config, dtype)
-        hidden, heads, layers, vocab = required(
-            config, "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"
-        )
-        self.num_heads, self.num_layers, self.vocab_size = int(heads), int(layers), int(vocab)
+    weight_prefixes = ("model.decoder.", "decoder.")
+
+    def configure(self, config: dict[str, Any], device: torch.device | str) -> None:
         self.num_kv_heads = self.num_heads
-        self.head_dim = int(hidden) // self.num_heads
+        self.head_dim = self.hidden // self.num_heads
         self.scale = self.head_dim**-0.5
         self.pre_norm = bool(config.get("do_layer_norm_before", True))
         self.act = activation(config.get("activation_function", "relu"))
-        w = Weights(weights, ("model.decoder.", "decoder."), dtype, device, linear_factory)
-        self.embed_w = w.take("embed_tokens.weight")
+        self.has_final_ln = self.pre_norm and not config.get("_remove_final_layer_norm", False)
+        self.rotary = None
+        self.windows = [None] * self.num_layers
+
+    def load(self, w: Weights) -> None:
         self.positions = w.take("embed_positions.weight")
         self.project_in = w.dense("project_in", bias=False) if "project_in.weight" in w else None
         self.project_out = w.dense("project_out", bias=False) if "project_out.weight" in w else None
         self.layers = [_OPTLayer(w, f"layers.{i}.") for i in range(self.num_layers)]
         self.final_ln = (w.maybe("final_layer_norm.weight"), w.maybe("final_layer_norm.bias"))
-        head = w.maybe("lm_head.weight")
-        self.lm_head = DenseLinear(self.embed_w if head is None else head, None)
-        w.finish()
-        self.has_final_ln = self.pre_norm and not config.get("_remove_final_layer_norm", False)
-        self.rotary = None
-        self.windows = [None] * self.num_layers
+        self.lm_head = self.tied_head(w)
 
     def embed(self, batch: RaggedBatch) -> torch.Tensor:
         x = self.embed_w[batch.token_ids]

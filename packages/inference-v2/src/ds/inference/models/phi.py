@@ -17,15 +17,7 @@ from typing import Any
 import torch
 
 from ds.inference.kv_cache import KVCache
-from ds.inference.models.blocks import (
-    DenseLinear,
-    LinearFactory,
-    LinearFn,
-    Weights,
-    activation,
-    layer_norm,
-    required,
-)
+from ds.inference.models.blocks import LinearFn, Weights, activation, layer_norm
 from ds.inference.models.decoder import RaggedDecoder, Tables, sliding_windows
 from ds.inference.models.llama import GatedMLP, LlamaModel
 from ds.inference.ragged import RaggedBatch
@@ -52,38 +44,21 @@ class _PhiLayer:
 
 
 class PhiModel(RaggedDecoder):
-    def __init__(
-        self,
-        config: dict[str, Any],
-        weights: dict[str, torch.Tensor],
-        dtype: torch.dtype,
-        device: torch.device | str,
-        linear_factory: LinearFactory | None = None,
-    ) -> None:
-        super().__init__(config, dtype)
-        hidden, heads, layers, vocab = required(
-            config, "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"
-        )
-        self.num_heads, self.num_layers, self.vocab_size = int(heads), int(layers), int(vocab)
+    def configure(self, config: dict[str, Any], device: torch.device | str) -> None:
         self.num_kv_heads = int(config.get("num_key_value_heads") or self.num_heads)
-        self.head_dim = int(config.get("head_dim") or int(hidden) // self.num_heads)
+        self.head_dim = int(config.get("head_dim") or self.hidden // self.num_heads)
         self.eps = float(config.get("layer_norm_eps", 1e-5))
         self.act = activation(config.get("hidden_act", "gelu_new"))
         self.scale = self.head_dim**-0.5
-        w = Weights(weights, ("model.",), dtype, device, linear_factory)
-        self.embed_w = w.take("embed_tokens.weight")
-        self.layers = [_PhiLayer(w, f"layers.{i}.") for i in range(self.num_layers)]
-        self.final_ln = (w.take("final_layernorm.weight"), w.maybe("final_layernorm.bias"))
-        head = w.maybe("lm_head.weight")
-        self.lm_head = DenseLinear(self.embed_w if head is None else head, w.maybe("lm_head.bias"))
-        w.finish()
         params = rope_parameters(config)
         params.setdefault("partial_rotary_factor", 0.5)  # PhiConfig's default
         self.rotary = Rotary(self.head_dim, params, device)
         self.windows = sliding_windows(config, self.num_layers, None)
 
-    def embed(self, batch: RaggedBatch) -> torch.Tensor:
-        return self.embed_w[batch.token_ids]
+    def load(self, w: Weights) -> None:
+        self.layers = [_PhiLayer(w, f"layers.{i}.") for i in range(self.num_layers)]
+        self.final_ln = (w.take("final_layernorm.weight"), w.maybe("final_layernorm.bias"))
+        self.lm_head = self.tied_head(w, w.maybe("lm_head.bias"))
 
     def layer(
         self, i: int, x: torch.Tensor, batch: RaggedBatch, cache: KVCache, rope: Tables

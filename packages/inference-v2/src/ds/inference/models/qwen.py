@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from ds.inference.models.blocks import LinearFactory
 from ds.inference.models.llama import LlamaModel
 from ds.interfaces.errors import ConfigError
 
@@ -96,15 +95,8 @@ def qwen2_weights(weights: dict[str, torch.Tensor], hidden: int) -> dict[str, to
 
 
 class QwenModel(LlamaModel):
-    def __init__(
-        self,
-        config: dict[str, Any],
-        weights: dict[str, torch.Tensor],
-        dtype: torch.dtype,
-        device: torch.device | str,
-        linear_factory: LinearFactory | None = None,
-    ) -> None:
+    def convert(
+        self, config: dict[str, Any], weights: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         cfg = qwen2_config(config)
-        super().__init__(
-            cfg, qwen2_weights(weights, cfg["hidden_size"]), dtype, device, linear_factory
-        )
+        return cfg, qwen2_weights(weights, cfg["hidden_size"])
