@@ -28,6 +28,8 @@ def _type_name(annotation: Any) -> str:
         "Annotated[",
         "ds.zero.config.sections_aux.",
         "ds.zero.config.sections.",
+        "ds.zero.config.sections_zero.",
+        "ds.zero.config.sections_optim.",
         "ds.zero.config.types.",
     ):
         text = text.replace(noise, "")
