@@ -167,3 +167,25 @@ class Bench:
         out.write_text(json.dumps(self.to_json(), indent=2))
         print(f"\nresults written to {out}")
         return out
+
+
+# ceilings ------------------------------------------------------------------
+def gemm_ceiling(threads: int = 1, dtype: str = "fp32") -> float:
+    """This machine's GEMM FLOP/s at ``threads`` torch threads (``ds bench peak``'s cache,
+    measured once when absent)."""
+    from ds.monitor.ceiling import ceiling
+
+    return float(ceiling(threads, dtypes=(dtype,))["flops"][dtype])
+
+
+def bandwidth_ceiling(threads: int = 1) -> float:
+    """This machine's memory bandwidth (STREAM triad, bytes/s) at ``threads`` torch threads."""
+    from ds.monitor.ceiling import ceiling
+
+    return float(ceiling(threads, dtypes=(), bandwidth=True)["bandwidth_bytes_per_s"])
+
+
+def gpt_train_flops_per_token(nonembed_params: int, layers: int, d: int, seq: int) -> float:
+    """Training FLOPs per token as PaLM's MFU counts them: 6 per non-embedding parameter (forward
+    and backward matrix products) plus 12 x layers x d x seq for attention's two products."""
+    return 6.0 * nonembed_params + 12.0 * layers * d * seq

@@ -18,8 +18,11 @@ reference: transformers generate for the mixed case, prefix caching off for the 
 ``cpu/wall`` and the context-switch counts (``vol_cs``: the process blocked, ``invol_cs``: it was
 preempted) tell idle time apart from a busy machine.
 
+* ceiling (``--ceiling``): decode on the real SmolLM2-135M at batch 1 and batched, against the
+  machine's bandwidth and GEMM ceilings (``ds bench peak``; tools/bench/inference_ceiling.py).
+
 Usage: .venv/bin/python tools/bench/inference.py [--requests 64] [--repeat 2] [--hf-batch 16]
-       [--http] [--http-requests 32]
+       [--http] [--http-requests 32] [--ceiling [--ceiling-batch 1 64] [--ceiling-new 48]]
 """
 
 from __future__ import annotations
@@ -163,9 +166,21 @@ def main() -> None:
     ap.add_argument("--http-requests", type=int, default=32)
     ap.add_argument("--http-clients", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--skip-offline", action="store_true", help="only the --http part")
+    ap.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="only decode on SmolLM2-135M against the machine's ceilings (inference_ceiling.py)",
+    )
+    ap.add_argument("--ceiling-batch", type=int, nargs="+", default=[1, 64])
+    ap.add_argument("--ceiling-new", type=int, default=48, help="tokens decoded per sequence")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     torch.set_num_threads(args.threads)
+    if args.ceiling:
+        from inference_ceiling import run
+
+        run(args.ceiling_batch, args.ceiling_new, args.threads, args.repeat).report()
+        return
     model = make_model()
     prompts, outs = workload(args.requests)
     out_tokens = sum(outs)

@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench
+from harness import Bench, gemm_ceiling, gpt_train_flops_per_token
 
 HERE = Path(__file__).resolve().parent
 CASES = [
@@ -78,6 +78,20 @@ def run_case(impl: str, stage: int, offload: bool, steps: int) -> dict | None:
         return json.loads(out.read_text())
 
 
+def training_ceiling() -> tuple[float, float]:
+    """``(model FLOPs per step, GEMM ceiling FLOP/s)`` of the world-2, one-thread-per-rank runs
+    of the workers' GPT."""
+    import torch
+    from train_worker import GPT, HEADS, LAYERS, MICRO, SEQ, VOCAB, D
+
+    with torch.device("meta"):
+        model = GPT(VOCAB, D, LAYERS, HEADS, SEQ)
+    embed = sum(p.numel() for m in (model.tok, model.pos) for p in m.parameters())
+    params = sum(p.numel() for p in model.parameters())
+    per_token = gpt_train_flops_per_token(params - embed, LAYERS, D, SEQ)
+    return per_token * MICRO * SEQ * 2, 2 * gemm_ceiling(threads=1)
+
+
 def label(impl: str, stage: int, offload: bool) -> str:
     if impl == "ddp":
         return "torch DDP"
@@ -105,6 +119,7 @@ def main() -> None:
             if r is not None:
                 runs.setdefault(label(*case), []).append(r)
     bench = Bench("train", peer="torch DDP", unit="s")
+    step_flops, peak = training_ceiling()
     for name, rs in runs.items():
         times = [t for r in rs for t in r["times_s"]]
         bench.add(
@@ -114,8 +129,13 @@ def main() -> None:
             init_s=statistics.median(r["init_s"] for r in rs),
             peak_rss_gb=max(max(r["rss"]) for r in rs) / 1e9,
             train_rss_gb=max(max(r["train_rss"]) for r in rs) / 1e9,
+            mfu=step_flops / statistics.median(times) / peak,
         )
     bench.report()
+    print(
+        f"\nmfu: model FLOPs per step ({step_flops / 1e9:.1f} GFLOP, PaLM's count) / median step "
+        f"time / GEMM ceiling of 2 ranks x 1 thread fp32 ({peak / 1e9:.1f} GFLOP/s, ds bench peak)"
+    )
     print("\nrank 0 phase medians (ms): forward / backward / step")
     for name, rs in runs.items():
         ph = [t for r in rs for t in r.get("phases", [])]

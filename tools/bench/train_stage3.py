@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Bench
+from train import training_ceiling
 
 HERE = Path(__file__).resolve().parent
 IMPLS = ["ddp", "ds0", "ds3", "ds3-cpu", "ds3-nvme", "fsdp2", "deepspeed3"]
@@ -92,14 +94,18 @@ def main() -> None:
             if r is not None:
                 runs.setdefault(impl, []).append(r)
     bench = Bench("train_stage3", peer="torch DDP", unit="s")
+    step_flops, peak = training_ceiling()
     for impl, rs in runs.items():
+        times = [t for r in rs for t in r["times_s"]]
         bench.add(
             LABELS[impl],
             "GPT 27.4M, world 2, micro-batch 4, fp32",
-            [t for r in rs for t in r["times_s"]],
+            times,
             peak_rss_gb=max(max(r["rss"]) for r in rs) / 1e9,
+            mfu=step_flops / statistics.median(times) / peak,
         )
     bench.report()
+    print(f"\nmfu: as tools/bench/train.py's, against {peak / 1e9:.1f} GFLOP/s (ds bench peak)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ until one product takes long enough to saturate (the median of a few repeats at 
 STREAM triad ``a = b + s * c`` on arrays far larger than the caches (bytes moved per second, the
 median of a few repeats). Both run with the calling process's torch thread count (or the one
 given), which is also part of the cache key: a rank of a 2-process job on 2 cores runs 1 thread
-and is compared with what 1 thread can do.
+and is compared with what 1 thread can do. With 1 thread the time is the thread's CPU time, so a
+busy shared machine does not lower the figure; with more, wall time.
 
 Results are cached as JSON in ``$DS_PEAK_CACHE`` or ``~/.cache/ds/peak.json``
 (``$XDG_CACHE_HOME`` respected), one entry per host, torch version and thread count. The cache
@@ -69,13 +70,16 @@ def _threads(n: int | None) -> Iterator[int]:
 
 
 def _times(fn: Callable[[], object], repeat: int, warmup: bool = True) -> list[float]:
+    # One thread: the thread's CPU time, so that other processes on a shared machine do not
+    # lower the ceiling (the work runs in the calling thread). More threads: wall time.
+    clock = time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
     if warmup:
         fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return times
 
 
