@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from ds.interfaces.errors import LedgerError
@@ -59,18 +60,48 @@ def checkpoint_heads(root: str, manifest: dict[str, Any]) -> tuple[list[TreeHead
     return heads, problems
 
 
+def kind_records(
+    ledger_path: str, records: int, kinds: tuple[str, ...]
+) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    """(line, record) of each of the first ``records`` of the file whose kind is in ``kinds``.
+
+    Only lines holding ``"kind":"<kind>"`` (as a canonical record does) are parsed, so a long
+    ledger of step records is passed over at the speed of a byte search."""
+    with open(ledger_path, "rb") as f:
+        data = f.read()
+    hits: list[int] = []
+    for mark in {f'"kind":"{k}"'.encode() for k in kinds}:
+        at = data.find(mark)
+        while at >= 0:
+            hits.append(at)
+            at = data.find(mark, at + 1)
+    index, at, done = 0, 0, -1  # the line starting at byte ``at`` is line ``index``
+    for hit in sorted(hits):
+        start = data.rfind(b"\n", 0, hit) + 1
+        if start == done:
+            continue  # a second mark in a line already read
+        index += data.count(b"\n", at, start)
+        at = done = start
+        end = data.find(b"\n", start)
+        if index >= records or end < 0:
+            return
+        try:
+            rec = json.loads(data[start:end])
+        except ValueError:  # not a record: nothing it says is taken
+            continue
+        if isinstance(rec, dict) and rec.get("kind") in kinds and isinstance(rec["payload"], dict):
+            yield data[start:end], rec
+
+
 def save_records(
     ledger_path: str, manifest_sha: str, records: int, kinds: tuple[str, ...] = SAVE_KINDS
 ) -> list[tuple[bytes, dict[str, Any]]]:
     """Every (line, record) among the first ``records`` of the file that saved ``manifest_sha``."""
-    with open(ledger_path, "rb") as f:
-        lines = f.read().split(b"\n")[:records]
-    found = []
-    for line in lines:
-        rec = json.loads(line)
-        if rec["kind"] in kinds and rec["payload"].get("manifest_sha256") == manifest_sha:
-            found.append((line, dict(rec)))
-    return found
+    return [
+        (line, dict(rec))
+        for line, rec in kind_records(ledger_path, records, kinds)
+        if rec["payload"].get("manifest_sha256") == manifest_sha
+    ]
 
 
 def find_save_record(
@@ -87,10 +118,14 @@ def trusted_save_record(ledger: Any, manifest_sha: str) -> str | None:
     from ds.checkpoint._verify import scan
 
     path = ledger.path
-    found = save_records(path, manifest_sha, scan(path).records, ("checkpoint_save",))
+    signed = bool(getattr(ledger, "signed", False))
+    # Signed: the writer's own count (it verified the file when it opened it, and vouches() below
+    # decides); unsigned: what a chain scan of the file finds now.
+    records = len(ledger) if signed else scan(path).records
+    found = save_records(path, manifest_sha, records, ("checkpoint_save",))
     if not found:
         return f"this run's ledger has no record of saving it (manifest {manifest_sha[:12]})"
-    if not getattr(ledger, "signed", False):
+    if not signed:
         return None
     vouches = getattr(ledger, "vouches", None)
     if vouches is not None and any(vouches(int(rec["i"]), line) for line, rec in found):

@@ -33,7 +33,7 @@ from typing import Any
 
 from ds.checkpoint import _format as fmt
 from ds.checkpoint._fsutil import atomic_write_bytes
-from ds.checkpoint._ledger_check import HEAD_FILE, SAVE_KINDS
+from ds.checkpoint._ledger_check import HEAD_FILE, SAVE_KINDS, kind_records
 from ds.checkpoint.boundary import LOAD_CHECKPOINT, LOAD_OPTIMIZER_STATE
 from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
 from ds.interfaces.logging import get_logger
@@ -91,18 +91,12 @@ def clean_stale(directory: str, keep_tmp: str | None = None) -> list[str]:
     return done
 
 
-def _save_records(path: str) -> dict[str, int]:
-    """manifest SHA-256 -> index of its save (or recovery) record in the ledger at ``path``."""
-    from ds.checkpoint._verify import scan
-
-    s = scan(path)
+def _save_records(path: str, records: int) -> dict[str, int]:
+    """manifest SHA-256 -> index of its save (or recovery) record among the first ``records`` of
+    the ledger at ``path`` (the writer's count: it verified the file when it opened it)."""
     known: dict[str, int] = {}
-    if s.records:
-        with open(path, "rb") as f:
-            for line in f.read().split(b"\n")[: s.records]:
-                rec = json.loads(line)
-                if rec["kind"] in SAVE_KINDS:
-                    known.setdefault(str(rec["payload"].get("manifest_sha256")), int(rec["i"]))
+    for _, rec in kind_records(path, records, SAVE_KINDS):
+        known.setdefault(str(rec["payload"].get("manifest_sha256")), int(rec["i"]))
     return known
 
 
@@ -120,7 +114,7 @@ def record_unrecorded(directory: str, ledger: Any) -> list[str]:
     path = getattr(ledger, "path", None)
     if path is None or not hasattr(ledger, "set_head_sink"):
         return []  # not a ledger this process writes (or not ours to read)
-    known = _save_records(path)
+    known = _save_records(path, len(ledger))
     recovered: list[str] = []
     headless: list[str] = []
     for tag in sorted(os.listdir(directory)):
