@@ -13,6 +13,9 @@ Save protocol (every rank calls ``save`` with its own shards):
    then atomically replaces ``latest``. A crash before the rename leaves only a temporary
    directory, which no reader looks at; a crash after it leaves a complete checkpoint.
 
+Loading, resharding on read and verifying are :class:`ds.checkpoint._loading.CheckpointReading`'s
+(mixed in); the shard file's byte layout is :mod:`ds.checkpoint._layout`'s.
+
 With a communicator the commit step of an asynchronous save runs in :meth:`wait` (called by the
 next ``save`` and at exit): collectives stay on the training thread, so a background thread never
 interleaves its collectives with the training step's. Without one, the background thread commits.
@@ -29,20 +32,20 @@ import shutil
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from ds.checkpoint import _format as fmt
-from ds.checkpoint import _recovery, deepspeed_format
+from ds.checkpoint import _recovery
 from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
+from ds.checkpoint._layout import shard_layout as _layout
+from ds.checkpoint._layout import validate_state as _validate
+from ds.checkpoint._loading import CheckpointReading
 from ds.checkpoint._progress import Progress
-from ds.checkpoint._reader import FileCache, dtype_name, read_range, tensor_metas
 from ds.checkpoint._writers import PythonWriter, ShardWriter
-from ds.checkpoint.safe_load import safe_torch_load, verify_files_read
-from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
+from ds.interfaces.checkpoint import ShardedStateDict
 from ds.interfaces.errors import ApprovalRequiredError, CheckpointError
 from ds.interfaces.logging import get_logger
 
@@ -66,14 +69,6 @@ def _pickle_bytes(obj: Any) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(16 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class _RecordError(Exception):
@@ -108,7 +103,7 @@ class _SaveJob:
         self.step = 0
 
 
-class ShardedCheckpointEngine:
+class ShardedCheckpointEngine(CheckpointReading):
     """The default :class:`ds.interfaces.checkpoint.CheckpointEngine`.
 
     ``comm`` is a Communicator (None for a single process). ``ledger`` (optional) receives a
@@ -436,103 +431,6 @@ class ShardedCheckpointEngine:
         except Exception as exc:  # at interpreter exit there is no caller left to raise to
             log.error("asynchronous checkpoint save failed at exit", error=str(exc))
 
-    # ------------------------------------------------------------------ load
-    def latest_tag(self, directory: str) -> str | None:
-        return fmt.read_latest(directory)
-
-    def checkpoint_dir(self, directory: str, tag: str | None) -> str:
-        if tag is None:
-            tag = self.latest_tag(directory)
-            if tag is None:
-                raise CheckpointError(
-                    f"no checkpoint in {directory} (no 'latest' file); pass a tag or save first"
-                )
-        _check_tag(tag)
-        path = os.path.join(directory, tag)
-        if not os.path.isdir(path):
-            old = os.path.join(directory, f".old-{tag}")
-            if os.path.isdir(old):  # a crash interrupted an overwrite between its two renames
-                return old
-            raise CheckpointError(f"checkpoint {tag!r} not found in {directory}")
-        return path
-
-    def manifest(self, directory: str, tag: str | None = None) -> dict[str, Any]:
-        path = os.path.join(self.checkpoint_dir(directory, tag), fmt.MANIFEST)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError as exc:
-            raise CheckpointError(f"{path} is missing; the checkpoint is incomplete") from exc
-        return fmt.decode_manifest(data, path)
-
-    def metadata(self, directory: str, tag: str | None = None) -> Mapping[str, TensorMeta]:
-        if deepspeed_format.is_deepspeed_checkpoint(directory, tag):  # saved by DeepSpeed
-            return deepspeed_format.open_checkpoint(directory, tag).metadata()
-        return tensor_metas(self.manifest(directory, tag))
-
-    def load(
-        self,
-        directory: str,
-        tag: str | None,
-        requests: Sequence[LoadRequest],
-        *,
-        rank_objects: bool = True,
-        verify: bool = True,
-    ) -> ShardedStateDict:
-        """Read the requested ranges. With ``verify`` (the default) every file this rank reads is
-        checked against the SHA-256 recorded in the manifest first; pickles load weights-only."""
-        _recovery.require_load(self, directory, tag, requests)  # needs approvals
-        if deepspeed_format.is_deepspeed_checkpoint(directory, tag):  # saved by DeepSpeed
-            return deepspeed_format.open_checkpoint(directory, tag).load(requests)
-        root = self.checkpoint_dir(directory, tag)
-        manifest = self.manifest(directory, tag)
-        metas = tensor_metas(manifest)
-        out = ShardedStateDict()
-        if verify:
-            verify_files_read(root, manifest, requests, self.rank, rank_objects)
-        files = FileCache(root)
-        try:
-            for req in requests:
-                if req.name not in metas:
-                    read_range(manifest, files, req.name, req.offset, req.numel)  # names the error
-                local = read_range(manifest, files, req.name, req.offset, req.numel)
-                out.tensors[req.name] = ShardedTensor(metas[req.name], req.offset, local)
-        finally:
-            files.close()
-        out.objects = _load_pickle(os.path.join(root, fmt.OBJECTS))
-        if rank_objects:
-            if self.rank < int(manifest["world_size"]):
-                out.rank_objects = _load_pickle(
-                    os.path.join(root, fmt.rank_objects_file(self.rank))
-                )
-            else:
-                log.warning(
-                    "no per-rank objects for this rank: checkpoint written by fewer ranks",
-                    rank=self.rank,
-                    saved_world_size=manifest["world_size"],
-                )
-        step = out.objects.get("step", 0)
-        step = int(step) if isinstance(step, int) else 0
-        if self._ledger is not None and self.rank == 0:
-            self._ledger.record_training_event(
-                "checkpoint_load",
-                {
-                    "directory": os.path.abspath(directory),
-                    "tag": manifest["tag"],
-                    "step": step,
-                    "saved_world_size": manifest["world_size"],
-                    "world_size": self.world_size,
-                    "manifest_sha256": _sha256_file(os.path.join(root, fmt.MANIFEST)),
-                },
-            )
-        if self._events is not None:
-            from ds.interfaces.telemetry import CheckpointEvent
-
-            self._events.publish(
-                CheckpointEvent("load", os.path.abspath(directory), manifest["tag"], step)
-            )
-        return out
-
     def delete(self, directory: str, tag: str) -> None:
         """Delete checkpoint ``tag`` (never the one ``latest`` names); rank 0 acts, others wait.
 
@@ -576,24 +474,6 @@ class ShardedCheckpointEngine:
                 raise ApprovalRequiredError(err[1])
             raise CheckpointError(f"could not delete checkpoint {tag!r}: {err[1]}")
 
-    def verify(self, directory: str, tag: str | None = None) -> list[str]:
-        """Re-hash every file against the manifest; returns the problems found (empty = intact)."""
-        root = self.checkpoint_dir(directory, tag)
-        manifest = self.manifest(directory, tag)
-        problems: list[str] = []
-        for name, info in sorted(manifest["files"].items()):
-            path = os.path.join(root, name)
-            if not os.path.exists(path):
-                problems.append(f"{name}: missing")
-                continue
-            size = os.path.getsize(path)
-            if size != int(info["bytes"]):
-                problems.append(f"{name}: {size} bytes on disk, manifest says {info['bytes']}")
-                continue
-            if info.get("sha256") and _sha256_file(path) != info["sha256"]:
-                problems.append(f"{name}: SHA-256 differs from the manifest (content changed)")
-        return problems
-
 
 def _wait_at_exit(ref: weakref.ref[ShardedCheckpointEngine]) -> None:
     engine = ref()
@@ -601,73 +481,8 @@ def _wait_at_exit(ref: weakref.ref[ShardedCheckpointEngine]) -> None:
         engine._at_exit()
 
 
-def _load_pickle(path: str) -> dict[str, Any]:
-    # weights_only: a checkpoint never runs code when loaded (hashes were checked by load()).
-    return dict(safe_torch_load(path))
-
-
 def _step_of(job: _SaveJob) -> int:
     return job.step
 
 
 _check_tag = fmt.check_tag
-
-
-def _validate(state: ShardedStateDict) -> None:
-    for key, st in state.tensors.items():
-        if key != st.meta.name:
-            raise CheckpointError(f"state.tensors[{key!r}] holds a shard of {st.meta.name!r}")
-        if st.local.dim() != 1:
-            raise CheckpointError(
-                f"shard of {key!r} must be 1-D (flattened elements), got shape {list(st.local.shape)}"
-            )
-        if dtype_name(st.local.dtype) != st.meta.dtype:
-            raise CheckpointError(
-                f"shard of {key!r} has dtype {dtype_name(st.local.dtype)}, meta says {st.meta.dtype}"
-            )
-        if st.offset < 0 or st.stop > st.meta.numel:
-            raise CheckpointError(
-                f"shard of {key!r} covers [{st.offset}, {st.stop}) outside its {st.meta.numel} "
-                "elements"
-            )
-
-
-def _layout(
-    state: ShardedStateDict, staging: dict[str, torch.Tensor] | None
-) -> tuple[list[tuple[int, torch.Tensor]], dict[str, dict[str, Any]]]:
-    """Byte layout of this rank's shard file: tensors by name, each 64-byte aligned.
-
-    With ``staging`` (asynchronous saves) every shard is copied to host memory first, into the
-    buffer of the same name when one of the same size and dtype is there, so the caller may keep
-    training while the copy is written.
-    """
-    pieces: list[tuple[int, torch.Tensor]] = []
-    layout: dict[str, dict[str, Any]] = {}
-    pos = 0
-    for name in sorted(state.tensors):
-        st = state.tensors[name]
-        local = st.local.detach()
-        if staging is not None:
-            buf = staging.get(name)
-            if buf is None or buf.numel() != local.numel() or buf.dtype != local.dtype:
-                buf = torch.empty(local.numel(), dtype=local.dtype)
-                staging[name] = buf
-            buf.copy_(local.reshape(-1))
-            local = buf
-        elif local.device.type != "cpu":
-            local = local.to("cpu")
-        local = local.contiguous()
-        raw = local.view(torch.uint8) if local.numel() else torch.empty(0, dtype=torch.uint8)
-        pos = fmt.align_up(pos)
-        pieces.append((pos, raw))
-        layout[name] = {
-            "shape": list(st.meta.shape),
-            "dtype": st.meta.dtype,
-            "offset": st.offset,
-            "numel": int(local.numel()),
-            "byte_offset": pos,
-        }
-        pos += int(raw.numel())
-    for stale in set(staging or ()) - set(state.tensors):
-        del staging[stale]  # type: ignore[union-attr]
-    return pieces, layout
