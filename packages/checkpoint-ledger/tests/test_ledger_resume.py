@@ -51,10 +51,12 @@ def test_reopen_resumes_and_holds_the_same_tree(tmp_path: Path) -> None:
     with RunLedger(str(path), signing_key=KEY) as led:
         assert len(led) == len(tree) and led.root_hash() == tree.root().hex()
         led.record_training_event("step", {"step": 41})  # appended before the prefix is loaded
+        assert led.leaf_hash(3) == tree.leaves[3].hex()  # one leaf: read from the checked prefix
+        assert led.vouches(40, lines(path)[40]) and not led.vouches(3, lines(path)[4])
         assert led.root_hash(17) == tree.root(17).hex()  # loads the sealed prefix's leaves
         assert led.prove_inclusion(5, 30) == [h.hex() for h in tree.inclusion_proof(5, 30)]
         assert led.prove_consistency(9, 41) == [h.hex() for h in tree.consistency_proof(9, 41)]
-        assert led.vouches(40, lines(path)[40]) and not led.vouches(3, lines(path)[4])
+        assert led.leaf_hash(41) == merkle.leaf_hash(lines(path)[41]).hex()
     assert verify_file(str(path), public_key=PUB).ok
     _sealed(path)
 
@@ -123,6 +125,8 @@ def test_a_file_changed_after_the_open_is_refused_when_its_leaves_are_needed(
         _edit_middle(path, rechained=True)
         with pytest.raises(LedgerBreakError, match="changed after this writer opened it"):
             led.leaf_hash(3)
+        with pytest.raises(LedgerBreakError, match="changed after this writer opened it"):
+            led.prove_inclusion(3)
     finally:
         led.close_local()
 

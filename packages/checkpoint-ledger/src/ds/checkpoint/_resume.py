@@ -21,9 +21,10 @@ back to the full scan, which names the problem; so a record rewritten anywhere i
 whatever the tail looks like, is caught exactly as before. An older state replayed by the attacker
 only moves the point from which records are re-checked.
 
-The restored tree knows its frontier, not its leaves: a proof or a leaf of the sealed prefix
-(``prove_inclusion``, ``vouches``, ...) reads them from the file on first need, after checking
-the prefix against the sealed digest again (a file changed since the open is refused then).
+The restored tree knows its frontier, not its leaves: a proof over the sealed prefix
+(``prove_inclusion``, ``root_hash(size)``, ...) reads them all from the file on first need, and one
+leaf (``leaf_hash``, ``vouches``) is hashed from its line; both only after checking the prefix
+against the sealed digest again, so a file changed since the open is refused then.
 """
 
 from __future__ import annotations
@@ -176,7 +177,14 @@ class ResumedTree(merkle.MerkleTree):
     def last_leaf(self) -> bytes | None:
         return self._last
 
-    def _load(self) -> list[bytes]:
+    def leaf(self, index: int) -> bytes:
+        """One leaf without loading them all: a leaf of the sealed prefix is the hash of its line
+        in the prefix, once the prefix has its sealed digest (one SHA-256 pass)."""
+        if self._all is not None or not 0 <= index < self._st.records:
+            return self.leaves[index]
+        return merkle.leaf_hash(self._prefix().split(b"\n", index + 1)[index])
+
+    def _prefix(self) -> bytes:
         st = self._st
         with open(self._file, "rb") as f:
             data = f.read(st.offset)
@@ -185,5 +193,8 @@ class ResumedTree(merkle.MerkleTree):
                 f"ledger {self._file}: its first {st.offset} bytes changed after this writer "
                 f"opened it (history rewritten); {recover_hint(self._file)}"
             )
+        return data
+
+    def _load(self) -> list[bytes]:
         sha256 = hashlib.sha256  # merkle.leaf_hash, inlined: this runs once per record
-        return [sha256(b"\x00" + line).digest() for line in data.split(b"\n")[:-1]]
+        return [sha256(b"\x00" + line).digest() for line in self._prefix().split(b"\n")[:-1]]

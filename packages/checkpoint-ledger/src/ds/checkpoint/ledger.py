@@ -389,7 +389,7 @@ class RunLedger:
         if self._client is not None:
             return str(self._client.call("leaf_hash", index=index))
         with self._lock:
-            return self._tree.leaves[index].hex()
+            return self._tree.leaf(index).hex()
 
     def root_hash(self, size: int | None = None) -> str:
         if self._client is not None:
@@ -406,7 +406,7 @@ class RunLedger:
         with self._lock:
             if not 0 <= index < len(self._tree):
                 return False
-            if self._tree.leaves[index] != merkle.leaf_hash(line):
+            if self._tree.leaf(index) != merkle.leaf_hash(line):
                 return False
             covered = index < self._head_size
         if self._key is not None and not covered:

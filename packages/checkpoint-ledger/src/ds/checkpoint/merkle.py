@@ -54,6 +54,9 @@ class MerkleTree:
     def append(self, data: bytes) -> None:
         self.append_leaf_hash(leaf_hash(data))
 
+    def leaf(self, index: int) -> bytes:
+        return self.leaves[index]
+
     def last_leaf(self) -> bytes | None:
         return self.leaves[-1] if self.leaves else None
 
