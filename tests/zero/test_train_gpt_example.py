@@ -41,7 +41,11 @@ def test_train_gpt_runs_under_the_launcher(tmp_path: Path) -> None:
         timeout=280,
         # MFU on a CPU: the GEMM ceiling measured at the rank's thread count, cached here.
         env={
-            **{k: v for k, v in os.environ.items() if k not in ("DS_PEAK_TFLOPS", "DS_PEAK_MEASURE")},
+            **{
+                k: v
+                for k, v in os.environ.items()
+                if k not in ("DS_PEAK_TFLOPS", "DS_PEAK_MEASURE")
+            },
             "DS_PEAK_CACHE": str(tmp_path / "peak.json"),
         },
     )

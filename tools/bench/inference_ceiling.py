@@ -52,9 +52,7 @@ def weight_bytes(path: Path, dtype: torch.dtype) -> tuple[int, int]:
 
     weights = open_gguf(path).weights(dtype)
     tied = "lm_head.weight" not in weights
-    numel = sum(
-        t.numel() for k, t in weights.items() if tied or k != "model.embed_tokens.weight"
-    )
+    numel = sum(t.numel() for k, t in weights.items() if tied or k != "model.embed_tokens.weight")
     return numel * dtype.itemsize, numel
 
 
@@ -104,7 +102,10 @@ def run(batches: list[int], new: int, threads: int, repeat: int) -> Bench:
         if b == 1:
             ceiling, what = bw / nbytes, f"{bw / 1e9:.1f} GB/s / {nbytes / 1e6:.0f} MB"
         else:
-            ceiling, what = gemm / (2.0 * params), f"{gemm / 1e9:.1f} GFLOP/s / 2 x {params / 1e6:.1f}M"
+            ceiling, what = (
+                gemm / (2.0 * params),
+                f"{gemm / 1e9:.1f} GFLOP/s / 2 x {params / 1e6:.1f}M",
+            )
         bench.add(
             "ds",
             f"SmolLM2-135M fp32, batch {b}, {threads} thread(s); ceiling {what}",

@@ -17,6 +17,7 @@ lower it); delete the file to start over.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -90,14 +91,15 @@ def measure_gemm(dtype: torch.dtype, max_n: int = 2048, repeat: int = 5) -> tupl
         raise ValueError(f"max_n = {max_n}: must be >= 16 (the largest matrix side)")
     n = min(256, max_n)
     while True:
-        a = torch.randn(n, n).to(dtype)
-        b = torch.randn(n, n).to(dtype)
-        c = torch.empty(n, n, dtype=dtype)
-        times = _times(lambda: torch.matmul(a, b, out=c), 1)
+        product = functools.partial(
+            torch.matmul, torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype),
+            out=torch.empty(n, n, dtype=dtype),
+        )  # fmt: skip
+        times = _times(product, 1)
         if times[0] >= MIN_GEMM_S or n * 2 > max_n:
             break
         n *= 2
-    times += _times(lambda: torch.matmul(a, b, out=c), repeat - 1, warmup=False)
+    times += _times(product, repeat - 1, warmup=False)
     return 2.0 * n**3 / statistics.median(times), n
 
 
