@@ -184,15 +184,19 @@ class Stage3Partitioner:
         self, module: torch.nn.Module, state: dict[str, Any], prefix: str, meta: Any
     ) -> None:
         # module.state_dict() returns whole weights under stage 3 (it gathers one parameter at a
-        # time, so every rank must call it).
+        # time, so every rank must call it); a tied parameter is gathered once and stays one
+        # tensor under each of its names.
+        whole: dict[int, torch.Tensor] = {}
         for name, p in module.named_parameters(remove_duplicate=False):
             key = prefix + name
             s = getattr(p, "ds_shard", None)
             if s is None or key not in state or s.status is ParamStatus.AVAILABLE:
                 continue
-            self.gather_all([p])
-            state[key] = p.data.detach().clone()
-            self.release([p])
+            if id(p) not in whole:
+                self.gather_all([p])
+                whole[id(p)] = p.data.detach().clone()
+                self.release([p])
+            state[key] = whole[id(p)]
 
     def remove_hooks(self) -> None:
         for h in self._hooks:
