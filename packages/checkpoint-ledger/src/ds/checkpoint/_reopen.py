@@ -101,10 +101,10 @@ def check(path: str, s: LedgerScan, heads: list[TreeHead], key: Any, vouched: in
     if s.records > covered:
         last = s.last_leaf.hex() if s.last_leaf is not None else ""
         if not any(e.index == s.records - 1 and e.leaf == last for e in seals):
-            why = "no writer's seal" if not sealed else "not sealed by this writer"
+            why = "no writer's seal vouches for them" if not sealed else "not sealed by this writer"
             raise brk(
                 f"records {covered}..{s.records - 1} are not covered by a signed tree head and "
-                f"{why} vouches for them (appended by someone else, or history rewritten)"
+                f"{why} (appended by someone else, or history rewritten)"
             )
         adopt = True
     return Reopened(chain.initial, seals[0] if seals else None, adopt, 0)
