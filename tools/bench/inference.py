@@ -20,9 +20,12 @@ preempted) tell idle time apart from a busy machine.
 
 * ceiling (``--ceiling``): decode on the real SmolLM2-135M at batch 1 and batched, against the
   machine's bandwidth and GEMM ceilings (``ds bench peak``; tools/bench/inference_ceiling.py).
+* llama.cpp (``--llamacpp-python PY``): only SmolLM2-135M on ds and on llama.cpp side by side, the
+  peer in its own venv, batch 1 and 16 at fp32/fp16/int8/int4 (tools/bench/inference_llamacpp.py).
 
 Usage: .venv/bin/python tools/bench/inference.py [--requests 64] [--repeat 2] [--hf-batch 16]
        [--http] [--http-requests 32] [--ceiling [--ceiling-batch 1 64] [--ceiling-new 48]]
+       [--llamacpp-python /tmp/llamavenv/bin/python]
 """
 
 from __future__ import annotations
@@ -173,6 +176,10 @@ def main() -> None:
     )
     ap.add_argument("--ceiling-batch", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--ceiling-new", type=int, default=48, help="tokens decoded per sequence")
+    ap.add_argument(
+        "--llamacpp-python",
+        help="only ds vs llama.cpp on SmolLM2-135M, the peer run by this python (its own venv)",
+    )
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     torch.set_num_threads(args.threads)
@@ -180,6 +187,12 @@ def main() -> None:
         from inference_ceiling import run
 
         run(args.ceiling_batch, args.ceiling_new, args.threads, args.repeat).report()
+        return
+    if args.llamacpp_python:
+        import inference_llamacpp
+
+        inference_llamacpp.main(["--llamacpp-python", args.llamacpp_python,
+                                 "--repeat", str(args.repeat), "--threads", str(args.threads)])  # fmt: skip
         return
     model = make_model()
     prompts, outs = workload(args.requests)
