@@ -67,10 +67,11 @@ def _mac(key: bytes, body: bytes) -> str:
 
 
 def write(path: str, key: bytes, st: State) -> None:
-    """Replace ``path``'s state. Not fsynced: a state lost or torn by a power cut fails its MAC or
-    its digest, and the next reopen takes the full scan."""
+    """Replace ``path``'s state (by its one writer, under the ledger's lock, so one temporary name
+    serves and a crash leaves nothing the next write does not replace). Not fsynced: a state lost
+    or torn by a power cut fails its MAC or its digest, and the next reopen takes the full scan."""
     body = _records.canonical(asdict(st)).encode()
-    tmp = f"{state_path(path)}.tmp.{os.getpid()}"
+    tmp = state_path(path) + ".tmp"
     with open(tmp, "wb") as f:
         f.write(body + b"\n" + _mac(key, body).encode() + b"\n")
     os.replace(tmp, state_path(path))
