@@ -12,7 +12,9 @@ so a checkpoint saved at one world size loads at any other and into any ZeRO sta
 
 Every file is unpickled with ``torch.load(weights_only=True, mmap=True)``: DeepSpeed's own
 bookkeeping classes (loss scalers, fragment addresses, enums) become inert records and nothing
-from the file runs; memory-mapping means only the bytes a rank asks for are read.
+from the file runs; memory-mapping means only the bytes a rank asks for are read. Which files a
+tag holds, recognising one and opening a file safely: :mod:`ds.checkpoint.deepspeed_layout`
+(its public names are re-exported here).
 """
 
 from __future__ import annotations
@@ -21,187 +23,28 @@ import functools
 import glob
 import math
 import os
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from ds.checkpoint._deepspeed_objects import engine_objects
+from ds.checkpoint._deepspeed_tensors import _dtype_name, _Logical, _numel, _Piece, _same
+from ds.checkpoint.deepspeed_layout import (
+    _OPTIM,
+    _ZERO_MODEL,
+    MODEL_STATES,
+    SUPPORTED,
+    InertRecord,
+    _attr,
+    _check_layout,
+    _rank_of,
+    _tag_dir,
+    is_deepspeed_checkpoint,
+    load_file,
+)
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.errors import CheckpointError
-
-MODEL_STATES = "mp_rank_00_model_states.pt"
-_ZERO_MODEL = re.compile(r"^zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt$")
-_OPTIM = re.compile(r"^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
-_MP = re.compile(r"^mp_rank_(\d+)_model_states\.pt$")
-_LAYER = re.compile(r"^layer_\d+-model_\d+-model_states\.pt$")
-SUPPORTED = (
-    "ds loads DeepSpeed data-parallel checkpoints (ZeRO stages 0-3, fp32/bf16/fp16, one "
-    "mp_rank_00, no pipeline layer files) and universal checkpoints"
-)
-# Keys of DeepSpeed's model-states dict that are its own; anything else is the client state.
-_ENGINE_KEYS = frozenset(
-    {
-        "module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes",
-        "shared_params", "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd",
-        "sparse_tensor_module_names", "skipped_steps", "global_steps", "global_samples",
-        "dp_world_size", "mp_world_size", "ds_config", "ds_version", "universal_checkpoint_info",
-        "ds_deepcompile_info", "compiled_autograd", "zenflow", "ds_world_size",
-        "checkpoint_parallel_dimensions",
-    }
-)  # fmt: skip
-_GROUP_KEYS = ("lr", "betas", "eps", "weight_decay", "momentum", "dampening", "nesterov")
-
-
-# -- unpickling without running anything ----------------------------------------------------------
-class InertRecord:
-    """What a DeepSpeed object (loss scaler, fragment address, ...) becomes when loaded: its
-    constructor arguments and attributes, nothing else."""
-
-    ds_qualname = "deepspeed.?"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-        self.__dict__.update(kwargs)
-
-    def __setstate__(self, state: Any) -> None:
-        if isinstance(state, dict):
-            self.__dict__.update(state)
-        elif isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):
-            self.__dict__.update(state[1])  # (dict, slots) from classes with __slots__
-        else:
-            self.state = state
-
-    def __int__(self) -> int:  # enums (ZeroStageEnum) are pickled as EnumClass(value)
-        return int(self.args[0]) if self.args else 0
-
-    def __repr__(self) -> str:
-        return f"<inert {self.ds_qualname} {self.__dict__}>"
-
-
-@functools.cache
-def _standin(qualname: str) -> type:
-    return type(qualname.rpartition(".")[2], (InertRecord,), {"ds_qualname": qualname})
-
-
-def load_file(path: str) -> Any:
-    """One DeepSpeed checkpoint file, weights-only; DeepSpeed's classes load as inert records."""
-    from ds.checkpoint.safe_load import safe_torch_load
-
-    try:
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{path} is missing; the DeepSpeed checkpoint is incomplete") from exc
-    except Exception as exc:
-        raise CheckpointError(
-            f"{path} is not a readable torch file ({type(exc).__name__}: {exc}); the "
-            "checkpoint is damaged"
-        ) from exc
-    aliases: list[Any] = [
-        (_standin(name), name) for name in unsafe if name.startswith(("deepspeed.", "__main__."))
-    ]
-    return safe_torch_load(path, extra_globals=aliases, mmap=True)
-
-
-def _attr(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-# -- recognising a DeepSpeed checkpoint -----------------------------------------------------------
-def _tag_dir(directory: str, tag: str | None) -> str | None:
-    """The tag's folder (``tag``, else the one ``latest`` names), or None when there is none;
-    a tag that leaves ``directory`` is refused as ds's own format refuses it."""
-    from ds.checkpoint._format import check_tag, read_latest
-
-    tag = read_latest(directory) if tag is None else check_tag(tag)
-    if tag is None:
-        return None
-    path = os.path.join(directory, tag)
-    return path if os.path.isdir(path) else None
-
-
-def is_deepspeed_checkpoint(directory: str, tag: str | None = None) -> bool:
-    """True for a DeepSpeed (not ds) checkpoint tag directory."""
-    path = _tag_dir(directory, tag)
-    if path is None or os.path.exists(os.path.join(path, "manifest.json")):
-        return False
-    names = os.listdir(path)
-    return any(_MP.match(n) or _ZERO_MODEL.match(n) or _LAYER.match(n) for n in names) or (
-        os.path.isdir(os.path.join(path, "zero"))
-    )
-
-
-def _check_layout(path: str, names: list[str]) -> None:
-    found: list[str] = []
-    mp = {int(m.group(1)) for n in names if (m := _MP.match(n))}
-    mp |= {int(m.group(2)) for n in names if (m := _ZERO_MODEL.match(n))}
-    mp |= {int(m.group(3)) for n in names if (m := _OPTIM.match(n))}
-    if mp - {0}:
-        found.append(f"tensor/model-parallel degree {max(mp) + 1} (mp_rank_00..{max(mp):02d})")
-    layers = [n for n in names if _LAYER.match(n)]
-    if layers:
-        found.append(f"pipeline parallelism ({len(layers)} layer_*-model_states.pt files)")
-    if found:
-        raise CheckpointError(
-            f"DeepSpeed checkpoint {path} was saved with {' and '.join(found)}; {SUPPORTED}. "
-            "Nothing was loaded"
-        )
-
-
-# -- the logical tensors --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Piece:
-    """Elements [start, start + numel) of a logical tensor are ``flat[local : local + numel]``."""
-
-    start: int
-    numel: int
-    source: Callable[[], torch.Tensor]  # the flat 1-D tensor (loaded lazily, memory-mapped)
-    local: int
-
-
-@dataclass
-class _Logical:
-    meta: TensorMeta
-    pieces: list[_Piece]
-
-    def read(self, offset: int, numel: int) -> torch.Tensor:
-        out = torch.empty(numel, dtype=getattr(torch, self.meta.dtype))
-        stop, filled = offset + numel, 0
-        for p in self.pieces:
-            lo, hi = max(offset, p.start), min(stop, p.start + p.numel)
-            if lo >= hi:
-                continue
-            flat = p.source().reshape(-1)
-            out[lo - offset : hi - offset].copy_(
-                flat[p.local + lo - p.start : p.local + hi - p.start]
-            )
-            filled += hi - lo
-        if filled != numel:
-            raise CheckpointError(
-                f"the DeepSpeed checkpoint holds only {filled} of elements [{offset}, {stop}) of "
-                f"{self.meta.name!r}; the checkpoint is incomplete"
-            )
-        return out
-
-
-def _rank_of(pattern: re.Pattern[str], name: str, group: int) -> int:
-    m = pattern.match(name)
-    return int(m.group(group)) if m else -1
-
-
-def _same(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _numel(shape: Any) -> int:
-    return int(math.prod(int(s) for s in shape))
 
 
 class DeepSpeedCheckpoint:
@@ -527,63 +370,7 @@ class DeepSpeedCheckpoint:
             self._steps = [None]
 
     def _build_objects(self) -> None:
-        ms = self.model_states
-        steps = int(ms.get("global_steps") or 0)
-        cfg = self.ds_config
-        gas = cfg.get("gradient_accumulation_steps")
-        if not isinstance(gas, int):
-            tbs, mbs = cfg.get("train_batch_size"), cfg.get("train_micro_batch_size_per_gpu")
-            gas = (
-                tbs // (mbs * self.world_size)
-                if isinstance(tbs, int) and isinstance(mbs, int)
-                else 1
-            )
-        groups = getattr(self, "_groups", [])
-        steps_per_group = getattr(self, "_steps", [])
-        scalar_state = []
-        for i in range(max(len(groups), 1)):
-            s = steps_per_group[i] if i < len(steps_per_group) else None
-            s = steps if s is None else s
-            scalar_state.append({"step": int(float(s))})
-        objects: dict[str, Any] = {
-            "step": steps,
-            "global_steps": steps,
-            "global_samples": int(ms.get("global_samples") or 0),
-            "micro_steps": steps * max(int(gas or 1), 1),
-            "skipped_steps": int(ms.get("skipped_steps") or 0),
-            "lr_scheduler": ms.get("lr_scheduler"),
-            "client_state": {k: v for k, v in ms.items() if k not in _ENGINE_KEYS},
-            "world_size": self.world_size,
-            "zero_stage": self.stage,
-            "ds_config": cfg,
-            "optimizer.param_groups": [
-                {k: (tuple(v) if k == "betas" else v) for k, v in g.items() if k in _GROUP_KEYS}
-                for g in groups
-            ],
-            "optimizer.scalar_state": scalar_state,
-            "stage3.step_count": int(scalar_state[0]["step"]) if scalar_state else steps,
-            "saved_by": f"DeepSpeed {ms.get('ds_version', '?')}",
-        }
-        scaler = self._loss_scaler()
-        if scaler is not None:
-            objects["loss_scaler"] = scaler
-        self.objects = objects
-
-    def _loss_scaler(self) -> dict[str, Any] | None:
-        if self.optim_files:
-            ls = self._optim(0).get("loss_scaler")
-        else:  # stage 0: DeepSpeed's FP16 optimizers keep the scale in their own state dict
-            ls = self.model_states.get("optimizer")
-            ls = ls if _attr(ls, "cur_scale") is not None else None
-        if ls is None:
-            return None
-        out: dict[str, Any] = {"cur_scale": float(_attr(ls, "cur_scale", 1.0))}
-        for src, dst in (("cur_hysteresis", "cur_hysteresis"), ("cur_iter", "cur_iter"),
-                         ("last_overflow_iter", "last_overflow_iter")):  # fmt: skip
-            v = _attr(ls, src)
-            if v is not None:
-                out[dst] = int(v)
-        return out
+        self.objects = engine_objects(self)
 
     # -- what the checkpoint engine serves --
     def metadata(self) -> dict[str, TensorMeta]:
@@ -648,3 +435,16 @@ def list_tags(directory: str) -> list[str]:
     return sorted(
         os.path.basename(p) for p in glob.glob(os.path.join(directory, "*")) if os.path.isdir(p)
     )
+
+
+__all__ = [
+    "MODEL_STATES",
+    "SUPPORTED",
+    "DeepSpeedCheckpoint",
+    "InertRecord",
+    "consolidated_fp32_state_dict",
+    "is_deepspeed_checkpoint",
+    "list_tags",
+    "load_file",
+    "open_checkpoint",
+]
