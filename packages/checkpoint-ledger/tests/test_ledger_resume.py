@@ -13,7 +13,7 @@ import pytest
 
 from ds.checkpoint import _resume, merkle, signing
 from ds.checkpoint._reopen import LedgerBreakError
-from ds.checkpoint.ledger import RunLedger, verify_file
+from ds.checkpoint.ledger import RunLedger, heads_path, verify_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _forgery import KEY, OTHER, PUB, lines, rechain, run
@@ -143,3 +143,17 @@ def test_key_rotations_are_carried_by_the_state(tmp_path: Path) -> None:
     with RunLedger(str(path), signing_key=OTHER) as led:
         led.record_training_event("step", {"step": 9})
     assert verify_file(str(path), public_key=PUB).ok
+
+
+def test_a_head_appended_after_the_sealed_state_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    run(path)
+    with RunLedger(str(path), signing_key=KEY) as led:
+        root, size = led.root_hash(), len(led)
+    forged = signing.sign_head(signing.load_private_key(OTHER), size, root, 1.0)
+    with open(heads_path(str(path)), "a", encoding="utf-8") as f:
+        f.write(json.dumps(forged.__dict__) + "\n")
+    got = _resume.open_scan(str(path), MAC)
+    assert got is not None and got[2] == len(got[1]) - 1  # resumed; the new head is not vouched
+    with pytest.raises(LedgerBreakError, match="not signed by the key in effect"):
+        RunLedger(str(path), signing_key=KEY)
