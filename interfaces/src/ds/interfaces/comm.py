@@ -86,7 +86,11 @@ class Communicator(Protocol):
         async_op: bool = False,
     ) -> WorkHandle | None: ...
     def all_gather_into_tensor(
-        self, output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: Any = None,
+        async_op: bool = False,
     ) -> WorkHandle | None: ...
     def reduce_scatter(
         self,
@@ -138,8 +142,10 @@ class Communicator(Protocol):
     def irecv(
         self, tensor: torch.Tensor, src: int, group: Any = None, tag: int = 0
     ) -> WorkHandle: ...
-    def broadcast_object_list(self, objects: list[Any], src: int, group: Any = None) -> None: ...
-    def all_gather_object(self, output: list[Any], obj: Any, group: Any = None) -> None: ...
+    def broadcast_object_list(
+        self, object_list: list[Any], src: int, group: Any = None
+    ) -> None: ...
+    def all_gather_object(self, object_list: list[Any], obj: Any, group: Any = None) -> None: ...
 
 
 @dataclass(frozen=True)

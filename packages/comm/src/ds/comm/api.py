@@ -10,17 +10,18 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import torch
 import torch.distributed as _dist
 
+from ds.comm import quantized as _quantized
 from ds.comm._instrument import Tap
 from ds.comm.backends.torch_backend import TorchCommunicator
 from ds.comm.comms_logger import CommsLogger
 from ds.comm.env import DistEnv, discover, free_port
-from ds.interfaces.comm import ReduceOp
+from ds.comm.observe import forwarding
 from ds.interfaces.errors import CommError, ConfigError
 from ds.interfaces.logging import get_logger
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from ds.comm.comms_logger_config import CommsLoggerConfig
 
 log = get_logger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 DEFAULT_TIMEOUT_S = 1800.0
 
@@ -354,182 +358,38 @@ def barrier(
     return _comm.barrier(group, async_op, timeout=seconds)
 
 
-def broadcast(tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False) -> Any:
-    return _comm.broadcast(tensor, src, group, async_op)
+# The operations that take no more than the communicator does: torch.distributed's signatures
+# (as TorchCommunicator spells them), called on whichever communicator is active.
+_T = TorchCommunicator
 
 
-def all_reduce(
-    tensor: torch.Tensor, op: Any = ReduceOp.SUM, group: Any = None, async_op: bool = False
-) -> Any:
-    return _comm.all_reduce(tensor, op, group, async_op)
+def _forward(method: Callable[Concatenate[Any, P], R]) -> Callable[P, R]:
+    return forwarding(method, get_communicator, __name__)
 
 
-def reduce(
-    tensor: torch.Tensor,
-    dst: int,
-    op: Any = ReduceOp.SUM,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.reduce(tensor, dst, op, group, async_op)
-
-
-def all_gather(
-    tensor_list: list[torch.Tensor],
-    tensor: torch.Tensor,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.all_gather(tensor_list, tensor, group, async_op)
-
-
-def all_gather_into_tensor(
-    output_tensor: torch.Tensor,
-    input_tensor: torch.Tensor,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.all_gather_into_tensor(output_tensor, input_tensor, group, async_op)
-
-
+broadcast = _forward(_T.broadcast)
+all_reduce = _forward(_T.all_reduce)
+reduce = _forward(_T.reduce)
+all_gather = _forward(_T.all_gather)
+all_gather_into_tensor = _forward(_T.all_gather_into_tensor)
 all_gather_single = all_gather_into_tensor
-
-
-def reduce_scatter(
-    output: torch.Tensor,
-    input_list: list[torch.Tensor],
-    op: Any = ReduceOp.SUM,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.reduce_scatter(output, input_list, op, group, async_op)
-
-
-def reduce_scatter_tensor(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    op: Any = ReduceOp.SUM,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.reduce_scatter_tensor(output, input, op, group, async_op)
-
-
+reduce_scatter = _forward(_T.reduce_scatter)
+reduce_scatter_tensor = _forward(_T.reduce_scatter_tensor)
 reduce_scatter_single = reduce_scatter_tensor
-
-
-def all_to_all_single(
-    output: torch.Tensor,
-    input: torch.Tensor,
-    output_split_sizes: list[int] | None = None,
-    input_split_sizes: list[int] | None = None,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.all_to_all_single(
-        output, input, output_split_sizes, input_split_sizes, group, async_op
-    )
-
-
-def all_to_all(
-    output_tensor_list: list[torch.Tensor],
-    input_tensor_list: list[torch.Tensor],
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.all_to_all(output_tensor_list, input_tensor_list, group, async_op)
-
-
-def gather(
-    tensor: torch.Tensor,
-    gather_list: list[torch.Tensor] | None = None,
-    dst: int = 0,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.gather(tensor, gather_list, dst, group, async_op)
-
-
-def scatter(
-    tensor: torch.Tensor,
-    scatter_list: list[torch.Tensor] | None = None,
-    src: int = 0,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    return _comm.scatter(tensor, scatter_list, src, group, async_op)
-
-
-def send(tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> None:
-    _comm.send(tensor, dst, group, tag)
-
-
-def recv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0) -> Any:
-    return _comm.recv(tensor, src, group, tag)
-
-
-def isend(tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> Any:
-    return _comm.isend(tensor, dst, group, tag)
-
-
-def irecv(tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0) -> Any:
-    return _comm.irecv(tensor, src, group, tag)
-
-
-def broadcast_object_list(
-    object_list: list[Any], src: int = 0, group: Any = None, device: Any = None
-) -> None:
-    _comm.broadcast_object_list(object_list, src, group, device)
-
-
-def all_gather_object(object_list: list[Any], obj: Any, group: Any = None) -> None:
-    _comm.all_gather_object(object_list, obj, group)
-
-
-def gather_object(
-    obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0, group: Any = None
-) -> None:
-    _comm.gather_object(obj, object_gather_list, dst, group)
-
-
-def scatter_object_list(
-    scatter_object_output_list: list[Any],
-    scatter_object_input_list: list[Any] | None,
-    src: int = 0,
-    group: Any = None,
-) -> None:
-    _comm.scatter_object_list(scatter_object_output_list, scatter_object_input_list, src, group)
-
-
-def all_gather_coalesced(
-    shards: Sequence[torch.Tensor],
-    numels: Sequence[int] | None = None,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    """See :func:`ds.comm.coalesced.all_gather_coalesced`."""
-    return _comm.all_gather_coalesced(shards, numels, group, async_op)
-
-
-def reduce_scatter_coalesced(
-    tensors: Sequence[torch.Tensor],
-    op: Any = ReduceOp.SUM,
-    group: Any = None,
-    async_op: bool = False,
-) -> Any:
-    """See :func:`ds.comm.coalesced.reduce_scatter_coalesced`."""
-    return _comm.reduce_scatter_coalesced(tensors, op, group, async_op)
-
-
-def all_to_all_quant_reduce(
-    tensor: torch.Tensor,
-    kernels: Any,
-    scheme: str = "int8_sym",
-    group_size: int = 128,
-    op: ReduceOp = ReduceOp.SUM,
-    group: Any = None,
-) -> torch.Tensor:
-    """See :func:`ds.comm.quantized.all_to_all_quant_reduce`."""
-    from ds.comm.quantized import all_to_all_quant_reduce as _impl
-
-    return _impl(_comm, tensor, kernels, scheme, group_size, op, group)
+all_to_all_single = _forward(_T.all_to_all_single)
+all_to_all = _forward(_T.all_to_all)
+gather = _forward(_T.gather)
+scatter = _forward(_T.scatter)
+send = _forward(_T.send)
+recv = _forward(_T.recv)
+isend = _forward(_T.isend)
+irecv = _forward(_T.irecv)
+broadcast_object_list = _forward(_T.broadcast_object_list)
+all_gather_object = _forward(_T.all_gather_object)
+gather_object = _forward(_T.gather_object)
+scatter_object_list = _forward(_T.scatter_object_list)
+all_gather_coalesced = _forward(_T.all_gather_coalesced)
+reduce_scatter_coalesced = _forward(_T.reduce_scatter_coalesced)
+all_to_all_quant_reduce = forwarding(
+    _quantized.all_to_all_quant_reduce, get_communicator, __name__, method=False
+)

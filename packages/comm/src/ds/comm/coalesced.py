@@ -10,28 +10,12 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
-from ds.interfaces.comm import ReduceOp
+from ds.interfaces.comm import Communicator, ReduceOp
 from ds.interfaces.errors import CommError
-
-
-class _Collectives(Protocol):
-    def get_world_size(self, group: Any = None) -> int: ...
-    def get_rank(self, group: Any = None) -> int: ...
-    def all_gather_into_tensor(
-        self, output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False
-    ) -> Any: ...
-    def reduce_scatter_tensor(
-        self,
-        output: torch.Tensor,
-        input: torch.Tensor,
-        op: Any = ReduceOp.SUM,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any: ...
 
 
 def chunk_sizes(numels: Sequence[int], world: int) -> list[int]:
@@ -75,7 +59,7 @@ class CoalescedWork:
 
 
 def reduce_scatter_coalesced(
-    comm: _Collectives,
+    comm: Communicator,
     tensors: Sequence[torch.Tensor],
     op: Any = ReduceOp.SUM,
     group: Any = None,
@@ -110,7 +94,7 @@ def reduce_scatter_coalesced(
 
 
 def all_gather_coalesced(
-    comm: _Collectives,
+    comm: Communicator,
     shards: Sequence[torch.Tensor],
     numels: Sequence[int] | None = None,
     group: Any = None,

@@ -50,7 +50,8 @@ import torch
 import torch.distributed as _dist
 
 from ds.comm.backends.torch_backend import TorchCommunicator
-from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities, ReduceOp
+from ds.comm.observe import Call, observed
+from ds.interfaces.comm import NCCL_CAPABILITIES, CommCapabilities
 from ds.interfaces.errors import CommError
 from ds.sim.accelerator import active_device
 
@@ -303,9 +304,10 @@ class SimWorld:
             )
 
 
+@observed
 class StrictCommunicator(TorchCommunicator):
     """One simulated rank's communicator: torch's API over the fake process group, with the
-    device and trace checks of :mod:`ds.sim.comm`."""
+    device and trace checks of :mod:`ds.sim.comm` made on every operation by :meth:`observe`."""
 
     name = "sim"
 
@@ -378,34 +380,37 @@ class StrictCommunicator(TorchCommunicator):
                 f"{_dtype(part)} (at {_call_site()})"
             )
 
-    def _note(
-        self,
-        name: str,
-        tensors: Sequence[torch.Tensor],
-        group: Any = None,
-        *,
-        counted: Sequence[torch.Tensor] | None = None,
-        reduce: Any = None,
-        root: int = -1,
-    ) -> None:
+    def observe(self, call: Call) -> None:
+        """Every operation's one check point (see :func:`ds.comm.observe.observed`): device
+        checks, sizes, and the operation in this rank's trace."""
         where = _call_site()
+        name, tensors, peer = call.name, call.tensors, call.root
+        if call.operation.p2p is not None:
+            name = call.operation.p2p
+            if peer is None:
+                raise CommError(f"{name} from any source at {where}: NCCL needs the peer rank")
         self._require_device(name, tensors, where)
-        counted = tensors if counted is None else counted
+        counted = tensors if call.operation.p2p else call.counted
         self.world.record(
             self.rank,
             Op(
                 name,
-                self._members(group),
+                self._p2p_group(peer) if call.operation.p2p else self._members(call.group),
                 _dtype(counted[0]) if counted else "",
                 tuple(int(t.numel()) for t in counted),
-                "" if reduce is None else str(getattr(reduce, "value", reduce)),
-                root,
+                "" if call.reduce is None else str(getattr(call.reduce, "value", call.reduce)),
+                int(peer) if call.operation.p2p else peer,
                 where,
                 nbytes=sum(_nbytes(t) for t in counted),
             ),
         )
+        if call.whole_part is not None:
+            self._require_sizes(name, *call.whole_part, call.group)
 
-    # -- collectives ----------------------------------------------------------------------------
+    def _p2p_group(self, peer: int) -> tuple[int, ...]:
+        return (min(self.rank, peer), max(self.rank, peer))
+
+    # -- operations that behave differently here ------------------------------------------------
     def barrier(
         self,
         group: Any = None,
@@ -413,13 +418,11 @@ class StrictCommunicator(TorchCommunicator):
         timeout: float | None = None,
         device_ids: list[int] | None = None,
     ) -> Any:
-        self._note("barrier", (), group)
         return super().barrier(group, async_op)
 
     def broadcast(
         self, tensor: torch.Tensor, src: int, group: Any = None, async_op: bool = False
     ) -> Any:
-        self._note("broadcast", (tensor,), group, root=src)
         # torch.distributed.broadcast asks the CUDA runtime for the device's compute capability
         # (an fp8 workaround); a CPU build has none, so answer as an sm90 device would.
         real = torch.cuda.get_device_capability
@@ -428,142 +431,6 @@ class StrictCommunicator(TorchCommunicator):
             return super().broadcast(tensor, src, group, async_op)
         finally:
             torch.cuda.get_device_capability = real
-
-    def all_reduce(
-        self,
-        tensor: torch.Tensor,
-        op: Any = ReduceOp.SUM,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("all_reduce", (tensor,), group, reduce=op)
-        return super().all_reduce(tensor, op, group, async_op)
-
-    def reduce(
-        self,
-        tensor: torch.Tensor,
-        dst: int,
-        op: Any = ReduceOp.SUM,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("reduce", (tensor,), group, reduce=op, root=dst)
-        return super().reduce(tensor, dst, op, group, async_op)
-
-    def all_gather(
-        self,
-        tensor_list: list[torch.Tensor],
-        tensor: torch.Tensor,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("all_gather", (tensor, *tensor_list), group, counted=(tensor,))
-        return super().all_gather(tensor_list, tensor, group, async_op)
-
-    def all_gather_into_tensor(
-        self, output: torch.Tensor, input: torch.Tensor, group: Any = None, async_op: bool = False
-    ) -> Any:
-        self._note("all_gather_into_tensor", (input, output), group, counted=(input,))
-        self._require_sizes("all_gather_into_tensor", output, input, group)
-        return super().all_gather_into_tensor(output, input, group, async_op)
-
-    all_gather_single = all_gather_into_tensor
-
-    def reduce_scatter(
-        self,
-        output: torch.Tensor,
-        input_list: list[torch.Tensor],
-        op: Any = ReduceOp.SUM,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("reduce_scatter", (output, *input_list), group, counted=(output,), reduce=op)
-        return super().reduce_scatter(output, input_list, op, group, async_op)
-
-    def reduce_scatter_tensor(
-        self,
-        output: torch.Tensor,
-        input: torch.Tensor,
-        op: Any = ReduceOp.SUM,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("reduce_scatter_tensor", (input, output), group, counted=(output,), reduce=op)
-        self._require_sizes("reduce_scatter_tensor", input, output, group)
-        return super().reduce_scatter_tensor(output, input, op, group, async_op)
-
-    reduce_scatter_single = reduce_scatter_tensor
-
-    def all_to_all_single(
-        self,
-        output: torch.Tensor,
-        input: torch.Tensor,
-        output_split_sizes: list[int] | None = None,
-        input_split_sizes: list[int] | None = None,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("all_to_all_single", (input, output), group, counted=(input,))
-        return super().all_to_all_single(
-            output, input, output_split_sizes, input_split_sizes, group, async_op
-        )
-
-    def all_to_all(
-        self,
-        output_tensor_list: list[torch.Tensor],
-        input_tensor_list: list[torch.Tensor],
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note(
-            "all_to_all",
-            (*input_tensor_list, *output_tensor_list),
-            group,
-            counted=input_tensor_list,
-        )
-        return super().all_to_all(output_tensor_list, input_tensor_list, group, async_op)
-
-    def gather(
-        self,
-        tensor: torch.Tensor,
-        gather_list: list[torch.Tensor] | None = None,
-        dst: int = 0,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("gather", (tensor, *(gather_list or [])), group, counted=(tensor,), root=dst)
-        return super().gather(tensor, gather_list, dst, group, async_op)
-
-    def scatter(
-        self,
-        tensor: torch.Tensor,
-        scatter_list: list[torch.Tensor] | None = None,
-        src: int = 0,
-        group: Any = None,
-        async_op: bool = False,
-    ) -> Any:
-        self._note("scatter", (tensor, *(scatter_list or [])), group, counted=(tensor,), root=src)
-        return super().scatter(tensor, scatter_list, src, group, async_op)
-
-    # -- point to point -------------------------------------------------------------------------
-    def _p2p(self, kind: str, tensor: torch.Tensor, peer: int | None, group: Any) -> None:
-        where = _call_site()
-        if peer is None:
-            raise CommError(f"{kind} from any source at {where}: NCCL needs the peer rank")
-        self._require_device(kind, (tensor,), where)
-        self.world.record(
-            self.rank,
-            Op(
-                kind,
-                (min(self.rank, peer), max(self.rank, peer)),
-                _dtype(tensor),
-                (int(tensor.numel()),),
-                "",
-                int(peer),
-                where,
-                nbytes=_nbytes(tensor),
-            ),
-        )
 
     # -- values fake tensors cannot carry ------------------------------------------------------
     def post_values(self, values: list[int], dst: int, tag: int = 0) -> None:
@@ -587,26 +454,6 @@ class StrictCommunicator(TorchCommunicator):
                 "receives values must run after its sender (give senders the lower ranks)"
             )
         return box.popleft()
-
-    def send(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> None:
-        self._p2p("send", tensor, dst, group)
-        super().send(tensor, dst, group, tag)
-
-    def recv(
-        self, tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0
-    ) -> Any:
-        self._p2p("recv", tensor, src, group)
-        return super().recv(tensor, src, group, tag)
-
-    def isend(self, tensor: torch.Tensor, dst: int, group: Any = None, tag: int = 0) -> Any:
-        self._p2p("send", tensor, dst, group)
-        return super().isend(tensor, dst, group, tag)
-
-    def irecv(
-        self, tensor: torch.Tensor, src: int | None = None, group: Any = None, tag: int = 0
-    ) -> Any:
-        self._p2p("recv", tensor, src, group)
-        return super().irecv(tensor, src, group, tag)
 
     def batch_isend_irecv(self, ops: Sequence[Any]) -> list[Any]:
         """``torch.distributed.batch_isend_irecv`` over ``P2POp``s: one batch in the trace."""
@@ -635,19 +482,17 @@ class StrictCommunicator(TorchCommunicator):
 
     # -- objects: a rank sees only its own ------------------------------------------------------
     def broadcast_object_list(
-        self, objects: list[Any], src: int = 0, group: Any = None, device: Any = None
+        self, object_list: list[Any], src: int = 0, group: Any = None, device: Any = None
     ) -> None:
-        self._note_object("broadcast_object_list", group, src)
+        return None
 
-    def all_gather_object(self, output: list[Any], obj: Any, group: Any = None) -> None:
-        self._note_object("all_gather_object", group)
-        for i in range(len(output)):
-            output[i] = obj
+    def all_gather_object(self, object_list: list[Any], obj: Any, group: Any = None) -> None:
+        for i in range(len(object_list)):
+            object_list[i] = obj
 
     def gather_object(
         self, obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0, group: Any = None
     ) -> None:
-        self._note_object("gather_object", group, dst)
         if object_gather_list is not None:
             for i in range(len(object_gather_list)):
                 object_gather_list[i] = obj
@@ -659,14 +504,8 @@ class StrictCommunicator(TorchCommunicator):
         src: int = 0,
         group: Any = None,
     ) -> None:
-        self._note_object("scatter_object_list", group, src)
         if scatter_object_input_list:
             scatter_object_output_list[0] = scatter_object_input_list[0]
-
-    def _note_object(self, name: str, group: Any, root: int = -1) -> None:
-        where = _call_site()
-        self._require_selected(name, where)
-        self.world.record(self.rank, Op(name, self._members(group), root=root, where=where))
 
 
 __all__ = ["Op", "SimWorld", "StrictCommunicator"]

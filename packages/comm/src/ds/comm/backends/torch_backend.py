@@ -312,11 +312,12 @@ class TorchCommunicator:
 
     def all_gather_into_tensor(
         self,
-        output: torch.Tensor,
-        input: torch.Tensor,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
         group: Any = None,
         async_op: bool = False,
     ) -> WorkHandle | None:
+        output, input = output_tensor, input_tensor
         if output.dim() == input.dim() + 1:
             output = _unstack(output, input)
         if self._tap is None:
@@ -558,12 +559,12 @@ class TorchCommunicator:
 
     # -- objects --------------------------------------------------------------------------------
     def broadcast_object_list(
-        self, objects: list[Any], src: int = 0, group: Any = None, device: Any = None
+        self, object_list: list[Any], src: int = 0, group: Any = None, device: Any = None
     ) -> None:
-        _dist.broadcast_object_list(objects, src, group, device)
+        _dist.broadcast_object_list(object_list, src, group, device)
 
-    def all_gather_object(self, output: list[Any], obj: Any, group: Any = None) -> None:
-        _dist.all_gather_object(output, obj, group)
+    def all_gather_object(self, object_list: list[Any], obj: Any, group: Any = None) -> None:
+        _dist.all_gather_object(object_list, obj, group)
 
     def gather_object(
         self, obj: Any, object_gather_list: list[Any] | None = None, dst: int = 0, group: Any = None
@@ -587,6 +588,7 @@ class TorchCommunicator:
         group: Any = None,
         async_op: bool = False,
     ) -> Any:
+        """See :func:`ds.comm.coalesced.all_gather_coalesced`."""
         return _coalesced.all_gather_coalesced(self, shards, numels, group, async_op)
 
     def reduce_scatter_coalesced(
@@ -596,6 +598,7 @@ class TorchCommunicator:
         group: Any = None,
         async_op: bool = False,
     ) -> Any:
+        """See :func:`ds.comm.coalesced.reduce_scatter_coalesced`."""
         return _coalesced.reduce_scatter_coalesced(self, tensors, op, group, async_op)
 
 
