@@ -43,6 +43,9 @@ SIZES: dict[str, dict[str, int]] = {
 }  # fmt: skip
 
 
+# Allocations of 1 MiB and more are mappings of their own, returned to the system when freed (the
+# build frees one module's whole parameters at a time; glibc's heap would keep them).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 # Gathered parameters kept live between uses (DeepSpeed's default is 1e9 elements: 4 GB of fp32,
 # more than the rest of the run's memory together).
 MAX_LIVE = 100_000_000
@@ -55,7 +58,8 @@ def hf_config(size: str) -> Any:
 
 
 def ds_config(nvme_path: str, lr: float, max_live: int = MAX_LIVE) -> dict[str, Any]:
-    where = {"device": "nvme", "nvme_path": nvme_path}
+    # Two swap buffers (sets) each: a set is sized by the largest partition, the embedding's.
+    where = {"device": "nvme", "nvme_path": nvme_path, "buffer_count": 2}
     return {
         "train_micro_batch_size_per_gpu": 1,
         "optimizer": {"type": "AdamW", "params": {"lr": lr, "weight_decay": 0.0}},
@@ -190,7 +194,8 @@ def main() -> None:
     out = work.with_name(work.name + "-result.json")
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
                DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29611")  # fmt: skip
+               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29611",
+               **MALLOC_ENV)  # fmt: skip
     cmd = [sys.executable, __file__, "--worker", "--size", args.size, "--steps", str(args.steps),
            "--seq-len", str(args.seq_len), "--lr", str(args.lr), "--nvme-path", str(work),
            "--out", str(out)]  # fmt: skip
