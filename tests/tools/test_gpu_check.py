@@ -227,7 +227,10 @@ def test_install_route_in_a_fresh_venv_and_the_dry_run(tmp_path: Path) -> None:
     by = {(r["section"], r["row"]): r for r in report["rows"]}
     install = by[("install", "distributions and native extension")]
     assert install["status"] == "pass", install
-    assert install["native"].startswith(str(site / "native")) and install["kernels"] == "cpu,cuda"
+    assert (
+        install["native"].startswith(str(site / "native"))
+        and install["kernels"] == "cpu,cuda,torch"
+    )
     assert {s for s, _ in by} == set(check.SECTIONS)
     for (section, row), r in by.items():
         if section in ("bandwidth", "bench") or row in ("transformers generate", "ds engine"):

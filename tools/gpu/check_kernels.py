@@ -46,14 +46,8 @@ def timed(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
 
 # -- optimizers --------------------------------------------------------------------------------
 def optimizer(kind: str, dtype: torch.dtype, n: int, steps: int, device: torch.device) -> dict:
-    from ds.ops.triton import (
-        adagrad,
-        adagrad_reference,
-        adam,
-        adam_reference,
-        lion,
-        lion_reference,
-    )
+    from ds.ops import reference
+    from ds.ops.triton import adagrad, adam, lion
 
     gen = torch.Generator().manual_seed(n)
     p = torch.randn(n, generator=gen).to(dtype).to(device)
@@ -65,13 +59,13 @@ def optimizer(kind: str, dtype: torch.dtype, n: int, steps: int, device: torch.d
         if kind == "adam":
             kw: dict[str, Any] = {"step": step, "lr": 1e-2, "weight_decay": 0.05}
             adam.adam_step(p, g, *s, **kw)
-            adam_reference.adam_step(rp, g, *rs, **kw)
+            reference.adam_step(rp, g, *rs, **kw)
         elif kind == "lion":
             lion.lion_step(p, g, *s, lr=1e-3, weight_decay=0.1)
-            lion_reference.lion_step(rp, g, *rs, lr=1e-3, weight_decay=0.1)
+            reference.lion_step(rp, g, *rs, lr=1e-3, weight_decay=0.1)
         else:
             adagrad.adagrad_step(p, g, *s, lr=1e-2, weight_decay=0.01)
-            adagrad_reference.adagrad_step(rp, g, *rs, lr=1e-2, weight_decay=0.01)
+            reference.adagrad_step(rp, g, *rs, lr=1e-2, weight_decay=0.01)
     _sync(device)
     rel = (p.float() - rp.float()).abs() / (1 + rp.float().abs())
     # The same fp32 math in another operation order: a few ulps of the storage dtype per step.

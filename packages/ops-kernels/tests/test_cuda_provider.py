@@ -16,8 +16,8 @@ import pytest
 from ds.interfaces import registry
 from ds.interfaces.errors import KernelError
 from ds.interfaces.kernels import AdagradHyper, AdamHyper, KernelProvider, LionHyper
+from ds.ops import reference
 from ds.ops.cuda_provider import CudaKernelProvider
-from ds.ops.triton import adagrad_reference, lion_reference
 
 pytest.importorskip("triton", reason="triton is not installed (pip install ds-ops-kernels[triton])")
 from ds.ops.triton import adagrad as triton_adagrad
@@ -134,11 +134,11 @@ def test_triton_kernels_match_their_torch_references(dtype: torch.dtype) -> None
     p, g = _data(n, dtype, 5)
     m, rp, rm = torch.zeros(n, dtype=dtype), p.clone(), torch.zeros(n, dtype=dtype)
     triton_lion.lion_step(p, g, m, lr=1e-3, weight_decay=0.1)
-    lion_reference.lion_step(rp, g, rm, lr=1e-3, weight_decay=0.1)
+    reference.lion_step(rp, g, rm, lr=1e-3, weight_decay=0.1)
     assert torch.equal(p, rp) and torch.equal(m, rm)
     s, rs = torch.zeros(n), torch.zeros(n)
     triton_adagrad.adagrad_step(p, g, s, lr=1e-2)
-    adagrad_reference.adagrad_step(rp, g, rs, lr=1e-2)
+    reference.adagrad_step(rp, g, rs, lr=1e-2)
     tol = TOL[dtype]
     torch.testing.assert_close(p.float(), rp.float(), rtol=tol, atol=tol)
     torch.testing.assert_close(s, rs, rtol=1e-6, atol=1e-7)

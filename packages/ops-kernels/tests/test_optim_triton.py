@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 import pytest
 
 from ds.interfaces.errors import KernelError
-from ds.ops.triton import adam_reference
+from ds.ops import reference
 
 pytest.importorskip("triton", reason="triton is not installed (pip install ds-ops-kernels[triton])")
 from ds.ops.triton import adam as triton_adam
@@ -35,7 +35,7 @@ def _run(device: str, dtype: torch.dtype, state_dtype: torch.dtype, n: int, step
     for step in range(1, steps + 1):
         g = torch.randn(n, generator=gen).to(dtype).to(device)
         triton_adam.adam_step(p, g, m, v, step=step, **kw)
-        adam_reference.adam_step(rp, g, rm, rv, step=step, **kw)
+        reference.adam_step(rp, g, rm, rv, step=step, **kw)
     # Same fp32 math, same rounding points; the two may differ by fp32 operation order only.
     tol = {torch.float32: 1e-6, torch.bfloat16: 2**-7, torch.float16: 2**-10}[dtype]
     torch.testing.assert_close(p.float(), rp.float(), rtol=tol, atol=tol)
@@ -64,7 +64,7 @@ def test_reference_matches_torch_adamw() -> None:
     opt = torch.optim.AdamW([ref], lr=1e-2, weight_decay=0.05)
     for step in range(1, 21):
         g = torch.randn(n, generator=gen)
-        adam_reference.adam_step(p, g, m, v, step=step, lr=1e-2, weight_decay=0.05)
+        reference.adam_step(p, g, m, v, step=step, lr=1e-2, weight_decay=0.05)
         ref.grad = g
         opt.step()
     torch.testing.assert_close(p, ref.detach(), rtol=1e-6, atol=1e-6)
@@ -78,7 +78,7 @@ def test_triton_adam_l2_mode_and_errors() -> None:
     rp, rm, rv = p.clone(), m.clone(), v.clone()
     kw = {"step": 1, "lr": 1e-2, "weight_decay": 0.1, "adamw_mode": False, "bias_correction": False}
     triton_adam.adam_step(p, g, m, v, **kw)
-    adam_reference.adam_step(rp, g, rm, rv, **kw)
+    reference.adam_step(rp, g, rm, rv, **kw)
     torch.testing.assert_close(p, rp, rtol=1e-6, atol=1e-6)
     with pytest.raises(KernelError, match="exp_avg has 3 elements"):
         triton_adam.adam_step(p, g, torch.zeros(3), v, step=1, lr=1e-3)

@@ -1,4 +1,5 @@
-"""The cpu kernel provider: registry entry point, protocol conformance, delegation to kernels."""
+"""The cpu kernel provider (and the torch one beside it): registry entry point, protocol
+conformance, delegation to kernels."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import torch
 from ds.interfaces import registry
 from ds.interfaces.errors import KernelError
 from ds.interfaces.kernels import AdagradHyper, AdamHyper, KernelProvider, LionHyper
+from ds.ops.cuda_provider import CudaKernelProvider
 from ds.ops.provider import CpuKernelProvider
+from ds.ops.torch_provider import TorchKernelProvider
+
+PROVIDERS = [CpuKernelProvider, TorchKernelProvider]
 
 
 def test_entry_point_resolves_to_provider_class() -> None:
@@ -21,12 +26,26 @@ def test_entry_point_resolves_to_provider_class() -> None:
     assert list(provider.devices()) == ["cpu"]
 
 
-def test_signatures_match_protocol() -> None:
+def test_torch_provider_is_declared_and_conforms() -> None:
+    from pathlib import Path
+
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = project["project"]["entry-points"]["ds.kernels"]
+    assert declared["torch"] == "ds.ops.torch_provider:TorchKernelProvider"
+    provider = TorchKernelProvider()
+    assert isinstance(provider, KernelProvider)
+    assert provider.name() == "torch" and provider.info()["optimizer_backend"] == "reference"
+
+
+@pytest.mark.parametrize("cls", [*PROVIDERS, CudaKernelProvider])
+def test_signatures_match_protocol(cls: type) -> None:
     # The contract and the implementation must not drift apart.
     for name, member in inspect.getmembers(KernelProvider, inspect.isfunction):
         if name.startswith("_"):
             continue
-        impl = getattr(CpuKernelProvider, name)
+        impl = getattr(cls, name)
         want = list(inspect.signature(member).parameters)
         got = list(inspect.signature(impl).parameters)
         assert got == want, f"{name}: {got} != {want}"
@@ -41,7 +60,8 @@ def test_info_reports_simd_and_threads() -> None:
     assert all(isinstance(v, str) for v in info.values())
 
 
-def test_adam_step_matches_torch_adamw_with_low_precision_copy() -> None:
+@pytest.mark.parametrize("cls", PROVIDERS)
+def test_adam_step_matches_torch_adamw_with_low_precision_copy(cls: type) -> None:
     torch.manual_seed(0)
     n = 4099
     hyper = AdamHyper(lr=1e-2, weight_decay=0.1)
@@ -50,7 +70,7 @@ def test_adam_step_matches_torch_adamw_with_low_precision_copy() -> None:
     opt = torch.optim.AdamW([ref], lr=hyper.lr, weight_decay=hyper.weight_decay)
     m, v = torch.zeros(n), torch.zeros(n)
     low = torch.empty(n, dtype=torch.bfloat16)
-    provider = CpuKernelProvider()
+    provider = cls()
     for step in range(1, 11):
         g = torch.randn(n)
         provider.adam_step(step, hyper, p, g, m, v, low)
@@ -60,8 +80,9 @@ def test_adam_step_matches_torch_adamw_with_low_precision_copy() -> None:
     assert torch.equal(low, p.to(torch.bfloat16))
 
 
-def test_adagrad_and_lion_steps_run_through_provider() -> None:
-    provider = CpuKernelProvider()
+@pytest.mark.parametrize("cls", PROVIDERS)
+def test_adagrad_and_lion_steps_run_through_provider(cls: type) -> None:
+    provider = cls()
     p, g, s = torch.ones(10), torch.full((10,), 2.0), torch.zeros(10)
     provider.adagrad_step(1, AdagradHyper(lr=0.5, eps=0.0), p, g, s)
     # state_sum = 4, update = 0.5 * 2 / 2

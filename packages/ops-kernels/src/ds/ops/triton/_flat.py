@@ -7,8 +7,11 @@ programs, 64-bit offsets), never a Python loop over chunks.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import os
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -21,6 +24,27 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def step_like(
+    reference: Callable[..., None],
+) -> Callable[[Callable[[Any], None]], Callable[..., None]]:
+    """Make a Triton step take ``reference``'s arguments (names, order, defaults): the body gets
+    them as attributes of one namespace, so a kernel and its definition share one argument list.
+    """
+    sig = inspect.signature(reference)
+
+    def wrap(body: Callable[[Any], None]) -> Callable[..., None]:
+        @functools.wraps(body)
+        def step(*args: Any, **kwargs: Any) -> None:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            body(SimpleNamespace(**bound.arguments))
+
+        step.__signature__ = sig  # type: ignore[attr-defined]
+        return step
+
+    return wrap
 
 
 def kernels(module: str, reference: str) -> Any:

@@ -18,7 +18,7 @@ def _step_fn(device: torch.device) -> Callable[..., None]:
             return lion_step
         except ImportError:
             pass
-    from ds.ops.triton.lion_reference import lion_step
+    from ds.ops.reference import lion_step
 
     return lion_step
 
