@@ -11,6 +11,7 @@ import torch
 
 from ds.interfaces.errors import AsyncIOError, ConfigError, KernelError
 from ds.interfaces.logging import get_logger
+from ds.ops._native import native
 from ds.ops.aio._buffers import PinnedBufferPool
 
 log = get_logger(__name__)
@@ -20,17 +21,6 @@ def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{name} must be a positive int, got {value!r}")
     return value
-
-
-def _native() -> Any:
-    try:
-        from ds.ops import _C
-    except ImportError as e:  # pragma: no cover - only without a built extension
-        raise KernelError(
-            "the ds.ops native extension is missing; reinstall ds-ops-kernels so the async I/O "
-            "kernels are present"
-        ) from e
-    return _C
 
 
 def _error(result: dict[str, Any], more: int = 0) -> AsyncIOError:
@@ -81,7 +71,7 @@ class AsyncIOHandle:
         self.single_submit = bool(single_submit)
         self.overlap_events = bool(overlap_events)
         self.use_o_direct = bool(use_o_direct)
-        self._h: Any = _native().AioHandle(
+        self._h: Any = native().AioHandle(
             self.block_size,
             self.queue_depth,
             self.intra_op_parallelism,

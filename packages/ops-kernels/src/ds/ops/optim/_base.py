@@ -26,6 +26,10 @@ class CPUOptimizerBase(torch.optim.Optimizer):
 
     #: names of the per-parameter state tensors, in kernel argument order
     _state_names: tuple[str, ...] = ()
+    #: the kernel (``ds.ops.cpu_optim.<name>``, native ``<name>_ptrs``) and whether it takes the
+    #: step count (before the hyperparameters)
+    _kernel = ""
+    _takes_step = False
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self._plans: dict[int, GroupPlan] = {}
@@ -42,6 +46,10 @@ class CPUOptimizerBase(torch.optim.Optimizer):
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def _hyper(self, group: dict[str, Any], step: int) -> dict[str, Any]:
+        """The kernel's hyperparameters for ``group`` at ``step``, in its argument order."""
+        raise NotImplementedError
+
     def _run(
         self,
         group: dict[str, Any],
@@ -51,14 +59,20 @@ class CPUOptimizerBase(torch.optim.Optimizer):
         states: list[list[torch.Tensor]],
     ) -> None:
         """Checked path: the functional kernels of ds.ops.cpu_optim."""
-        raise NotImplementedError
+        from ds.ops import cpu_optim
+
+        kw = self._hyper(group, step)
+        if self._takes_step:
+            kw["step"] = step
+        getattr(cpu_optim, self._kernel)(params, grads, *states, **kw)
 
     def _run_ptrs(
         self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
     ) -> None:
         """Fast path: the address-list kernel; ``head`` = (codes, params, grads, *states, lowp,
         numels)."""
-        raise NotImplementedError
+        lead = (step,) if self._takes_step else ()
+        getattr(kernels, f"{self._kernel}_ptrs")(*head, *lead, *self._hyper(group, step).values())
 
     # -- shared ---------------------------------------------------------------------------------
     @staticmethod

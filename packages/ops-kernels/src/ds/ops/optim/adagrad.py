@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from ds.interfaces.errors import ConfigError
-from ds.ops import cpu_optim
 from ds.ops._checks import check_nonneg
 from ds.ops.optim._base import CPUOptimizerBase
 
@@ -18,6 +17,7 @@ class CPUAdagrad(CPUOptimizerBase):
     ``lr_decay`` and ``initial_accumulator_value``)."""
 
     _state_names = ("sum",)
+    _kernel = "adagrad_step"
 
     def __init__(
         self,
@@ -48,23 +48,10 @@ class CPUAdagrad(CPUOptimizerBase):
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["sum"] = self._new_state(p, group, state, fill=group["initial_accumulator_value"])
 
-    def _run(
-        self,
-        group: dict[str, Any],
-        step: int,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        states: list[list[torch.Tensor]],
-    ) -> None:
+    def _hyper(self, group: dict[str, Any], step: int) -> dict[str, Any]:
         lr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
-        cpu_optim.adagrad_step(
-            params, grads, states[0], lr=lr, eps=group["eps"], weight_decay=group["weight_decay"]
-        )
-
-    def _run_ptrs(
-        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
-    ) -> None:
-        lr = group["lr"] / (1.0 + (step - 1) * group["lr_decay"])
-        kernels.adagrad_step_ptrs(
-            *head, float(lr), float(group["eps"]), float(group["weight_decay"])
-        )
+        return {
+            "lr": float(lr),
+            "eps": float(group["eps"]),
+            "weight_decay": float(group["weight_decay"]),
+        }

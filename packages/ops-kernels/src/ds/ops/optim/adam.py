@@ -8,7 +8,6 @@ from typing import Any
 import torch
 
 from ds.interfaces.errors import ConfigError
-from ds.ops import cpu_optim
 from ds.ops._checks import check_betas, check_nonneg
 from ds.ops.optim._base import CPUOptimizerBase
 
@@ -22,6 +21,8 @@ class CPUAdam(CPUOptimizerBase):
     """
 
     _state_names = ("exp_avg", "exp_avg_sq")
+    _kernel = "adam_step"
+    _takes_step = True
 
     def __init__(
         self,
@@ -56,42 +57,14 @@ class CPUAdam(CPUOptimizerBase):
         state["exp_avg"] = self._new_state(p, group, state)
         state["exp_avg_sq"] = self._new_state(p, group, state)
 
-    def _run(
-        self,
-        group: dict[str, Any],
-        step: int,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        states: list[list[torch.Tensor]],
-    ) -> None:
+    def _hyper(self, group: dict[str, Any], step: int) -> dict[str, Any]:
         beta1, beta2 = group["betas"]
-        cpu_optim.adam_step(
-            params,
-            grads,
-            states[0],
-            states[1],
-            step=step,
-            lr=group["lr"],
-            beta1=beta1,
-            beta2=beta2,
-            eps=group["eps"],
-            weight_decay=group["weight_decay"],
-            adamw_mode=group["adamw_mode"],
-            bias_correction=group["bias_correction"],
-        )
-
-    def _run_ptrs(
-        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
-    ) -> None:
-        beta1, beta2 = group["betas"]
-        kernels.adam_step_ptrs(
-            *head,
-            step,
-            float(group["lr"]),
-            beta1,
-            beta2,
-            float(group["eps"]),
-            float(group["weight_decay"]),
-            bool(group["adamw_mode"]),
-            bool(group["bias_correction"]),
-        )
+        return {
+            "lr": float(group["lr"]),
+            "beta1": beta1,
+            "beta2": beta2,
+            "eps": float(group["eps"]),
+            "weight_decay": float(group["weight_decay"]),
+            "adamw_mode": bool(group["adamw_mode"]),
+            "bias_correction": bool(group["bias_correction"]),
+        }

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from ds.ops import cpu_optim
 from ds.ops._checks import check_betas, check_nonneg
 from ds.ops.optim._base import CPUOptimizerBase
 
@@ -16,6 +15,7 @@ class CPULion(CPUOptimizerBase):
     """Lion (sign of an interpolated momentum, decoupled weight decay)."""
 
     _state_names = ("exp_avg",)
+    _kernel = "lion_step"
 
     def __init__(
         self,
@@ -36,29 +36,11 @@ class CPULion(CPUOptimizerBase):
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["exp_avg"] = self._new_state(p, group, state)
 
-    def _run(
-        self,
-        group: dict[str, Any],
-        step: int,
-        params: list[torch.Tensor],
-        grads: list[torch.Tensor],
-        states: list[list[torch.Tensor]],
-    ) -> None:
+    def _hyper(self, group: dict[str, Any], step: int) -> dict[str, Any]:
         beta1, beta2 = group["betas"]
-        cpu_optim.lion_step(
-            params,
-            grads,
-            states[0],
-            lr=group["lr"],
-            beta1=beta1,
-            beta2=beta2,
-            weight_decay=group["weight_decay"],
-        )
-
-    def _run_ptrs(
-        self, kernels: Any, group: dict[str, Any], step: int, head: tuple[Any, ...]
-    ) -> None:
-        beta1, beta2 = group["betas"]
-        kernels.lion_step_ptrs(
-            *head, float(group["lr"]), beta1, beta2, float(group["weight_decay"])
-        )
+        return {
+            "lr": float(group["lr"]),
+            "beta1": beta1,
+            "beta2": beta2,
+            "weight_decay": float(group["weight_decay"]),
+        }

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
 from ds.interfaces.errors import KernelError
 from ds.interfaces.kernels import QuantizedTensor
+from ds.ops._native import native
 from ds.ops.quant._schemes import (
     bytes_per_group,
     check_group_size,
@@ -19,17 +19,6 @@ from ds.ops.quant._schemes import (
 from ds.ops.quant._validate import check_out, check_quantized
 
 _NATIVE_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _lib() -> Any:
-    try:
-        from ds.ops import _C
-    except ImportError as e:  # pragma: no cover - only without a built extension
-        raise KernelError(
-            "the ds.ops native extension is missing; reinstall ds-ops-kernels "
-            "(pip install ds-ops-kernels) so its prebuilt kernels are present"
-        ) from e
-    return _C
 
 
 def _require_cpu(t: torch.Tensor, what: str) -> None:
@@ -53,7 +42,7 @@ def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
     g = num_groups(n, group_size)
     data = torch.empty(g * bytes_per_group(s, group_size), dtype=torch.uint8)
     scales = torch.empty(g, dtype=torch.float32)
-    lib = _lib()
+    lib = native()
     if s.kind == "int":
         zps = torch.empty(g if s.asym else 0, dtype=torch.float32)
         lib.quant_int(flat, group_size, s.bits, s.asym, s.qmin, s.qmax, data, scales, zps)
@@ -87,7 +76,7 @@ def dequantize(
     out = out.view(-1)
     data = q.data.contiguous().view(torch.uint8)
     scales = q.scales.contiguous()
-    lib = _lib()
+    lib = native()
     if s.kind == "int":
         zps = q.zero_points.contiguous() if q.zero_points is not None else scales[:0]
         lib.dequant_int(data, scales, zps, q.group_size, s.bits, s.asym, s.qmin, s.qmax, out)
