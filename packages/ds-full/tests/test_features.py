@@ -43,7 +43,8 @@ def test_consolidated_state_dict_below_stage_3_is_the_module_state() -> None:
 
     from ds.full.adapters import consolidated_state_dict
 
-    model = torch.nn.Linear(3, 2)
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5))
+    model[1].weight = model[0].weight  # tied, as a language model's head and embedding
     engine, *_ = ds.initialize(
         model=model,
         config={
@@ -53,6 +54,8 @@ def test_consolidated_state_dict_below_stage_3_is_the_module_state() -> None:
         },
     )
     sd = consolidated_state_dict(engine, dtype=torch.float64)
-    assert set(sd) == {"weight", "bias"}
-    assert sd["weight"].dtype == torch.float64
-    torch.testing.assert_close(sd["weight"], model.weight.detach().double())
+    assert set(sd) == {"0.weight", "1.weight", "1.bias"}
+    assert sd["1.weight"].dtype == torch.float64
+    torch.testing.assert_close(sd["1.weight"], model[1].weight.detach().double())
+    # One tensor under both names (save_pretrained writes a tied weight once).
+    assert sd["0.weight"] is sd["1.weight"] and sd["1.bias"] is not sd["1.weight"]

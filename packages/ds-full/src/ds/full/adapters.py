@@ -59,7 +59,13 @@ def consolidated_state_dict(
     if gather is not None:
         out: dict[str, torch.Tensor] = gather(dtype)
         return out
-    sd = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
-    if dtype is not None:
-        sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+    copies: dict[tuple[Any, ...], torch.Tensor] = {}
+    sd = {}
+    for k, v in engine.module.state_dict().items():
+        # A tied weight stays one tensor under each of its names (save_pretrained writes it once).
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), v.shape, v.stride(), v.dtype)
+        if key not in copies:
+            t = v.detach().clone()
+            copies[key] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
+        sd[k] = copies[key]
     return sd
