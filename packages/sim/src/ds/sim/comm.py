@@ -33,6 +33,9 @@ the head of the peer's stream):
   first, unbatched, wait for each other forever on NCCL: a reported deadlock).
 
 The world also counts, per rank, the bytes each kind of collective moved (:meth:`SimWorld.traffic`).
+
+Size: the world's replay and the strict communicator that records what it replays share one trace
+(:class:`Op`) and are read together.
 """
 
 from __future__ import annotations
