@@ -78,7 +78,7 @@ def train(ds, schedule: str, stage: int, out: Path, flags: set[str]) -> dict:
     evaluation = float(engine.eval_batch(iter(micro_batches(STEPS, dp, dp_index))))
     if flags & {"ckpt", "half"}:
         engine.save_checkpoint(str(out / "ckpt"))
-    weights = __import__("ds.full.pipeline_checkpoint", fromlist=["x"]).full_state_dict(engine)
+    weights = __import__("ds.parallel.pipeline.checkpoint", fromlist=["x"]).full_state_dict(engine)
     if "export" in flags:
         engine.save_16bit_model(str(out / "export"))
     return {

@@ -3,7 +3,7 @@ optimizer state per parameter (``layer_XX-optim_states.pt``: the flat ZeRO parti
 over the stage's data-parallel ranks and cut at the parameters), so a checkpoint saved with one
 pipeline and data-parallel size continues exactly with any other; engine counters and the LR
 schedule in ``pipeline_states.pt``. A tied module is saved once, under its first layer. With
-tensor parallelism each TP rank writes its slices to its own files (:mod:`ds.full.pipeline_tp`)."""
+tensor parallelism each TP rank writes its slices to its own files (:mod:`ds.parallel.pipeline.tp`)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _host(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | None) -> None:
-    from ds.full.pipeline_tp import layer_file, pipeline_layout, tp_index, tp_size
+    from ds.parallel.pipeline.tp import layer_file, pipeline_layout, tp_index, tp_size
 
     engine.strategy.synchronize_parameters()
     tp, ti = tp_size(engine), tp_index(engine)
@@ -97,7 +97,7 @@ def load(
             return None, {}
         with open(latest) as f:
             tag = f.read().strip()
-    from ds.full.pipeline_tp import LayerFiles
+    from ds.parallel.pipeline.tp import LayerFiles
 
     where = os.path.join(load_dir, tag)
     states = torch.load(os.path.join(where, "pipeline_states.pt"), weights_only=True)
@@ -230,7 +230,7 @@ def _refresh_masters(engine: Any) -> None:
 def full_state_dict(engine: Any) -> dict[str, torch.Tensor]:
     """The whole model's state dict, named as a one-stage PipelineModule of the same layers
     names it (``"3.weight"``, ``"tied_modules.embed.weight"``). Collective over the world."""
-    from ds.full.pipeline_tp import whole_tensors
+    from ds.parallel.pipeline.tp import whole_tensors
 
     engine.strategy.synchronize_parameters()
     module = engine.module
