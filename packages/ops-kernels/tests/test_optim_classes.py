@@ -4,7 +4,7 @@ lists and groups, low-precision params, state_dict round trips, argument errors.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -16,13 +16,7 @@ SIZES = [1, 7, 1023, 4096 + 3, 33, 250]
 STEPS = 100
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # Reference optimizers are torch ops; one intra-op thread is fastest on a shared 2-core box.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _params(seed: int, dtype: torch.dtype = torch.float32) -> list[torch.nn.Parameter]:

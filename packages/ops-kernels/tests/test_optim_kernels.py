@@ -30,14 +30,7 @@ SIZED = [(lvl, n) for lvl in LEVELS for n in SMALL] + [(_C.simd_level(), BIG)]
 SIZED_SMALL = [(lvl, n) for lvl in LEVELS for n in SMALL]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # The references are torch element-wise ops; on a shared 2-core machine two intra-op threads
-    # spin against each other and run 20x slower than one. Thread tests set their own counts.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(params=LEVELS)
