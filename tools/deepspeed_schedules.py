@@ -105,20 +105,6 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     (
-        "OneCycle",
-        {
-            "cycle_min_lr": 0.001,
-            "cycle_max_lr": 0.01,
-            "cycle_first_step_size": 4,
-            "decay_step_size": 2,
-            "decay_mom_rate": 0.01,
-            "cycle_min_mom": 0.85,
-            "cycle_max_mom": 0.95,
-            "adamw": True,
-        },
-    ),
-    ("OneCycle", {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01, "cycle_first_step_size": 4}),
-    (
         "LRRangeTest",
         {
             "lr_range_test_min_lr": 0.001,
