@@ -1,9 +1,10 @@
 """Prove that every ds distribution installs and imports alone beside ds-interfaces.
 
-Builds each distribution's wheel, creates one fresh virtual environment (with the pinned torch
-preinstalled, since most distributions need it), then for each distribution: installs ds-interfaces
-and that one wheel (plus the third-party dependencies it declares), imports its module, checks that
-no other ds distribution got installed, and uninstalls it again before the next one.
+Builds each distribution's wheel, then for each distribution creates a fresh virtual environment
+that sees this interpreter's torch (linked through a .pth file, as if preinstalled: most
+distributions need it, and copying it per venv would cost more than the check), installs
+ds-interfaces and that one wheel (plus the third-party dependencies it declares), imports its
+module, and checks that no other ds distribution got installed.
 
     python tools/isolation.py [--only ds-comm ...] [--keep DIR]
 """
@@ -11,10 +12,12 @@ no other ds distribution got installed, and uninstalls it again before the next 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,69 +61,115 @@ def sh(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
 
 
 def build_wheels(out: Path, names: list[str]) -> dict[str, Path]:
+    """Every wheel from one pip process (a pip start costs more than a pure-Python build)."""
+    out.mkdir(parents=True, exist_ok=True)
+    srcs = [str(ROOT / DISTS[name][0]) for name in names]
+    sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+        "--disable-pip-version-check", "-w", str(out), *srcs])  # fmt: skip
     wheels: dict[str, Path] = {}
     for name in names:
-        src = ROOT / DISTS[name][0]
-        before = set(out.glob("*.whl"))
-        sh(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-deps",
-                "--no-build-isolation",
-                "-w",
-                str(out),
-                str(src),
-            ]
-        )
-        new = set(out.glob("*.whl")) - before
         stem = name.replace("-", "_")
-        wheels[name] = next(iter(new)) if new else next(out.glob(f"{stem}-*.whl"))
+        found = sorted(out.glob(f"{stem}-*.whl"))
+        if not found:
+            raise RuntimeError(f"pip wheel wrote no wheel for {name}")
+        wheels[name] = found[-1]
     return wheels
 
 
-def ds_installed(py: Path) -> set[str]:
+def _requirements(dist: metadata.Distribution) -> list[str]:
+    names = []
+    for req in dist.requires or []:
+        name, _, marker = req.partition(";")
+        if "extra" in marker or (marker.strip() and not _marker_holds(marker)):
+            continue
+        names.append(re.split(r"[\s<>=!~\[(]", name.strip(), maxsplit=1)[0])
+    return names
+
+
+def _marker_holds(marker: str) -> bool:
+    from packaging.markers import Marker
+
+    return Marker(marker.strip()).evaluate()
+
+
+def torch_site(work: Path) -> Path:
+    """A folder of links to this interpreter's torch and everything torch requires: each checked
+    venv sees it through a .pth file, as a preinstalled torch, instead of copying 1 GB per venv."""
+    site = work / "torch-site"
+    site.mkdir(parents=True, exist_ok=True)
+    todo, seen = ["torch"], set()
+    while todo:
+        name = todo.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        dist = metadata.distribution(name)
+        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        base = Path(str(dist.locate_file("")))
+        for top in tops:
+            link = site / top
+            if not link.exists() and (base / top).exists():
+                link.symlink_to(base / top)
+        todo.extend(_requirements(dist))
+    return site
+
+
+def make_venv(path: Path, site: Path) -> Path:
+    """A venv without pip (the checking interpreter's pip installs into it with ``--python``)
+    that sees torch through ``site``."""
+    sh([sys.executable, "-m", "venv", "--without-pip", str(path)])
+    py = path / "bin" / "python"
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(purelib) / "ds_isolation_torch.pth").write_text(str(site) + "\n")
+    return py
+
+
+def pip_into(py: Path) -> list[str]:
+    return [sys.executable, "-m", "pip", "--python", str(py), "-q", "--disable-pip-version-check"]
+
+
+# Run in the checked venv: the ds distributions it holds, then the import.
+_PROBE = """
+import sys
+from importlib import metadata
+names = sorted({d.metadata["Name"].lower() for d in metadata.distributions()
+                if (d.metadata["Name"] or "").lower().startswith("ds-")})
+print("DS_DISTS=" + ",".join(names), flush=True)
+if sys.argv[1]:
+    __import__(sys.argv[1])
+    print(sys.argv[2] + ": import " + sys.argv[1] + " ok")
+"""
+
+
+def ds_installed(py: Path, module: str = "", name: str = "") -> set[str]:
     out = subprocess.run(
-        [str(py), "-m", "pip", "list", "--format=freeze"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {
-        line.split("==")[0].lower() for line in out.splitlines() if line.lower().startswith("ds-")
-    }
+        [str(py), "-c", _PROBE, module, name], capture_output=True, text=True, cwd=py.parent
+    )
+    if out.returncode:
+        raise RuntimeError(f"import {module} failed:\n{out.stderr[-3000:]}")
+    print(out.stdout.strip().splitlines()[-1], flush=True)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("DS_DISTS="))
+    return {n for n in line.removeprefix("DS_DISTS=").split(",") if n}
 
 
-def check_full(work: Path, wheels: dict[str, Path], venv: Path) -> None:
-    """`pip install ds-full` from the built wheels into ``venv`` (torch and ds-interfaces only:
-    every other distribution was uninstalled after its own check), then the README's main job
-    (2 ranks, shortened) through the installed `ds` command."""
-    py = venv / "bin" / "python"
-    pip = [str(py), "-m", "pip", "-q", "--disable-pip-version-check"]
-    leftover = ds_installed(py) - {"ds-interfaces"}
+def check_full(work: Path, wheels: dict[str, Path], site: Path) -> None:
+    """`pip install ds-full` from the built wheels into a fresh venv (torch only), then the
+    README's main job (2 ranks, shortened) through the installed `ds` command."""
+    venv = work / "venv-ds-full"
+    py = make_venv(venv, site)
+    pip = pip_into(py)
+    leftover = ds_installed(py)
     if leftover:
-        raise RuntimeError(f"the venv still holds {sorted(leftover)} before ds-full installs")
+        raise RuntimeError(f"the fresh venv already holds {sorted(leftover)}")
     wheel_dir = wheels["ds-full"].parent
     sh([*pip, "install", "-c", str(CONSTRAINTS), "--find-links", str(wheel_dir), "ds-full"])
     present = ds_installed(py)
-    expected = {
-        "ds-full",
-        "ds-interfaces",
-        "ds-accel-abstraction",
-        "ds-comm",
-        "ds-ops-kernels",
-        "ds-zero-runtime",
-        "ds-inference-v2",
-        "ds-checkpoint-ledger",
-        "ds-launcher",
-        "ds-monitor",
-        "ds-autotune",
-        "ds-sim",
-        "ds-parallel",
-    }
+    # ds-full depends on every distribution but the framework integrations.
+    expected = set(DISTS) - {"ds-hf", "ds-lightning"}
     if not expected <= present:
         raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")
     out = work / "main-job"
@@ -142,7 +191,7 @@ def check_full(work: Path, wheels: dict[str, Path], venv: Path) -> None:
     )
     if not (out / "checkpoints").exists():
         raise RuntimeError("the main job ran but wrote no checkpoint")
-    print("ds-full: installed from wheels into the emptied venv; the main job ran", flush=True)
+    print("ds-full: installed from wheels into a fresh venv; the main job ran", flush=True)
 
 
 def main() -> int:
@@ -152,7 +201,7 @@ def main() -> int:
     ap.add_argument(
         "--full",
         action="store_true",
-        help="also install the ds-full wheel set (into the emptied venv) and run the main job",
+        help="also install the ds-full wheel set (into a fresh venv) and run the main job",
     )
     args = ap.parse_args()
     names = args.only or PER_DIST
@@ -164,19 +213,17 @@ def main() -> int:
     if args.full:
         wanted = list(dict.fromkeys([*wanted, *PER_DIST, "ds-full"]))
     wheels = build_wheels(work / "wheels", wanted)
-    venv = work / "venv"
-    sh([sys.executable, "-m", "venv", str(venv)])
-    py = venv / "bin" / "python"
-    pip = [str(py), "-m", "pip", "-q", "--disable-pip-version-check"]
-    sh([*pip, "install", "-c", str(CONSTRAINTS), "torch"])
+    site = torch_site(work)
     failures: list[str] = []
     for name in names:
         module = DISTS[name][1]
         declared = DECLARED.get(name, ())
         try:
+            # A venv of its own: nothing a previous check installed can satisfy an import.
+            py = make_venv(work / f"venv-{name}", site)
             sh(
                 [
-                    *pip,
+                    *pip_into(py),
                     "install",
                     "-c",
                     str(CONSTRAINTS),
@@ -185,19 +232,16 @@ def main() -> int:
                     str(wheels[name]),
                 ]
             )
-            present = ds_installed(py)
+            present = ds_installed(py, module, name)
             extra = present - {"ds-interfaces", name, *declared}
             if extra:
                 raise RuntimeError(f"{name} pulled in other ds distributions: {sorted(extra)}")
-            sh([str(py), "-c", f"import {module}; print('{name}: import {module} ok')"], cwd=work)
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             failures.append(f"{name}: {exc}")
             print(f"FAILED {name}: {exc}", flush=True)
-        finally:
-            subprocess.run([*pip, "uninstall", "-y", name, *declared], check=False)
     if args.full:
         try:
-            check_full(work, wheels, venv)
+            check_full(work, wheels, site)
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             failures.append(f"ds-full: {exc}")
             print(f"FAILED ds-full: {exc}", flush=True)
