@@ -16,16 +16,20 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AcceleratorCapabilities:
-    """What a device type can do; the runtime branches on these, never on the device name."""
+    """What a device type can do; the runtime branches on these, never on the device name.
 
-    has_streams: bool
-    has_events: bool
-    has_pinned_memory: bool
-    supports_bf16: bool
-    supports_fp16: bool
-    supports_triton: bool
-    supports_graphs: bool
-    is_synchronized_device: bool  # True when kernels complete before returning (CPU)
+    The defaults describe an asynchronous device with streams, events and pinned host memory that
+    computes in bf16 and fp16, without Triton kernels or graph capture; a device states where it
+    differs."""
+
+    has_streams: bool = True
+    has_events: bool = True
+    has_pinned_memory: bool = True
+    supports_bf16: bool = True
+    supports_fp16: bool = True
+    supports_triton: bool = False
+    supports_graphs: bool = False
+    is_synchronized_device: bool = False  # True when kernels complete before returning (CPU)
 
 
 @runtime_checkable

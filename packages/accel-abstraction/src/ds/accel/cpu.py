@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any
 
 import torch
 
-from ds.accel._streams import HostEvent, NullStream
+from ds.accel.streams import StandInStreams
 from ds.interfaces.accelerator import AcceleratorCapabilities
 
 
@@ -46,7 +44,7 @@ def _rss() -> tuple[int, int]:
     return cur, peak
 
 
-class CpuAccelerator:
+class CpuAccelerator(StandInStreams):
     """Host CPU. Memory figures are the process RSS (allocated) and system RAM (total)."""
 
     _NAME = "cpu"
@@ -72,10 +70,6 @@ class CpuAccelerator:
             has_streams=False,
             has_events=False,
             has_pinned_memory=False,
-            supports_bf16=True,
-            supports_fp16=True,
-            supports_triton=False,
-            supports_graphs=False,
             is_synchronized_device=True,
         )
 
@@ -104,22 +98,6 @@ class CpuAccelerator:
 
     def synchronize(self, index: int | None = None) -> None:
         return None
-
-    # streams and events ------------------------------------------------------------------
-    def stream(self, stream: Any) -> AbstractContextManager[Any]:
-        return nullcontext(stream)
-
-    def current_stream(self, index: int | None = None) -> NullStream:
-        return NullStream()
-
-    def default_stream(self, index: int | None = None) -> NullStream:
-        return NullStream()
-
-    def new_stream(self) -> NullStream:
-        return NullStream()
-
-    def new_event(self, enable_timing: bool = False) -> HostEvent:
-        return HostEvent(enable_timing)
 
     # memory ---------------------------------------------------------------------------
     def memory_allocated(self, index: int | None = None) -> int:

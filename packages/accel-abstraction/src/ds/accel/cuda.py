@@ -29,14 +29,9 @@ class CudaAccelerator:
 
     def capabilities(self) -> AcceleratorCapabilities:
         return AcceleratorCapabilities(
-            has_streams=True,
-            has_events=True,
-            has_pinned_memory=True,
             supports_bf16=self.is_bf16_supported(),
-            supports_fp16=True,
             supports_triton=self._has_triton(),
             supports_graphs=True,
-            is_synchronized_device=False,
         )
 
     @staticmethod

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
-from ds.accel._streams import HostEvent, NullStream
+from ds.accel.streams import HostEvent, StandInStreams
 from ds.interfaces.accelerator import AcceleratorCapabilities
 
 
@@ -16,7 +15,7 @@ def _mps() -> Any:
     return torch.mps
 
 
-class MpsAccelerator:
+class MpsAccelerator(StandInStreams):
     _NAME = "mps"
 
     def name(self) -> str:
@@ -34,14 +33,7 @@ class MpsAccelerator:
 
     def capabilities(self) -> AcceleratorCapabilities:
         return AcceleratorCapabilities(
-            has_streams=False,
-            has_events=True,
-            has_pinned_memory=False,
-            supports_bf16=self.is_bf16_supported(),
-            supports_fp16=True,
-            supports_triton=False,
-            supports_graphs=False,
-            is_synchronized_device=False,
+            has_streams=False, has_pinned_memory=False, supports_bf16=self.is_bf16_supported()
         )
 
     def communication_backend_name(self) -> str:
@@ -68,18 +60,6 @@ class MpsAccelerator:
 
     def synchronize(self, index: int | None = None) -> None:
         _mps().synchronize()
-
-    def stream(self, stream: Any) -> AbstractContextManager[Any]:
-        return nullcontext(stream)
-
-    def current_stream(self, index: int | None = None) -> NullStream:
-        return NullStream()
-
-    def default_stream(self, index: int | None = None) -> NullStream:
-        return NullStream()
-
-    def new_stream(self) -> NullStream:
-        return NullStream()
 
     def new_event(self, enable_timing: bool = False) -> Any:
         event_mod = getattr(_mps(), "event", None)

@@ -40,11 +40,11 @@ import contextlib
 import os
 import threading
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 
+from ds.accel.streams import StandInStreams
 from ds.interfaces.accelerator import AcceleratorCapabilities
 from ds.interfaces.errors import AcceleratorError
 from ds.sim._fake_cuda import (
@@ -168,7 +168,7 @@ class SimDevice:
         self.obs.host_wait(str(self.device), where, upto)
 
 
-class SimGpuAccelerator:
+class SimGpuAccelerator(StandInStreams):
     """``ds.interfaces.accelerator.Accelerator`` for simulated CUDA devices (see module docs).
 
     Available while a :class:`SimDevice` is active in this thread, or when ``DS_ACCELERATOR``
@@ -176,6 +176,8 @@ class SimGpuAccelerator:
     """
 
     _NAME = NAME
+    stream_type = SimStream
+    event_type = SimEvent
 
     def __init__(self) -> None:
         self._index = 0
@@ -197,16 +199,7 @@ class SimGpuAccelerator:
         return self._dev() is not None or os.environ.get("DS_ACCELERATOR", "") == NAME
 
     def capabilities(self) -> AcceleratorCapabilities:
-        return AcceleratorCapabilities(
-            has_streams=True,
-            has_events=True,
-            has_pinned_memory=True,
-            supports_bf16=True,
-            supports_fp16=True,
-            supports_triton=False,
-            supports_graphs=False,
-            is_synchronized_device=False,
-        )
+        return AcceleratorCapabilities()
 
     def communication_backend_name(self) -> str:
         # The simulated world speaks NCCL's rules (ds.sim.comm).
@@ -247,22 +240,6 @@ class SimGpuAccelerator:
         dev = self._dev()
         if dev is not None:
             dev.record_sync("accelerator.synchronize()")
-
-    # streams and events -----------------------------------------------------------------------
-    def stream(self, stream: Any) -> AbstractContextManager[Any]:
-        return contextlib.nullcontext(stream)
-
-    def current_stream(self, index: int | None = None) -> SimStream:
-        return SimStream()
-
-    def default_stream(self, index: int | None = None) -> SimStream:
-        return SimStream()
-
-    def new_stream(self) -> SimStream:
-        return SimStream()
-
-    def new_event(self, enable_timing: bool = False) -> SimEvent:
-        return SimEvent(enable_timing)
 
     # memory -----------------------------------------------------------------------------------
     def _stats(self, index: int | None) -> DeviceStats:

@@ -1,9 +1,12 @@
-"""Stand-ins for devices without streams or events (CPU): same API, synchronous semantics."""
+"""Stand-ins for devices without streams or events (CPU): same API, synchronous semantics, and
+the stream and event methods of an accelerator built on stand-ins (:class:`StandInStreams`)."""
 
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
+from typing import Any
 
 
 class NullStream:
@@ -59,3 +62,27 @@ class HostEvent:
         if self._t is None or end._t is None:
             raise ValueError("elapsed_time needs both events recorded first")
         return (end._t - self._t) * 1e3
+
+
+class StandInStreams:
+    """An accelerator's stream and event methods when its streams are stand-ins: every stream is
+    a new ``stream_type()``, every event an ``event_type(enable_timing)``, and entering a stream
+    changes nothing."""
+
+    stream_type: Any = NullStream
+    event_type: Any = HostEvent
+
+    def stream(self, stream: Any) -> AbstractContextManager[Any]:
+        return nullcontext(stream)
+
+    def current_stream(self, index: int | None = None) -> Any:
+        return self.stream_type()
+
+    def default_stream(self, index: int | None = None) -> Any:
+        return self.stream_type()
+
+    def new_stream(self) -> Any:
+        return self.stream_type()
+
+    def new_event(self, enable_timing: bool = False) -> Any:
+        return self.event_type(enable_timing)
