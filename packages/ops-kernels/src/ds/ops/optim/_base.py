@@ -50,6 +50,12 @@ class CPUOptimizerBase(torch.optim.Optimizer):
         """The kernel's hyperparameters for ``group`` at ``step``, in its argument order."""
         raise NotImplementedError
 
+    @staticmethod
+    def _lr_betas(group: dict[str, Any]) -> dict[str, Any]:
+        """The leading hyperparameters of the kernels with momentum (Adam, Lion)."""
+        beta1, beta2 = group["betas"]
+        return {"lr": float(group["lr"]), "beta1": beta1, "beta2": beta2}
+
     def _run(
         self,
         group: dict[str, Any],

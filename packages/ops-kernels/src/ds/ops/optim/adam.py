@@ -58,11 +58,8 @@ class CPUAdam(CPUOptimizerBase):
         state["exp_avg_sq"] = self._new_state(p, group, state)
 
     def _hyper(self, group: dict[str, Any], step: int) -> dict[str, Any]:
-        beta1, beta2 = group["betas"]
         return {
-            "lr": float(group["lr"]),
-            "beta1": beta1,
-            "beta2": beta2,
+            **self._lr_betas(group),
             "eps": float(group["eps"]),
             "weight_decay": float(group["weight_decay"]),
             "adamw_mode": bool(group["adamw_mode"]),

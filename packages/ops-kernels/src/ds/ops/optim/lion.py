@@ -37,10 +37,4 @@ class CPULion(CPUOptimizerBase):
         state["exp_avg"] = self._new_state(p, group, state)
 
     def _hyper(self, group: dict[str, Any], step: int) -> dict[str, Any]:
-        beta1, beta2 = group["betas"]
-        return {
-            "lr": float(group["lr"]),
-            "beta1": beta1,
-            "beta2": beta2,
-            "weight_decay": float(group["weight_decay"]),
-        }
+        return {**self._lr_betas(group), "weight_decay": float(group["weight_decay"])}

@@ -111,3 +111,29 @@ def launch(kernel: Callable[..., Any], params: torch.Tensor, *args: Any, **meta:
     grid = ((n + BLOCK - 1) // BLOCK,)
     with on_device(params):
         kernel[grid](*args, n, BLOCK=BLOCK, **meta)  # type: ignore[index]
+
+
+def run(what: str, a: Any, states: tuple[str, ...], *scalars: Any, **meta: Any) -> None:
+    """Check and step the buffers of ``a`` (params, grads, the ``states`` named, optional
+    low-precision copy) with the kernel of ``what`` (``Adagrad``: ``adagrad_kernels.
+    adagrad_kernel``), its scalar arguments after the buffers."""
+    params, lp = a.params, a.low_precision_out
+    named = {n: getattr(a, n) for n in states}
+    check(what, params, lp, grads=a.grads, **named)
+    if params.numel() == 0:
+        return
+    stem = what.lower()
+    k = kernels(f"{stem}_kernels", f"ds.ops.reference.{stem}_step")
+    out = lp if lp is not None else params
+    kernel = getattr(k, f"{stem}_kernel")
+    launch(
+        kernel,
+        params,
+        params,
+        a.grads,
+        *named.values(),
+        out,
+        *scalars,
+        HAS_LP=lp is not None,
+        **meta,
+    )

@@ -14,23 +14,5 @@ from ds.ops.triton import _flat
 @_flat.step_like(reference.lion_step)
 def lion_step(a: Any) -> None:
     """One Lion step on flat tensors, in place."""
-    params, lp = a.params, a.low_precision_out
-    _flat.check("Lion", params, lp, grads=a.grads, exp_avg=a.exp_avg)
-    if params.numel() == 0:
-        return
-    k = _flat.kernels("lion_kernels", "ds.ops.reference.lion_step")
-    _flat.launch(
-        k.lion_kernel,
-        params,
-        params,
-        a.grads,
-        a.exp_avg,
-        lp if lp is not None else params,
-        a.beta1,
-        a.beta2,
-        1.0 - a.beta1,
-        1.0 - a.beta2,
-        a.lr,
-        a.lr * a.weight_decay,
-        HAS_LP=lp is not None,
-    )
+    lr, b1, b2 = a.lr, a.beta1, a.beta2
+    _flat.run("Lion", a, ("exp_avg",), b1, b2, 1.0 - b1, 1.0 - b2, lr, lr * a.weight_decay)
