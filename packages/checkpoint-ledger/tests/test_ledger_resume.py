@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ds.checkpoint import _resume, merkle, signing
+from ds.checkpoint._ledger_check import save_records
 from ds.checkpoint._reopen import LedgerBreakError
 from ds.checkpoint.ledger import RunLedger, heads_path, verify_file
 
@@ -157,3 +158,20 @@ def test_a_head_appended_after_the_sealed_state_is_checked(tmp_path: Path) -> No
     assert got is not None and got[2] == len(got[1]) - 1  # resumed; the new head is not vouched
     with pytest.raises(LedgerBreakError, match="not signed by the key in effect"):
         RunLedger(str(path), signing_key=KEY)
+
+
+def test_save_records_are_found_by_their_kind_among_the_first_records(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    a, b = "a" * 64, "b" * 64
+    with RunLedger(str(path), signing_key=KEY) as led:
+        led.record_training_event(
+            "step", {"note": {"kind": "checkpoint_save", "manifest_sha256": a}}
+        )
+        led.record_training_event(
+            "checkpoint_save", {"manifest_sha256": a, "kind": "checkpoint_save"}
+        )
+        led.record_training_event("checkpoint_recovered", {"manifest_sha256": b})
+    assert [r["i"] for _, r in save_records(str(path), a, 3)] == [1]  # not the step, only once
+    assert [r["i"] for _, r in save_records(str(path), b, 3)] == [2]
+    assert save_records(str(path), b, 2) == []  # beyond the records asked for
+    assert save_records(str(path), b, 3, ("checkpoint_save",)) == []
