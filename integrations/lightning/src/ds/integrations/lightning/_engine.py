@@ -62,6 +62,45 @@ def build_config(
     return cfg
 
 
+class EngineOptions:
+    """The ds arguments both strategies take (Trainer and Fabric) and the config they make."""
+
+    def _set_options(
+        self,
+        stage: int,
+        offload_optimizer: bool,
+        offload_parameters: bool,
+        config: Mapping[str, Any] | None,
+        micro_batch_size: int,
+        stages: str,
+    ) -> None:
+        if stage not in (0, 1, 2, 3):
+            raise ConfigError(
+                f"{type(self).__name__}(stage={stage}): the ZeRO stage must be {stages}"
+            )
+        self.stage = stage
+        self.offload_optimizer = offload_optimizer
+        self.offload_parameters = offload_parameters
+        self.ds_config = dict(config) if config else None
+        self.micro_batch_size = micro_batch_size
+        self.engine: Any = None
+
+    def engine_config(
+        self, accumulate_grad_batches: int, gradient_clip_val: float | None, precision: str
+    ) -> dict[str, Any]:
+        """:func:`build_config` from this strategy's arguments and the loop's settings."""
+        return build_config(
+            self.ds_config,
+            stage=self.stage,
+            offload_optimizer=self.offload_optimizer,
+            offload_parameters=self.offload_parameters,
+            micro_batch_size=self.micro_batch_size,
+            accumulate_grad_batches=accumulate_grad_batches,
+            gradient_clip_val=gradient_clip_val,
+            precision=precision,
+        )
+
+
 def rebind_scheduler(scheduler: Any, old: Any, new: Any) -> None:
     """Point a scheduler built on the client optimizer at the engine's optimizer, if they differ
     (the engine re-uses a plain client optimizer in place; CPU offload replaces it)."""

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ds.integrations.lightning._engine import (
-    build_config,
+    EngineOptions,
     consolidated_state_dict,
     initializer,
     rebind_scheduler,
@@ -34,7 +34,7 @@ class EngineModule(torch.nn.Module):
         return self.engine(*args, **kwargs)
 
 
-class DsFabricStrategy(DDPStrategy):
+class DsFabricStrategy(EngineOptions, DDPStrategy):
     """Fabric counterpart of :class:`ds.integrations.lightning.DsStrategy`."""
 
     def __init__(
@@ -47,14 +47,9 @@ class DsFabricStrategy(DDPStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if stage not in (0, 1, 2, 3):
-            raise ConfigError(f"DsFabricStrategy(stage={stage}): the ZeRO stage must be 0-3")
-        self.stage = stage
-        self.offload_optimizer = offload_optimizer
-        self.offload_parameters = offload_parameters
-        self.ds_config = dict(config) if config else None
-        self.micro_batch_size = micro_batch_size
-        self.engine: Any = None
+        self._set_options(
+            stage, offload_optimizer, offload_parameters, config, micro_batch_size, "0-3"
+        )
 
     def setup_module_and_optimizers(
         self, module: torch.nn.Module, optimizers: list[Any], scheduler: Any = None
@@ -64,16 +59,7 @@ class DsFabricStrategy(DDPStrategy):
                 f"fabric.setup() got {len(optimizers)} optimizers; the ds strategies train with "
                 "exactly one"
             )
-        cfg = build_config(
-            self.ds_config,
-            stage=self.stage,
-            offload_optimizer=self.offload_optimizer,
-            offload_parameters=self.offload_parameters,
-            micro_batch_size=self.micro_batch_size,
-            accumulate_grad_batches=1,
-            gradient_clip_val=None,
-            precision=str(getattr(self.precision, "precision", "32-true")),
-        )
+        cfg = self.engine_config(1, None, str(getattr(self.precision, "precision", "32-true")))
         client = optimizers[0]
         engine, optimizer, _, _ = initializer()(model=module, optimizer=client, config=cfg)
         self.engine = engine

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ds.integrations.lightning._engine import (
-    build_config,
+    EngineOptions,
     consolidated_state_dict,
     initializer,
     rebind_scheduler,
@@ -42,7 +42,7 @@ class ModuleWrapper(torch.nn.Module):
         return self.forward_module(*args, **kwargs)
 
 
-class DsStrategy(DDPStrategy):
+class DsStrategy(EngineOptions, DDPStrategy):
     """``Trainer(strategy=DsStrategy(stage=3))`` or a registered name (``"ds_zero3"``).
 
     ``config`` (a DeepSpeed-style dict) overrides anything derived from the arguments and the
@@ -61,14 +61,9 @@ class DsStrategy(DDPStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if stage not in (0, 1, 2, 3):
-            raise ConfigError(f"DsStrategy(stage={stage}): the ZeRO stage must be 0, 1, 2 or 3")
-        self.stage = stage
-        self.offload_optimizer = offload_optimizer
-        self.offload_parameters = offload_parameters
-        self.ds_config = dict(config) if config else None
-        self.micro_batch_size = micro_batch_size
-        self.engine: Any = None
+        self._set_options(
+            stage, offload_optimizer, offload_parameters, config, micro_batch_size, "0, 1, 2 or 3"
+        )
         self._gas = 1
         self._stepping = False
 
@@ -93,15 +88,8 @@ class DsStrategy(DDPStrategy):
                 "strategies train with exactly one"
             )
         self._gas = int(trainer.accumulate_grad_batches)
-        cfg = build_config(
-            self.ds_config,
-            stage=self.stage,
-            offload_optimizer=self.offload_optimizer,
-            offload_parameters=self.offload_parameters,
-            micro_batch_size=self.micro_batch_size,
-            accumulate_grad_batches=self._gas,
-            gradient_clip_val=trainer.gradient_clip_val,
-            precision=str(self.precision_plugin.precision),
+        cfg = self.engine_config(
+            self._gas, trainer.gradient_clip_val, str(self.precision_plugin.precision)
         )
         # configure_optimizers() may return None when the config has an 'optimizer' section;
         # Lightning then hands over a placeholder.
