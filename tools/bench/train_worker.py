@@ -14,7 +14,9 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -48,6 +50,23 @@ def config(stage: int, offload: bool) -> dict:
         },
         "zero_optimization": zero,
     }
+
+
+def _engine_step(
+    engine: Any, x: torch.Tensor, y: torch.Tensor, phases: list[tuple[float, float, float]]
+) -> Callable[[], None]:
+    """One timed training step of a ds or DeepSpeed engine (forward, backward, step)."""
+
+    def step() -> None:
+        t0 = time.perf_counter()
+        loss = engine(x, y)
+        t1 = time.perf_counter()
+        engine.backward(loss)
+        t2 = time.perf_counter()
+        engine.step()
+        phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+
+    return step
 
 
 def main() -> None:
@@ -98,15 +117,7 @@ def main() -> None:
         t0 = time.perf_counter()
         engine, *_ = ds.initialize(model=model, config=config(stage, offload))
         init_s = time.perf_counter() - t0
-
-        def step() -> None:
-            t0 = time.perf_counter()
-            loss = engine(x, y)
-            t1 = time.perf_counter()
-            engine.backward(loss)
-            t2 = time.perf_counter()
-            engine.step()
-            phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+        step = _engine_step(engine, x, y, phases)
 
         def flush() -> None:
             # Stages 1-2 leave the parameter all-gather in flight after step(); waiting for it
@@ -121,15 +132,7 @@ def main() -> None:
             model=model, model_parameters=model.parameters(), config=config(stage, offload)
         )
         init_s = time.perf_counter() - t0
-
-        def step() -> None:
-            t0 = time.perf_counter()
-            loss = engine(x, y)
-            t1 = time.perf_counter()
-            engine.backward(loss)
-            t2 = time.perf_counter()
-            engine.step()
-            phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
+        step = _engine_step(engine, x, y, phases)
 
         def flush() -> None:
             return None
