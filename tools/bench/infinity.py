@@ -22,6 +22,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -167,6 +168,12 @@ def estimated(size: str, nvme_path: str, lr: float, seq_len: int) -> tuple[int, 
     )
 
 
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _available() -> int:
     with open("/proc/meminfo") as f:
         info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in f}
@@ -184,9 +191,14 @@ def main() -> None:
     ap.add_argument("--no-estimate", action="store_true", help="skip the simulated estimate")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--estimate-only", action="store_true", help="print the simulated parts only")
     args = ap.parse_args()
     if args.worker:
         worker(args)
+        return
+    if args.estimate_only:
+        parts = estimated(args.size, args.nvme_path, args.lr, args.seq_len)
+        print(json.dumps(dict(zip(("device_build_peak", "device_step_peak", "host_peak"), parts))))
         return
     gib = 2**30
     print(f"memory available: {_available() / gib:.1f} GiB", flush=True)
@@ -194,7 +206,7 @@ def main() -> None:
     out = work.with_name(work.name + "-result.json")
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
                DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29611",
+               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()),
                **MALLOC_ENV)  # fmt: skip
     cmd = [sys.executable, __file__, "--worker", "--size", args.size, "--steps", str(args.steps),
            "--seq-len", str(args.seq_len), "--lr", str(args.lr), "--nvme-path", str(work),
