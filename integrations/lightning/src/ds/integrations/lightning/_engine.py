@@ -65,6 +65,8 @@ def build_config(
 class EngineOptions:
     """The ds arguments both strategies take (Trainer and Fabric) and the config they make."""
 
+    _OPTIONS = ("stage", "offload_optimizer", "offload_parameters", "micro_batch_size")
+
     def _set_options(
         self,
         stage: int,
@@ -89,15 +91,13 @@ class EngineOptions:
         self, accumulate_grad_batches: int, gradient_clip_val: float | None, precision: str
     ) -> dict[str, Any]:
         """:func:`build_config` from this strategy's arguments and the loop's settings."""
+        options = {name: getattr(self, name) for name in self._OPTIONS}
         return build_config(
             self.ds_config,
-            stage=self.stage,
-            offload_optimizer=self.offload_optimizer,
-            offload_parameters=self.offload_parameters,
-            micro_batch_size=self.micro_batch_size,
             accumulate_grad_batches=accumulate_grad_batches,
             gradient_clip_val=gradient_clip_val,
             precision=precision,
+            **options,
         )
 
 
