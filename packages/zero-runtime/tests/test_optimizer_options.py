@@ -180,3 +180,27 @@ def test_offloaded_client_adam_keeps_decoupled_weight_decay() -> None:
     ref_model = _model()
     ref = torch.optim.AdamW(ref_model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
     _close(got, _torch_run(ref_model, ref))
+
+
+@pytest.mark.parametrize("adamw", [True, False])
+def test_offloaded_client_cpu_adam_runs_as_the_torch_adam(adamw: bool) -> None:
+    """accelerate hands the engine DeepSpeedCPUAdam (ds.ops' CPUAdam) in place of a Trainer's
+    AdamW when the optimizer is offloaded: it trains as the torch Adam of its mode."""
+    from ds.ops.optim.adam import CPUAdam
+
+    got = _offloaded_client(CPUAdam, lr=1e-2, weight_decay=0.1, adamw_mode=adamw)
+    ref_model = _model()
+    torch_cls = torch.optim.AdamW if adamw else torch.optim.Adam
+    ref = torch_cls(ref_model.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    _close(got, _torch_run(ref_model, ref))
+
+
+def test_offloaded_client_cpu_adagrad_runs_as_the_torch_adagrad() -> None:
+    from ds.ops.optim.adagrad import CPUAdagrad
+
+    got = _offloaded_client(CPUAdagrad, lr=0.1, lr_decay=0.5, initial_accumulator_value=0.3)
+    ref_model = _model()
+    ref = torch.optim.Adagrad(
+        ref_model.parameters(), lr=0.1, lr_decay=0.5, initial_accumulator_value=0.3, foreach=False
+    )
+    _close(got, _torch_run(ref_model, ref))

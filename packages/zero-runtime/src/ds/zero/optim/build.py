@@ -143,10 +143,20 @@ class OptimizerFactory:
         refuse_client_options(client)
         hyper = {k: v for k, v in client.defaults.items() if k in _HYPER_KEYS}
         hyper.pop("amsgrad", None)  # False: refuse_client_options refused True
-        if isinstance(client, torch.optim.AdamW | torch.optim.Adam):
-            adamw = adam_is_decoupled(client)
-            return ProviderAdam(groups, self.kernels, adamw_mode=adamw, **hyper)
-        if isinstance(client, torch.optim.Adagrad):
+        # DeepSpeed's CPU optimizers (DeepSpeedCPUAdam/DeepSpeedCPUAdagrad, ds.ops' CPUAdam and
+        # CPUAdagrad), which accelerate puts in place of a Trainer's AdamW or Adagrad under
+        # offload, name their mode in their defaults and run on the same host kernels.
+        name = type(client).__name__.lower()
+        cpu_adam = "adam" in name and "adamw_mode" in client.defaults
+        if isinstance(client, torch.optim.AdamW | torch.optim.Adam) or cpu_adam:
+            adamw = bool(client.defaults["adamw_mode"]) if cpu_adam else adam_is_decoupled(client)
+            bias = bool(client.defaults.get("bias_correction", True))
+            return ProviderAdam(
+                groups, self.kernels, adamw_mode=adamw, bias_correction=bias, **hyper
+            )
+        if isinstance(client, torch.optim.Adagrad) or (
+            name.endswith("adagrad") and "lr_decay" in client.defaults
+        ):
             return ProviderAdagrad(groups, self.kernels, **hyper)
         raise ConfigError(
             f"offload_optimizer cannot run a client {type(client).__name__} on the host kernels; "
