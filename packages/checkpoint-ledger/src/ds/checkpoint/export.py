@@ -9,13 +9,14 @@ writes and ``torch.load(weights_only=True)`` reads.
 from __future__ import annotations
 
 import collections
+import contextlib
 import fnmatch
 import json
 import os
 import pickle
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, SupportsIndex
 
@@ -139,6 +140,21 @@ class _Source:
         self._files.close()
 
 
+@contextlib.contextmanager
+def _replacing(out: str, source: _Source) -> Iterator[str]:
+    """The path to write ``out`` at (``out.partial``); when the block ends it takes the place of
+    ``out`` durably, and on an error no partial file is left. ``source`` is closed either way."""
+    tmp = out + ".partial"
+    try:
+        yield tmp
+        os.replace(tmp, out)
+        fsync_path(os.path.dirname(os.path.abspath(out)))
+    finally:
+        source.close()
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def export_safetensors(
     manifest: Mapping[str, Any],
     root: str,
@@ -164,26 +180,18 @@ def export_safetensors(
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # the data section starts 8-byte aligned
     source = _Source(manifest, root, plans)
-    tmp = out + ".partial"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(len(raw).to_bytes(8, "little"))
-            f.write(raw)
-            for p in plans:
-                t = source.read(p)
-                if t.numel():
-                    f.write(t.view(torch.uint8).numpy().data)
-                del t
-                if progress is not None:
-                    progress(p.name)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-        fsync_path(os.path.dirname(os.path.abspath(out)))
-    finally:
-        source.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with _replacing(out, source) as tmp, open(tmp, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little"))
+        f.write(raw)
+        for p in plans:
+            t = source.read(p)
+            if t.numel():
+                f.write(t.view(torch.uint8).numpy().data)
+            del t
+            if progress is not None:
+                progress(p.name)
+        f.flush()
+        os.fsync(f.fileno())
     return 8 + len(raw) + pos
 
 
@@ -244,9 +252,8 @@ def export_torch(
     Pickler(buf, protocol=2).dump(state)
     data = buf.getvalue()
     source = _Source(manifest, root, plans)
-    tmp = out + ".partial"
     total = len(data)
-    try:
+    with _replacing(out, source) as tmp:
         writer = torch._C.PyTorchFileWriter(tmp)
         writer.write_record("data.pkl", data, len(data))
         writer.write_record(".format_version", b"1", 1)
@@ -265,12 +272,6 @@ def export_torch(
         del writer
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, out)
-        fsync_path(os.path.dirname(os.path.abspath(out)))
-    finally:
-        source.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return total
 
 
