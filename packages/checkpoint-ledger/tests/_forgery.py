@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from ds.checkpoint import _records, signing
@@ -42,3 +43,15 @@ def rechain(raw: list[bytes]) -> bytes:
         line, prev = _records.encode(k, rec["t"], rec["kind"], rec["rank"], rec["payload"], prev)
         out.append(line + b"\n")
     return b"".join(out)
+
+
+def refused_write(host: str, port: int, timeout: float = 10.0) -> None:
+    """An outsider who knows the writer's port but not the job's secret: its handshake and
+    record are refused, the connection closed without a reply."""
+    with socket.create_connection((host, port), timeout) as s:
+        f = s.makefile("rwb")
+        assert "nonce" in json.loads(f.readline())
+        f.write(json.dumps({"rank": 1, "mac": "00" * 32}).encode() + b"\n")
+        f.write(json.dumps({"op": "record", "kind": "step", "payload": {}}).encode() + b"\n")
+        f.flush()
+        assert f.readline() == b""  # closed without a reply

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,9 @@ from ds.checkpoint.sharding import shard_state
 from ds.interfaces.checkpoint import LoadRequest
 from ds.interfaces.errors import ApprovalRequiredError
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _forgery import refused_write
+
 
 def _kinds(path: Path) -> list[str]:
     return [json.loads(x)["kind"] for x in path.read_text().splitlines()]
@@ -42,13 +46,7 @@ def test_writer_channel_refuses_connections_without_the_job_secret(tmp_path, mon
         assert host == "127.0.0.1"  # the rendezvous interface, never every interface
         assert server._server.server_address[0] == "127.0.0.1"
         # An outsider who knows the port but not the secret: refused, nothing recorded.
-        with socket.create_connection((host, port), 5) as s:
-            f = s.makefile("rwb")
-            assert "nonce" in json.loads(f.readline())
-            f.write(json.dumps({"rank": 1, "mac": "00" * 32}).encode() + b"\n")
-            f.write(json.dumps({"op": "record", "kind": "step", "payload": {}}).encode() + b"\n")
-            f.flush()
-            assert f.readline() == b""  # closed without a reply
+        refused_write(host, port, 5)
         with socket.create_connection((host, port), 5) as s:  # no handshake at all
             f = s.makefile("rwb")
             f.readline()

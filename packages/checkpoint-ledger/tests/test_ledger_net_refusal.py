@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _forgery import refused_write
 
 # The writer of a job whose application never configured logging: it prints its address, then
 # serves until its stdin closes, then prints how many connections it refused.
@@ -27,16 +28,6 @@ led.close()
 """
 
 
-def _refused_write(port: int) -> None:
-    with socket.create_connection(("127.0.0.1", port), 10) as s:
-        f = s.makefile("rwb")
-        assert "nonce" in json.loads(f.readline())
-        f.write(json.dumps({"rank": 1, "mac": "00" * 32}).encode() + b"\n")
-        f.write(json.dumps({"op": "record", "kind": "step", "payload": {}}).encode() + b"\n")
-        f.flush()
-        assert f.readline() == b""  # closed without a reply
-
-
 @pytest.mark.timeout(120)
 def test_refused_writes_print_a_line_without_any_logging_configured(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DS_LEDGER_HOST", "MASTER_ADDR")}
@@ -52,7 +43,7 @@ def test_refused_writes_print_a_line_without_any_logging_configured(tmp_path: Pa
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
         for _ in range(3):
-            _refused_write(port)
+            refused_write("127.0.0.1", port)
         out, err = proc.communicate("", timeout=60)
     finally:
         proc.kill()
