@@ -181,3 +181,12 @@ def test_steps_per_print_infinity_means_never(tmp_path: Any) -> None:
     assert resolve(load_config(str(path)), 1).raw.steps_per_print is None
     with pytest.raises(ConfigError, match="steps_per_print"):
         load_config({"train_batch_size": 2, "steps_per_print": 0})  # a finite count stays >= 1
+
+
+def test_resolved_config_reads_like_deepspeeds_config_dict() -> None:
+    # transformers' save_model reads engine.config.get("zero_optimization", {}).get("stage").
+    cfg = load_config({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}})
+    resolved = resolve(cfg, 2)
+    assert resolved.get("zero_optimization", {}).get("stage") == 3
+    assert resolved.get("train_batch_size") == 4 and resolved.get("gradient_clipping") == 1.0
+    assert resolved.get("no_such_section", {}) == {}

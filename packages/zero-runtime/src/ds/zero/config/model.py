@@ -276,3 +276,17 @@ class ResolvedConfig:
     @property
     def precision(self) -> Literal["fp32", "fp16", "bf16"]:
         return self.raw.precision
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A top-level section as a plain value, the batch keys resolved: DeepSpeed's
+        ``engine.config`` is the config dict, and code written against it reads it so
+        (transformers' ``save_model``: ``engine.config.get("zero_optimization", {})``)."""
+        resolved = {
+            "train_batch_size": self.train_batch_size,
+            "train_micro_batch_size_per_gpu": self.train_micro_batch_size_per_gpu,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "gradient_clipping": self.gradient_clipping,
+        }
+        if key in resolved:
+            return resolved[key]
+        return self.raw.model_dump().get(key, default)
