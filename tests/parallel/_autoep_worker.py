@@ -6,11 +6,10 @@ the losses of ``STEPS`` steps and its final weights (dense ones and its experts 
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import torch
+from _parity import join_world
 
 STEPS = 5
 MICRO = 2
@@ -53,18 +52,8 @@ def config(ep: int, stage: int) -> dict:
 
 
 def main() -> None:
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    rank, world, out = join_world(TRANSFORMERS_VERBOSITY="error")
     ep, stage = int(sys.argv[5]), int(sys.argv[6])
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=port,
-        TRANSFORMERS_VERBOSITY="error",
-    )
-    torch.set_num_threads(1)
     import ds.full as ds
     from ds import comm as dist
 

@@ -15,6 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _parity import join_world
 from _tp_models import batch, model
 
 STEPS = 10
@@ -129,16 +130,7 @@ def main() -> None:
     # argv: rank world port out scenario...; a scenario is kind:tp:sp:stage[:flag]
     # ("resume": save after half the steps, rebuild the engine and model, load, finish;
     # "deepspeed": through the DeepSpeed names, deepspeed.tp_model_init then initialize).
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=port,
-    )
-    torch.set_num_threads(1)
+    rank, _, out = join_world()
     import ds.full as ds
     from ds import comm as dist
 

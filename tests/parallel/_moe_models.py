@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from _parity import train_alone
 
 from ds.parallel.moe import MoE
 
@@ -71,22 +72,13 @@ def reference(k: int, residual: bool, ranks: int) -> dict:
     ranks' gradients are."""
     torch.set_num_threads(1)
     net = model(k, residual)
-    opt = torch.optim.AdamW(net.parameters(), lr=LR, weight_decay=0.0)
-    losses, norms = [], []
-    for step in range(STEPS):
+
+    def loss_at(step: int) -> torch.Tensor:
         x, y = batch(step, MICRO * ranks)
         parts = [
             net(x[r * MICRO : (r + 1) * MICRO], y[r * MICRO : (r + 1) * MICRO])[0]
             for r in range(ranks)
         ]
-        loss = torch.stack(parts).mean()
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)))
-        opt.step()
-        opt.zero_grad()
-        losses.append(float(loss.detach()))
-    return {
-        "losses": losses,
-        "norms": norms,
-        "weights": {k: v.detach() for k, v in net.state_dict().items()},
-    }
+        return torch.stack(parts).mean()
+
+    return train_alone(net, LR, STEPS, CLIP, loss_at)

@@ -8,7 +8,6 @@ weights, loads and finishes; ``to1`` / ``to2`` save at this ``ep`` and finish at
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _moe_models import CLIP, LR, MICRO, STEPS, Net, batch, model
+from _parity import join_world
 
 
 def config(stage: int) -> dict:
@@ -78,16 +78,7 @@ def train(ds, comm, k: int, ep: int, stage: int, flag: str, out: Path) -> dict:
 
 
 def main() -> None:
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=port,
-    )
-    torch.set_num_threads(1)
+    rank, _, out = join_world()
     import ds.full as ds
     from ds import comm as dist
 

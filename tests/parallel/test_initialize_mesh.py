@@ -4,8 +4,6 @@ whole batch (fp32; losses and each final weight tensor within 1e-5 relative erro
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,40 +14,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _init_worker import MICRO, SEQ, STEPS, config  # noqa: E402
+from _parity import assert_losses_and_norms, assert_weight_close, train_alone  # noqa: E402
+from _ranks_launch import run_scenarios  # noqa: E402
 from _tp_models import batch, model  # noqa: E402
-from world import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(420)]
 
 
-def _world(world: int, out: Path, scenarios: list[str], **extra_env: str) -> dict[str, dict]:
-    port = str(free_port())
-    env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error", **extra_env)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "_init_worker.py"), str(r), str(world), port, str(out)]
-            + scenarios,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    texts = []
-    try:
-        for p in procs:
-            texts.append(p.communicate(timeout=400)[0].decode(errors="replace"))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, text) in enumerate(zip(procs, texts)):
-        assert p.returncode == 0, f"rank {rank} failed ({p.returncode}):\n{text[-5000:]}"
-    results = {}
-    for s in scenarios:
-        where = out / s.replace(":", "-")
-        results[s] = {**torch.load(where / "result.pt", weights_only=False), "dir": where}
-    return results
+def _world(world: int, out: Path, scenarios: list[str], **env: str) -> dict[str, dict]:
+    return run_scenarios(HERE / "_init_worker.py", world, out, scenarios, 400, env)
 
 
 def _reference(kind: str, dp: int) -> dict:
@@ -57,45 +30,28 @@ def _reference(kind: str, dp: int) -> dict:
     torch.set_num_threads(1)
     net = model(kind)
     params = config(1, 1, 0)["optimizer"]["params"]
-    opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=0.0)
-    losses, norms = [], []
-    for step in range(STEPS):
+
+    def loss_at(step: int) -> torch.Tensor:
         ids = batch(step, size=MICRO * dp, seq=SEQ)
-        loss = net(input_ids=ids, labels=ids).loss
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)))
-        opt.step()
-        opt.zero_grad()
-        losses.append(float(loss.detach()))
-    return {
-        "losses": losses,
-        "norms": norms,
-        "weights": {k: v.detach() for k, v in net.state_dict().items()},
-    }
+        return net(input_ids=ids, labels=ids).loss
+
+    return train_alone(net, params["lr"], STEPS, 0.5, loss_at)
 
 
 def _assert_same(got: dict, want: dict) -> None:
-    torch.testing.assert_close(
-        torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=1e-5, atol=1e-6
-    )
     # The global gradient norm (clipping is active: it is above 0.5 every step) counts each
     # tensor-parallel slice once and each replicated parameter once.
-    torch.testing.assert_close(
-        torch.tensor(got["norms"]), torch.tensor(want["norms"]), rtol=1e-5, atol=0
-    )
+    assert_losses_and_norms(got, want)
     assert set(got["weights"]) == set(want["weights"])
     for name, w in want["weights"].items():
-        # Relative error of each tensor (norm of the difference over the norm): Adam turns
-        # last-bit differences of near-zero gradients (the TP/SP reductions sum in another
-        # order) into steps of up to lr on single elements, so elementwise bounds are noise.
+        # The TP/SP reductions sum in another order than the one process does.
         if name.endswith("k_proj.bias"):
             # Its exact gradient is zero (adding q.b_k to every score of a query leaves the
             # softmax unchanged): Adam steps on rounding noise of either run, up to lr a step.
             lr = config(1, 1, 0)["optimizer"]["params"]["lr"]
             torch.testing.assert_close(got["weights"][name], w, rtol=0, atol=lr * STEPS)
             continue
-        err = float(torch.linalg.vector_norm(got["weights"][name] - w))
-        assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
+        assert_weight_close(name, got["weights"][name], w)
 
 
 # kind:tp:sp:stage[:flag]; "resume" saves after 5 steps, loads into a differently initialised

@@ -15,6 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _moe_models import reference  # noqa: E402
+from _parity import assert_losses_and_norms, assert_weight_close  # noqa: E402
 from _ranks_launch import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
@@ -37,16 +38,10 @@ def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
 
 
 def _assert_same(got: dict, want: dict) -> None:
-    torch.testing.assert_close(
-        torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=1e-5, atol=1e-6
-    )
-    torch.testing.assert_close(
-        torch.tensor(got["norms"]), torch.tensor(want["norms"]), rtol=1e-5, atol=0
-    )
+    assert_losses_and_norms(got, want)
     assert set(got["weights"]) == set(want["weights"])
     for name, w in want["weights"].items():
-        err = float(torch.linalg.vector_norm(got["weights"][name] - w))
-        assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
+        assert_weight_close(name, got["weights"][name], w)
 
 
 # k:ep:stage[:flag]; "resume" saves after 5 steps, loads into zeroed weights and finishes;

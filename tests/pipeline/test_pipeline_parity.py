@@ -14,22 +14,18 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "parallel"))  # the gloo world launcher of those tests
+sys.path.insert(0, str(HERE.parent / "parallel"))  # the gloo world launcher and parity checks
 
+from _parity import assert_losses_and_norms, assert_weight_close, train_alone  # noqa: E402
 from _pipe_gpt import batch, loss_fn, pipeline_module  # noqa: E402
 from _pipe_worker import GAS, MICRO, STEPS, config  # noqa: E402
-from _ranks_launch import run_ranks  # noqa: E402
+from _ranks_launch import run_scenarios  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
 
 
 def _world(world: int, out: Path, scenarios: list[str]) -> dict[str, dict]:
-    run_ranks(HERE / "_pipe_worker.py", world, [str(out), *scenarios], timeout=280)
-    out_ = {}
-    for s in scenarios:
-        where = out / s.replace(":", "-")
-        out_[s] = {**torch.load(where / "result.pt", weights_only=False), "dir": where}
-    return out_
+    return run_scenarios(HERE / "_pipe_worker.py", world, out, scenarios, 280)
 
 
 def _reference(dp: int, **module_kw: object) -> dict:
@@ -37,38 +33,27 @@ def _reference(dp: int, **module_kw: object) -> dict:
     torch.set_num_threads(1)
     net = pipeline_module(1, **module_kw)
     params = config("1f1b", 0)["optimizer"]["params"]
-    opt = torch.optim.AdamW(net.parameters(), lr=params["lr"], weight_decay=0.0)
-    losses, norms = [], []
-    for step in range(STEPS):
+
+    def loss_at(step: int) -> torch.Tensor:
         ids = batch(step, MICRO * GAS * dp)
-        loss = loss_fn(net(ids), ids)
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)))
-        opt.step()
-        opt.zero_grad()
-        losses.append(float(loss.detach()))
+        return loss_fn(net(ids), ids)
+
+    run = train_alone(net, params["lr"], STEPS, 0.5, loss_at)
     with torch.no_grad():
         ids = batch(STEPS, MICRO * GAS * dp)
         evaluation = float(loss_fn(net(ids), ids))
-    weights = {k: v.detach().clone() for k, v in net.state_dict().items()}
-    return {"losses": losses, "norms": norms, "weights": weights, "eval": evaluation}
+    return {**run, "eval": evaluation}
 
 
 def _assert_same(got: dict, want: dict) -> None:
-    torch.testing.assert_close(
-        torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=1e-5, atol=1e-6
-    )
     # Clipping is active (the norm is above 0.5 at the start): the norm adds every stage once
     # and the tied embedding once.
     assert want["norms"][0] > 0.5
-    torch.testing.assert_close(
-        torch.tensor(got["norms"]), torch.tensor(want["norms"]), rtol=1e-5, atol=0
-    )
+    assert_losses_and_norms(got, want)
     assert got["eval"] == pytest.approx(want["eval"], rel=1e-5)
     assert set(got["weights"]) == set(want["weights"])
     for name, w in want["weights"].items():
-        err = float(torch.linalg.vector_norm(got["weights"][name] - w))
-        assert err <= 1e-5 * float(torch.linalg.vector_norm(w)), f"{name}: relative error {err}"
+        assert_weight_close(name, got["weights"][name], w)
 
 
 # schedule:zero_stage[:flag]
