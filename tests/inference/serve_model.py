@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
+from tiny_models import hf_greedy, tiny_model
 
 VOCAB = 512
 CHAT_TEMPLATE = (
@@ -58,34 +58,9 @@ def make_model_dir(root: Path, name: str = "tiny-serve") -> Path:
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", chat_template=CHAT_TEMPLATE
     )
     hf_tok.save_pretrained(out)
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        eos_token_id=None,
-        bos_token_id=tok.token_to_id("<s>"),
-    )
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if "norm" not in pname:
-                p.mul_(4.0)
+    model = tiny_model(vocab_size=VOCAB, eos_token_id=None, bos_token_id=tok.token_to_id("<s>"))
     # EOS: the first new token from the 4th on that greedy decoding produces for EOS_PROMPT, so that requests do reach it.
-    ids = torch.tensor([hf_tok(EOS_PROMPT).input_ids])
-    with torch.no_grad():
-        gen = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=16,
-            do_sample=False,
-            eos_token_id=None,
-            pad_token_id=0,
-        )[0, ids.shape[1] :].tolist()
+    gen = hf_greedy(model, hf_tok(EOS_PROMPT).input_ids, 16, eos_token_id=None)
     eos = next(t for i, t in enumerate(gen) if i >= 3 and t not in gen[:i])
     model.config.eos_token_id = eos
     model.generation_config.eos_token_id = eos

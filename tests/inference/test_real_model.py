@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from tiny_models import hf_greedy
 
 sys.path.insert(0, str(Path(__file__).parent))
 from real_model import smollm2_gguf
@@ -89,19 +90,7 @@ def test_greedy_equals_transformers_on_the_same_dequantized_weights(
     config, weights = loaded
     prompts = [codec.chat_ids([{"role": "user", "content": q}]) for q in QUESTIONS]
     hf = _hf_model(config, weights)
-    want = []
-    for p in prompts:
-        ids = torch.tensor([p])
-        with torch.no_grad():
-            out = hf.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                eos_token_id=config["eos_token_id"],
-                pad_token_id=0,
-            )
-        want.append(out[0, len(p) :].tolist())
+    want = [hf_greedy(hf, p, NEW_TOKENS, eos_token_id=config["eos_token_id"]) for p in prompts]
     # The engine shares transformers' tensors (the file's own route is the server test's).
     engine = build_engine(hf, {"kv_cache": {"block_size": 16, "num_blocks": 64}})
     got = generate(engine, prompts, SamplingParams(max_new_tokens=NEW_TOKENS), stop_at_eos=True)

@@ -16,30 +16,16 @@ from typing import Any
 
 import pytest
 import torch
+from tiny_models import tiny_model
 from world import free_port
 
 VOCAB = 512
 
 
 def _tiny_model_dir(root: Path) -> Path:
-    import transformers
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" not in name:
-                p.mul_(4.0)
+    model = tiny_model(vocab_size=VOCAB)
     out = root / "tiny-llama"
     model.save_pretrained(out, safe_serialization=True)
     # A word-level tokenizer over the model's vocabulary: "w0" .. "w511", space separated.

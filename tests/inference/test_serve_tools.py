@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_harness import MODEL, Server, check_error, openai, running_server
 from serve_model import make_model_dir
+from tool_schemas import ADD, WEATHER, closed
 
 jsonschema = pytest.importorskip("jsonschema")
 pytest.importorskip("fastapi")
@@ -24,35 +25,7 @@ pytest.importorskip("xgrammar")
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(600)]
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "minLength": 1, "maxLength": 12},
-                "unit": {"enum": ["c", "f"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-            "additionalProperties": False,
-        },
-    },
-}
-TOOLS = [WEATHER, ADD]
+TOOLS = [closed(WEATHER), closed(ADD)]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
@@ -79,15 +52,24 @@ def _valid_calls(message: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def _ask(server: Server, choice: Any, **kw: Any) -> Any:
+    """The client's answer to ASK with TOOLS under ``tool_choice=choice``."""
+    return server.client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,  # type: ignore[arg-type]
+        tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice=choice,
+        **kw,
+    )
+
+
 def test_required_and_named_choices_call_with_valid_arguments(server: Server) -> None:
     named = {"type": "function", "function": {"name": "get_weather"}}
     for choice in ("required", named):
         for seed in range(4):
-            out = server.client.chat.completions.create(
-                model=MODEL,
-                messages=ASK,  # type: ignore[arg-type]
-                tools=TOOLS,  # type: ignore[arg-type]
-                tool_choice=choice,  # type: ignore[arg-type]
+            out = _ask(
+                server,
+                choice,
                 temperature=1.0,
                 seed=seed,
                 max_tokens=200,
@@ -164,14 +146,7 @@ def test_auto_and_none_answer_in_text(server: Server) -> None:
         max_tokens=12,  # type: ignore[arg-type]
     )
     for choice in ("auto", "none"):
-        out = server.client.chat.completions.create(
-            model=MODEL,
-            messages=ASK,  # type: ignore[arg-type]
-            tools=TOOLS,  # type: ignore[arg-type]
-            tool_choice=choice,  # type: ignore[arg-type]
-            temperature=0,
-            max_tokens=12,
-        )
+        out = _ask(server, choice, temperature=0, max_tokens=12)
         c = out.choices[0]
         assert c.message.tool_calls is None and isinstance(c.message.content, str)
         assert c.finish_reason in ("stop", "length")
@@ -180,14 +155,7 @@ def test_auto_and_none_answer_in_text(server: Server) -> None:
 
 
 def test_a_conversation_with_calls_and_results(server: Server) -> None:
-    first = server.client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,  # type: ignore[arg-type]
-        tools=TOOLS,  # type: ignore[arg-type]
-        tool_choice="required",
-        temperature=0,
-        max_tokens=150,
-    )
+    first = _ask(server, "required", temperature=0, max_tokens=150)
     call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
     messages = [
         *ASK,
@@ -251,12 +219,7 @@ def test_bad_tool_requests_are_400_and_the_server_stays_up(server: Server) -> No
         body = {"model": MODEL, "messages": ASK, "tools": TOOLS, "max_tokens": 4, **extra}
         check_error(server.post("/v1/chat/completions", body), 400, param, word)
     with pytest.raises(openai.BadRequestError, match="nope"):
-        server.client.chat.completions.create(
-            model=MODEL,
-            messages=ASK,  # type: ignore[arg-type]
-            tools=TOOLS,  # type: ignore[arg-type]
-            tool_choice={"type": "function", "function": {"name": "nope"}},
-        )
+        _ask(server, {"type": "function", "function": {"name": "nope"}})
     assert server.http.get("/health").json()["status"] == "ok"
     out = server.chat(
         messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=150

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import tiny_models
 import torch
 
 from ds.inference.engine import build_engine
@@ -21,15 +22,7 @@ from ds.sim.world import sim_kernels
 
 pytestmark = pytest.mark.simgpu
 
-TINY = dict(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
+TINY = {**tiny_models.TINY, "max_position_embeddings": 256}
 BLOCKS, BLOCK = 16, 16
 
 

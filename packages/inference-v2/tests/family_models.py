@@ -11,35 +11,45 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-_BASE = dict(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=1024,
-)
+from tiny_models import TINY, tiny_model
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    config: str  # transformers config class
-    model: str  # transformers causal-LM class
+    family: str  # transformers' class prefix: <family>Config, <family>ForCausalLM
     overrides: dict[str, Any] = field(default_factory=dict)
-    base: bool = True  # start from _BASE
+    base: dict[str, Any] = field(default_factory=lambda: TINY)  # the overrides apply to it
     note: str = ""  # what the row exercises (the docs' parity table repeats it)
     chunked: bool = True  # greedy run with chunked prefill (off for length-dependent rope)
 
+    @property
+    def config(self) -> str:
+        return f"{self.family}Config"
+
+    @property
+    def model(self) -> str:
+        return f"{self.family}ForCausalLM"
+
+
+# OPT and Falcon configs take TINY's shape under fewer (or other) keys.
+_FALCON = {
+    k: TINY[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+}
+# Falcon-RW's layout: per-head fused qkv, attention then MLP, biases.
+_RW = {"multi_query": False, "parallel_attn": False, "bias": True}
+_OPT = {
+    **_FALCON,
+    "ffn_dim": TINY["intermediate_size"],
+    "max_position_embeddings": TINY["max_position_embeddings"],
+}
+
 
 CASES: list[Case] = [
-    Case("llama", "LlamaConfig", "LlamaForCausalLM", note="GQA, RoPE"),
+    Case("llama", "Llama", note="GQA, RoPE"),
     Case(
         "llama-yarn",
-        "LlamaConfig",
-        "LlamaForCausalLM",
+        "Llama",
         {
             "rope_scaling": {
                 "rope_type": "yarn",
@@ -51,30 +61,26 @@ CASES: list[Case] = [
     ),
     Case(
         "llama-dynamic",
-        "LlamaConfig",
-        "LlamaForCausalLM",
+        "Llama",
         {"max_position_embeddings": 128, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
         note="dynamic NTK RoPE past 128 tokens",
         chunked=False,
     ),
     Case(
         "llama-linear",
-        "LlamaConfig",
-        "LlamaForCausalLM",
+        "Llama",
         {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
         note="linear RoPE scaling",
     ),
     Case(
         "mistral",
-        "MistralConfig",
-        "MistralForCausalLM",
+        "Mistral",
         {"sliding_window": 64},
         note="sliding window 64 on every layer",
     ),
     Case(
         "qwen2",
-        "Qwen2Config",
-        "Qwen2ForCausalLM",
+        "Qwen2",
         {
             "use_sliding_window": True,
             "sliding_window": 48,
@@ -85,22 +91,19 @@ CASES: list[Case] = [
     ),
     Case(
         "qwen3",
-        "Qwen3Config",
-        "Qwen3ForCausalLM",
+        "Qwen3",
         {"head_dim": 32, "use_sliding_window": True, "sliding_window": 40, "max_window_layers": 1},
         note="q/k RMSNorm, head_dim 32 != hidden/heads, window 40 on layer 1",
     ),
     Case(
         "mixtral",
-        "MixtralConfig",
-        "MixtralForCausalLM",
+        "Mixtral",
         {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 96},
         note="4 experts top-2, window 96",
     ),
     Case(
         "qwen2_moe",
-        "Qwen2MoeConfig",
-        "Qwen2MoeForCausalLM",
+        "Qwen2Moe",
         {
             "num_experts": 4,
             "num_experts_per_tok": 2,
@@ -113,22 +116,19 @@ CASES: list[Case] = [
     ),
     Case(
         "phi",
-        "PhiConfig",
-        "PhiForCausalLM",
+        "Phi",
         {"num_key_value_heads": 4, "qk_layernorm": True},
         note="parallel attn+MLP, LayerNorm, partial rotary 0.5, q/k LayerNorm, biased head",
     ),
     Case(
         "phi3",
-        "Phi3Config",
-        "Phi3ForCausalLM",
+        "Phi3",
         {"sliding_window": 80, "pad_token_id": 0},
         note="fused qkv / gate_up, window 80",
     ),
     Case(
         "phi3-longrope",
-        "Phi3Config",
-        "Phi3ForCausalLM",
+        "Phi3",
         {
             "max_position_embeddings": 1024,
             "original_max_position_embeddings": 128,
@@ -144,105 +144,55 @@ CASES: list[Case] = [
     ),
     Case(
         "gemma",
-        "GemmaConfig",
-        "GemmaForCausalLM",
+        "Gemma",
         {"head_dim": 16},
         note="(1+w) RMSNorm, sqrt(hidden) embedding scale, tanh GELU",
     ),
     Case(
         "gemma2",
-        "Gemma2Config",
-        "Gemma2ForCausalLM",
+        "Gemma2",
         {"head_dim": 16, "sliding_window": 32, "query_pre_attn_scalar": 32},
         note="sandwich norms, attn softcap 50, final softcap 30, window 32 on even layers",
     ),
     Case(
         "opt",
-        "OPTConfig",
-        "OPTForCausalLM",
-        dict(
-            vocab_size=512,
-            hidden_size=64,
-            ffn_dim=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=1024,
-            word_embed_proj_dim=64,
-        ),
-        base=False,
+        "OPT",
+        {"word_embed_proj_dim": 64},
+        base=_OPT,
         note="learned positions, pre-LayerNorm, ReLU",
     ),
     Case(
         "opt-350m-style",
-        "OPTConfig",
-        "OPTForCausalLM",
-        dict(
-            vocab_size=512,
-            hidden_size=64,
-            ffn_dim=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=1024,
-            word_embed_proj_dim=32,
-            do_layer_norm_before=False,
-        ),
-        base=False,
+        "OPT",
+        {"word_embed_proj_dim": 32, "do_layer_norm_before": False},
+        base=_OPT,
         note="post-LayerNorm, project_in/out 32<->64",
     ),
     Case(
         "falcon",
-        "FalconConfig",
-        "FalconForCausalLM",
-        dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4),
-        base=False,
+        "Falcon",
+        base=_FALCON,
         note="7B layout: multi-query, parallel attention",
     ),
     Case(
         "falcon-new-arch",
-        "FalconConfig",
-        "FalconForCausalLM",
-        dict(
-            vocab_size=512,
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_kv_heads=2,
-            new_decoder_architecture=True,
-        ),
-        base=False,
+        "Falcon",
+        {"num_kv_heads": 2, "new_decoder_architecture": True},
+        base=_FALCON,
         note="40B/180B layout: grouped KV, ln_attn + ln_mlp",
     ),
     Case(
         "falcon-sequential",
-        "FalconConfig",
-        "FalconForCausalLM",
-        dict(
-            vocab_size=512,
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            multi_query=False,
-            parallel_attn=False,
-            bias=True,
-        ),
-        base=False,
+        "Falcon",
+        _RW,
+        base=_FALCON,
         note="per-head fused qkv, sequential blocks, biases",
     ),
     Case(
         "falcon-alibi",
-        "FalconConfig",
-        "FalconForCausalLM",
-        dict(
-            vocab_size=512,
-            hidden_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=6,
-            multi_query=False,
-            parallel_attn=False,
-            bias=True,
-            alibi=True,
-        ),
-        base=False,
+        "Falcon",
+        {**_RW, "hidden_size": 96, "num_attention_heads": 6, "alibi": True},
+        base=_FALCON,
         note="RW layout with ALiBi, 6 heads (non-power-of-two slopes)",
     ),
 ]
@@ -251,22 +201,8 @@ BY_NAME = {c.name: c for c in CASES}
 
 
 def build(case: Case, seed: int = 0) -> Any:
-    import transformers
-
-    torch.manual_seed(seed)
-    kw: dict[str, Any] = {**(_BASE if case.base else {}), **case.overrides}
-    cfg = getattr(transformers, case.config)(**kw)
-    model = getattr(transformers, case.model)(cfg)
-    # Random init is tiny (std 0.02): scale weights up so logits have clear margins and greedy
-    # decoding (and expert routing) does not hinge on near-ties.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" not in name and "ln" not in name:
-                p.mul_(4.0)
-            elif p.dim() == 1 and p.abs().max() == 0:
-                # Zero-initialised (1 + w) norms: give them a spread so their weights matter.
-                p.normal_(0.0, 0.2)
-    return model.eval()
+    kw = {**case.base, **case.overrides}
+    return tiny_model(case.config, case.model, seed=seed, base=False, **kw)
 
 
 def measure(case: Case, new_tokens: int = 8) -> tuple[float, bool]:

@@ -194,18 +194,19 @@ def tiny_gguf_model(family: str = "llama", seed: int = 0) -> Any:
 
     if family != "qwen3":
         return make_model(family, seed=seed, **GGUF_TINY)
-    import transformers
+    from tiny_models import tiny_model
 
-    torch.manual_seed(seed)
-    cfg = transformers.Qwen3Config(
-        **GGUF_TINY, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32
+    return tiny_model(
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        seed=seed,
+        base=False,
+        **GGUF_TINY,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
     )
-    model = transformers.Qwen3ForCausalLM(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" not in name:
-                p.mul_(4.0)  # clear logit margins, as inference_models.make_model
-    return model.eval()
 
 
 def hf_from_gguf(path: Path) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from inference_models import hf_greedy, prompts
+from inference_models import TINY, hf_greedy, prompts
 
 from ds.inference import SamplingParams, build_engine, generate
 from ds.interfaces.errors import ConfigError
@@ -33,14 +33,9 @@ ENGINE = {
 
 def _qwen2() -> Any:
     torch.manual_seed(0)
+    # Qwen (1) has no grouped-query attention: as many KV heads as heads.
     cfg = transformers.Qwen2Config(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=1024,
+        **{**TINY, "num_key_value_heads": TINY["num_attention_heads"]},
         rope_theta=10000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,

@@ -8,39 +8,13 @@ import json
 from typing import Any
 
 import pytest
+from tool_schemas import ADD, WEATHER
 
 from ds.inference.openai_errors import APIError
 from ds.inference.tokenizer import TextCodec
 from ds.inference.tools import ToolCallParser, plan_tools, structural_tag
 
 xgr = pytest.importorskip("xgrammar")
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather of a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "minLength": 1, "maxLength": 12},
-                "unit": {"enum": ["c", "f"]},
-            },
-            "required": ["city", "unit"],
-        },
-    },
-}
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def _call(name: str, args: dict[str, Any]) -> str:
