@@ -5,6 +5,7 @@ the same model never partitioned: a tied weight is one tensor under each of its 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from _stage3 import stage3
@@ -29,16 +30,23 @@ class TiedLM(nn.Module):
         return h
 
 
-def _trained() -> tuple[nn.Module, nn.Module, object]:
+def _trained(gather: bool = False) -> tuple[nn.Module, nn.Module, Any]:
     torch.manual_seed(0)
     model = TiedLM()
+    model.norm.bias.requires_grad_(False)
     ref = copy.deepcopy(model)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    engine = stage3(model, sgd, stage3_param_persistence_threshold=0)
+    engine = stage3(
+        model,
+        sgd,
+        stage3_param_persistence_threshold=0,
+        stage3_gather_16bit_weights_on_model_save=gather,
+    )
     opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     idx = torch.randint(0, 29, (2, 5), generator=torch.Generator().manual_seed(1))
     engine.backward(model(idx).logsumexp(-1).mean())
     engine.step()
+    ref.norm.bias.requires_grad_(False)
     ref(idx).logsumexp(-1).mean().backward()
     opt.step()
     return model, ref, engine
@@ -55,3 +63,15 @@ def test_consolidated_state_dict_keeps_ties_and_drops_non_persistent_buffers() -
             torch.testing.assert_close(got[name], w, msg=name)
     half = engine.strategy.consolidated_state_dict(torch.bfloat16)
     assert half["head.weight"] is half["emb.weight"] and half["emb.weight"].dtype == torch.bfloat16
+
+
+def test_deepspeed_names_of_the_whole_weights() -> None:
+    """accelerate's get_state_dict (the Trainer's save_model under a DeepSpeed config) asks
+    zero_gather_16bit_weights_on_model_save() and then _zero3_consolidated_16bit_state_dict()."""
+    assert _trained()[2].zero_gather_16bit_weights_on_model_save() is False
+    _, ref, engine = _trained(gather=True)
+    assert engine.zero_gather_16bit_weights_on_model_save() is True
+    whole = engine._zero3_consolidated_16bit_state_dict()
+    assert set(whole) == set(ref.state_dict()) and whole["head.weight"] is whole["emb.weight"]
+    trainable = engine._zero3_consolidated_16bit_state_dict(exclude_frozen_parameters=True)
+    assert set(whole) - set(trainable) == {"norm.bias"}

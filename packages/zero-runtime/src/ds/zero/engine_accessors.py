@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from ds.interfaces.errors import ConfigError
 from ds.interfaces.telemetry import StepMetrics
 from ds.zero.config import DsConfig, ResolvedConfig
 from ds.zero.engine_setup import device_of
@@ -72,6 +73,27 @@ class EngineAccessors:
 
     def gradient_clipping(self) -> float:
         return self.config.gradient_clipping
+
+    def zero_gather_16bit_weights_on_model_save(self) -> bool:
+        return bool(self.config.zero.gather_16bit_weights_on_model_save)
+
+    def _zero3_consolidated_16bit_state_dict(
+        self, exclude_frozen_parameters: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """DeepSpeed's name for the whole weights in the model dtype, gathered one parameter at a
+        time (every rank must call it); accelerate's ``get_state_dict`` and so the Trainer's
+        ``save_model`` call it at stage 3. Every rank gets the dict (DeepSpeed: rank 0)."""
+        gather = getattr(self.strategy, "consolidated_state_dict", None)
+        if gather is None:
+            raise ConfigError(
+                f"_zero3_consolidated_16bit_state_dict is for ZeRO stage 3 (this engine runs stage "
+                f"{self.config.stage}); read the whole weights with module.state_dict()"
+            )
+        weights: dict[str, torch.Tensor] = gather()
+        if exclude_frozen_parameters:
+            frozen = {n for n, p in self.module.named_parameters() if not p.requires_grad}
+            weights = {k: v for k, v in weights.items() if k not in frozen}
+        return weights
 
     def fp16_enabled(self) -> bool:
         return self.config.precision == "fp16"
