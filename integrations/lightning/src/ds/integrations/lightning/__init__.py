@@ -5,8 +5,9 @@ in Lightning's strategy registry (Trainer) and in Fabric's, so ``Trainer(strateg
 ``Fabric(strategy="ds_zero3")`` work after ``import ds.integrations.lightning``.
 """
 
+from ds.integrations.lightning._engine import STRATEGIES
 from ds.integrations.lightning.fabric import DsFabricStrategy
-from ds.integrations.lightning.strategy import STRATEGIES, DsStrategy, ModuleWrapper
+from ds.integrations.lightning.strategy import DsStrategy, ModuleWrapper
 from lightning.fabric.strategies import STRATEGY_REGISTRY
 from lightning.pytorch.strategies import StrategyRegistry
 

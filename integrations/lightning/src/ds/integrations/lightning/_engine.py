@@ -62,6 +62,15 @@ def build_config(
     return cfg
 
 
+# The registered names: (name, ZeRO stage, CPU offload of optimizer and parameters).
+STRATEGIES: tuple[tuple[str, int, bool], ...] = (
+    ("ds_zero1", 1, False),
+    ("ds_zero2", 2, False),
+    ("ds_zero3", 3, False),
+    ("ds_zero3_offload", 3, True),
+)
+
+
 class EngineOptions:
     """The ds arguments both strategies take (Trainer and Fabric) and the config they make."""
 
@@ -86,6 +95,20 @@ class EngineOptions:
         self.ds_config = dict(config) if config else None
         self.micro_batch_size = micro_batch_size
         self.engine: Any = None
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        """Register this strategy under each of :data:`STRATEGIES`' names."""
+        for name, stage, offload in STRATEGIES:
+            strategy_registry.register(
+                name,
+                cls,
+                description=f"ds ZeRO stage {stage}" + (" with CPU offload" if offload else ""),
+                override=True,
+                stage=stage,
+                offload_optimizer=offload,
+                offload_parameters=offload,
+            )
 
     def engine_config(
         self, accumulate_grad_batches: int, gradient_clip_val: float | None, precision: str

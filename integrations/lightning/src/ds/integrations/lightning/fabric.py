@@ -114,21 +114,6 @@ class DsFabricStrategy(EngineOptions, DDPStrategy):
                     state[key] = client.pop(key)
         return client
 
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        from ds.integrations.lightning.strategy import STRATEGIES
-
-        for name, stage, offload in STRATEGIES:
-            strategy_registry.register(
-                name,
-                cls,
-                description=f"ds ZeRO stage {stage}" + (" with CPU offload" if offload else ""),
-                override=True,
-                stage=stage,
-                offload_optimizer=offload,
-                offload_parameters=offload,
-            )
-
 
 def _is_model_or_optimizer(value: Any) -> bool:
     return isinstance(value, torch.nn.Module | torch.optim.Optimizer) or hasattr(value, "engine")

@@ -195,24 +195,3 @@ class DsStrategy(EngineOptions, DDPStrategy):
         sd = consolidated_state_dict(self.engine)
         prefix = "forward_module."
         return {k.removeprefix(prefix): v for k, v in sd.items()}
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        for name, stage, offload in STRATEGIES:
-            strategy_registry.register(
-                name,
-                cls,
-                description=f"ds ZeRO stage {stage}" + (" with CPU offload" if offload else ""),
-                override=True,
-                stage=stage,
-                offload_optimizer=offload,
-                offload_parameters=offload,
-            )
-
-
-STRATEGIES: tuple[tuple[str, int, bool], ...] = (
-    ("ds_zero1", 1, False),
-    ("ds_zero2", 2, False),
-    ("ds_zero3", 3, False),
-    ("ds_zero3_offload", 3, True),
-)
