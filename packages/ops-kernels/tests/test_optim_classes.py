@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -51,22 +52,14 @@ def _assert_close(a: list[torch.nn.Parameter], b: list[torch.nn.Parameter]) -> N
 def test_cpu_adam_matches_torch_on_param_groups(adamw_mode: bool) -> None:
     ps = _params(0)
     ref = _clone(ps)
-    ours = CPUAdam(
-        [{"params": ps[:3]}, {"params": ps[3:], "lr": 3e-3, "weight_decay": 0.0}],
-        lr=1e-3,
-        betas=(0.8, 0.99),
-        eps=1e-7,
-        weight_decay=0.05,
-        adamw_mode=adamw_mode,
-    )
+
+    def groups(params: list[torch.nn.Parameter]) -> list[dict[str, Any]]:
+        return [{"params": params[:3]}, {"params": params[3:], "lr": 3e-3, "weight_decay": 0.0}]
+
+    kw = {"lr": 1e-3, "betas": (0.8, 0.99), "eps": 1e-7, "weight_decay": 0.05}
+    ours = CPUAdam(groups(ps), adamw_mode=adamw_mode, **kw)
     cls = torch.optim.AdamW if adamw_mode else torch.optim.Adam
-    theirs = cls(
-        [{"params": ref[:3]}, {"params": ref[3:], "lr": 3e-3, "weight_decay": 0.0}],
-        lr=1e-3,
-        betas=(0.8, 0.99),
-        eps=1e-7,
-        weight_decay=0.05,
-    )
+    theirs = cls(groups(ref), **kw)
     _train([ours, theirs], [ps, ref], STEPS, seed=1)
     _assert_close(ps, ref)
 
