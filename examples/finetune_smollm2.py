@@ -11,8 +11,11 @@ serve the result.
 ``convert`` dequantizes the GGUF file to a float32 Transformers directory (weights, config,
 tokenizer and chat template). ``train`` packs a few chat transcripts, rendered with the model's
 own chat template, into blocks of ``--seq`` tokens and trains ``--steps`` optimizer steps;
-``--plain`` runs the stock ``Trainer`` without ds (the single-process reference). ``--losses FILE``
-writes the logged per-step losses (rank 0). The trained model is saved to ``OUTPUT_DIR/model``.
+``train`` runs ``DsTrainer`` with ``--ds-config`` (default: ds_config_zero3_offload.json beside
+this file); ``--deepspeed CONFIG`` runs the unchanged ``Trainer`` with
+``TrainingArguments(deepspeed=CONFIG)`` instead (on ds after ``ds compat enable``); ``--plain``
+runs the stock ``Trainer`` without ds (the single-process reference). ``--losses FILE`` writes the
+logged per-step losses (rank 0). The trained model is saved to ``OUTPUT_DIR/model``.
 """
 
 from __future__ import annotations
@@ -36,19 +39,8 @@ CHATS = [
 ]
 
 # ZeRO-3 with parameters and optimizer states on the host; the "auto" values follow the
-# TrainingArguments. save_model gathers the whole weights (stage3_gather_16bit_weights_on_model_save).
-DS_CONFIG: dict[str, Any] = {
-    "train_micro_batch_size_per_gpu": "auto",
-    "gradient_accumulation_steps": "auto",
-    "train_batch_size": "auto",
-    "gradient_clipping": "auto",
-    "zero_optimization": {
-        "stage": 3,
-        "offload_optimizer": {"device": "cpu"},
-        "offload_param": {"device": "cpu"},
-        "stage3_gather_16bit_weights_on_model_save": True,
-    },
-}
+# TrainingArguments; save_model gathers whole weights (stage3_gather_16bit_weights_on_model_save).
+DS_CONFIG = Path(__file__).with_name("ds_config_zero3_offload.json")
 
 
 def convert(gguf: str, out: str) -> None:
@@ -110,17 +102,17 @@ def train(args: argparse.Namespace) -> None:
         use_cpu=True,
         seed=0,
         disable_tqdm=True,
+        deepspeed=args.deepspeed,
     )
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     data = ChatBlocks(tokenizer, args.blocks or args.global_batch * args.steps, args.seq)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-    if args.plain:
+    if args.plain or args.deepspeed:
         trainer = Trainer(model=model, args=targs, train_dataset=data)
     else:
         from ds.integrations.hf import DsTrainer
 
-        config = json.loads(Path(args.ds_config).read_text()) if args.ds_config else DS_CONFIG
-        trainer = DsTrainer(model=model, args=targs, train_dataset=data, ds_config=config)
+        trainer = DsTrainer(model=model, args=targs, train_dataset=data, ds_config=args.ds_config)
     trainer.train()
     trainer.save_model(os.path.join(args.output_dir, "model"))
     if trainer.is_world_process_zero():
@@ -144,7 +136,13 @@ def main() -> None:
     t.add_argument("model", help="a Transformers directory (see 'convert')")
     t.add_argument("--output-dir", default="out")
     t.add_argument("--plain", action="store_true", help="stock Trainer, no ds (reference run)")
-    t.add_argument("--ds-config", default=None, help="a ds JSON config (default: ZeRO-3 offload)")
+    t.add_argument("--ds-config", default=str(DS_CONFIG), help="the DsTrainer's JSON config")
+    t.add_argument(
+        "--deepspeed",
+        default=None,
+        help="a DeepSpeed JSON config for the stock Trainer (TrainingArguments(deepspeed=...));"
+        " on ds after 'ds compat enable'",
+    )
     t.add_argument("--steps", type=int, default=4)
     t.add_argument("--seq", type=int, default=32)
     t.add_argument("--global-batch", type=int, default=2)

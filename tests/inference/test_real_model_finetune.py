@@ -32,6 +32,7 @@ pytestmark = [
 ]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_smollm2.py"
+CONFIG = EXAMPLE.with_name("ds_config_zero3_offload.json")
 DS = Path(sys.executable).with_name("ds")
 # 4 optimizer steps on 4 blocks of 32 tokens, 2 per step: two epochs over the same blocks.
 TRAIN = ["--steps", "4", "--blocks", "4", "--seq", "32", "--global-batch", "2"]
@@ -59,11 +60,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def train(model_dir: Path, tmp: Path, *args: str, nproc: int = 0) -> dict[str, Any]:
+def train(model_dir: Path, tmp: Path, launch: list[str], *args: str) -> dict[str, Any]:
     script = [str(EXAMPLE), "train", str(model_dir), "--output-dir", str(tmp / "out")]
-    script += ["--losses", str(tmp / "losses.json"), *TRAIN, *args]
-    cmd = [str(DS), "run", "--nproc", str(nproc), *script] if nproc else [sys.executable, *script]
-    run(cmd, tmp)
+    run([*launch, *script, "--losses", str(tmp / "losses.json"), *TRAIN, *args], tmp)
     report: dict[str, Any] = json.loads((tmp / "losses.json").read_text())
     report["model_dir"] = tmp / "out" / "model"
     return report
@@ -71,12 +70,12 @@ def train(model_dir: Path, tmp: Path, *args: str, nproc: int = 0) -> dict[str, A
 
 @pytest.fixture(scope="module")
 def reference(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return train(model_dir, tmp_path_factory.mktemp("plain"), "--plain")
+    return train(model_dir, tmp_path_factory.mktemp("plain"), [sys.executable], "--plain")
 
 
 @pytest.fixture(scope="module")
 def zero3(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return train(model_dir, tmp_path_factory.mktemp("zero3"), nproc=2)
+    return train(model_dir, tmp_path_factory.mktemp("zero3"), [str(DS), "run", "--nproc", "2"])
 
 
 def weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -85,24 +84,44 @@ def weights(directory: Path) -> dict[str, torch.Tensor]:
     return load_file(str(directory / "model.safetensors"))
 
 
-def test_zero3_offload_trainer_matches_single_process(
-    model_dir: Path, reference: dict[str, Any], zero3: dict[str, Any]
-) -> None:
-    ref, got = reference["losses"], zero3["losses"]
-    assert zero3["world_size"] == 2 and len(ref) == len(got) == 4
-    assert got == pytest.approx(ref, rel=RTOL)
+def check_matches(start_dir: Path, reference: dict[str, Any], got: dict[str, Any]) -> None:
+    ref = reference["losses"]
+    assert got["world_size"] == 2 and len(ref) == len(got["losses"]) == 4
+    assert got["losses"] == pytest.approx(ref, rel=RTOL)
     # The second pass over the same blocks costs less than the first: the model learned them.
     assert sum(ref[2:]) < 0.8 * sum(ref[:2])
 
     # save_model gathered the whole trained weights: those of the single-process run, not the
-    # starting ones (Adam moved every weight by about lr = 1e-4 a step).
-    start, want, have = (
-        weights(d) for d in (model_dir, reference["model_dir"], zero3["model_dir"])
-    )
+    # starting ones (Adam moved every weight by about lr = 1e-4 a step), under the same names
+    # (the tied lm_head once, no rotary buffers).
+    start, want, have = (weights(d) for d in (start_dir, reference["model_dir"], got["model_dir"]))
     assert set(have) == set(want) == set(start)
     for name, w in want.items():
         torch.testing.assert_close(have[name], w, rtol=0, atol=ATOL_WEIGHTS, msg=name)
         assert (have[name] - start[name]).abs().max() > 1e-4, name
+
+
+def test_zero3_offload_trainer_matches_single_process(
+    model_dir: Path, reference: dict[str, Any], zero3: dict[str, Any]
+) -> None:
+    check_matches(model_dir, reference, zero3)
+
+
+def test_stock_trainer_deepspeed_argument_matches_single_process(
+    model_dir: Path, reference: dict[str, Any], tmp_path: Path
+) -> None:
+    """The unchanged Trainer with ``TrainingArguments(deepspeed=the same config)`` on the
+    ``deepspeed`` API route (``ds compat enable`` in a throwaway venv): accelerate builds the
+    engine, puts DeepSpeedCPUAdam in place of the Trainer's AdamW, and save_model reads
+    ``engine.config``."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "integrations"))
+    from _compat_env import make_env
+
+    py = make_env(tmp_path / "venv")
+    run([str(py), "-m", "ds.launcher", "compat", "enable"], tmp_path)
+    launch = [str(py), "-m", "ds.launcher", "run", "--nproc", "2"]
+    got = train(model_dir, tmp_path, launch, "--deepspeed", str(CONFIG))
+    check_matches(model_dir, reference, got)
 
 
 @pytest.fixture(scope="module")
