@@ -1,5 +1,6 @@
-"""One launcher for the suite's multi-process tests: start ``world`` real ranks as subprocesses,
-bound them by a deadline, and report a failing rank with the tail of its output.
+"""One launcher for the suite's multi-process tests: start ``world`` real ranks (forked from a
+zygote that has imported torch, see zygote.py, or as subprocesses), bound them by a deadline,
+and report a failing rank with the tail of its output.
 
 Every multi-process test starts its ranks through here (the root conftest puts this folder on
 ``sys.path``), so a fix to how ranks are started, killed or reported lands once.
@@ -15,6 +16,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from zygote import Rank, Zygote
 
 
 def free_port() -> int:
@@ -50,13 +54,19 @@ def run_ranks(
 ) -> list[RankOutput]:
     """Start ``python *argv(rank)`` for every rank and wait for all of them; every rank still
     running ``timeout`` seconds after the start is killed (its ``returncode`` is None)."""
-    procs = []
+    zygote = Zygote.get()
+    procs: list[Any] = []
     for rank in range(world):
         rank_env = env(rank) if callable(env) else env
+        full_env = dict(rank_env) if rank_env is not None else world_env()
+        args = [str(a) for a in argv(rank)]
+        if zygote is not None and zygote.can_run(args, full_env):
+            procs.append(zygote.start(args, full_env, merge_stderr=merge_stderr))
+            continue
         procs.append(
             subprocess.Popen(
-                [sys.executable, *map(str, argv(rank))],
-                env=dict(rank_env) if rank_env is not None else world_env(),
+                [sys.executable, *args],
+                env=full_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                 text=True,
@@ -67,13 +77,24 @@ def run_ranks(
     results = []
     try:
         for rank, p in enumerate(procs):
-            try:
-                out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-                rc: int | None = p.returncode
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, err = p.communicate()
-                rc = None
+            left = max(0.1, deadline - time.monotonic())
+            rc: int | None
+            if isinstance(p, Rank):
+                try:
+                    rc = p.wait(timeout=left)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                    rc = None
+                out, err = p.output()
+            else:
+                try:
+                    out, err = p.communicate(timeout=left)
+                    rc = p.returncode
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, err = p.communicate()
+                    rc = None
             results.append(RankOutput(rank, rc, out or "", err or ""))
     finally:
         for p in procs:
