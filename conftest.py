@@ -33,9 +33,10 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-# The files that take longest (measured with --durations on 2 cores) are collected first. A
-# serial run and `--no-loadscope-reorder` start them first; xdist's default order (files with the
-# most tests first) still starts the one-test isolation file last, where it runs alone.
+# The files that take longest (measured with --durations on 2 cores) are collected first, and
+# tools/test.sh passes `--no-loadscope-reorder` so xdist hands them out in this order: its default
+# (files with the most tests first) started the one-test isolation file last, where it ran alone
+# for four minutes while the other worker idled.
 _LONGEST_FIRST = (
     "tests/isolation/test_isolation.py",
     "tests/parallel/test_initialize_mesh.py",

@@ -7,6 +7,7 @@ tools/bootstrap.sh
 # Collectives in tests fail with a named rank and op instead of hanging (ds.comm watchdog).
 export DS_COMM_WATCHDOG="${DS_COMM_WATCHDOG:-120}"
 # Test files run on as many worker processes as the machine has cores (DS_TEST_WORKERS overrides;
-# 0 runs in this process). A file stays on one worker: its module-scoped worlds run once.
+# 0 runs in this process). A file stays on one worker: its module-scoped worlds run once. Files go
+# out in collection order, which conftest.py makes longest first, so no long file starts last.
 WORKERS="${DS_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}"
-exec .venv/bin/python -m pytest -n "$WORKERS" --dist loadfile interfaces/tests packages integrations tests "$@"
+exec .venv/bin/python -m pytest -n "$WORKERS" --dist loadfile --no-loadscope-reorder interfaces/tests packages integrations tests "$@"
