@@ -167,3 +167,20 @@ def test_recover_of_a_signed_ledger_needs_the_key(tmp_path: Path, capsys, monkey
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no signing key is configured" in err
     assert not (tmp_path / "run.jsonl.broken-1").exists()
+
+
+def test_an_uncaught_refusal_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    # A scheduler tells a broken history (a person must look) from a crash (resubmit) by the
+    # status alone; other ds errors keep Python's 1.
+    path = tmp_path / "run.jsonl"
+    run(path)
+    _forge_append(path)
+    code = (
+        "import atexit, ds.checkpoint.ledger as L; atexit.register(print, 'atexit ran'); "
+        f"L.RunLedger({str(path)!r}, signing_key={str(KEY)!r})"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 3, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("ds: LedgerBreakError: ") and f"ds ledger recover {path}" in line
+    assert out.stdout.strip() == "atexit ran"

@@ -28,7 +28,12 @@ from ds.interfaces.ledger import TreeHead
 
 
 class LedgerBreakError(LedgerError):
-    """The ledger file disagrees with its own evidence (heads, seal): tampered or damaged."""
+    """The ledger file disagrees with its own evidence (heads, seal): tampered or damaged.
+
+    Uncaught, the process exits 3 (not 1) so that a scheduler can
+    stop resubmitting a run whose history needs a person."""
+
+    exit_code = 3
 
 
 def recover_hint(path: str) -> str:
