@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ds.accel.host import AllFloatDtypes, HostRandom
 from ds.accel.streams import StandInStreams
 from ds.interfaces.accelerator import AcceleratorCapabilities
 
@@ -44,7 +45,7 @@ def _rss() -> tuple[int, int]:
     return cur, peak
 
 
-class CpuAccelerator(StandInStreams):
+class CpuAccelerator(StandInStreams, HostRandom, AllFloatDtypes):
     """Host CPU. Memory figures are the process RSS (allocated) and system RAM (total)."""
 
     _NAME = "cpu"
@@ -139,32 +140,6 @@ class CpuAccelerator(StandInStreams):
 
     def empty_cache(self) -> None:
         return None
-
-    # RNG ------------------------------------------------------------------------------
-    def manual_seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def initial_seed(self) -> int:
-        return int(torch.initial_seed())
-
-    def get_rng_state(self, index: int | None = None) -> torch.Tensor:
-        return torch.get_rng_state()
-
-    def set_rng_state(self, state: torch.Tensor, index: int | None = None) -> None:
-        torch.set_rng_state(state)
-
-    # dtypes ---------------------------------------------------------------------------
-    def is_bf16_supported(self) -> bool:
-        return True
-
-    def is_fp16_supported(self) -> bool:
-        return True
-
-    def supported_dtypes(self) -> list[torch.dtype]:
-        return [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
     # host memory ------------------------------------------------------------------------
     def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:

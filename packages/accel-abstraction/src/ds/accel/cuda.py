@@ -11,10 +11,12 @@ from ds.interfaces.accelerator import AcceleratorCapabilities
 from ds.interfaces.errors import AcceleratorError
 
 
-class CudaAccelerator:
+class CudaNames:
+    """The identity of an accelerator whose devices are torch's ``cuda:N`` (real or simulated):
+    its registered name is ``_NAME``."""
+
     _NAME = "cuda"
 
-    # identity -------------------------------------------------------------------
     def name(self) -> str:
         return self._NAME
 
@@ -23,6 +25,10 @@ class CudaAccelerator:
 
     def device(self, index: int | None = None) -> torch.device:
         return torch.device(self.device_name(index))
+
+
+class CudaAccelerator(CudaNames):
+    """NVIDIA and ROCm devices through torch.cuda."""
 
     def is_available(self) -> bool:
         return bool(torch.cuda.is_available())

@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 
+from ds.accel.cuda import CudaNames
+from ds.accel.host import AllFloatDtypes, HostRandom
 from ds.accel.streams import StandInStreams
 from ds.interfaces.accelerator import AcceleratorCapabilities
 from ds.interfaces.errors import AcceleratorError
@@ -168,7 +170,7 @@ class SimDevice:
         self.obs.host_wait(str(self.device), where, upto)
 
 
-class SimGpuAccelerator(StandInStreams):
+class SimGpuAccelerator(CudaNames, StandInStreams, HostRandom, AllFloatDtypes):
     """``ds.interfaces.accelerator.Accelerator`` for simulated CUDA devices (see module docs).
 
     Available while a :class:`SimDevice` is active in this thread, or when ``DS_ACCELERATOR``
@@ -186,15 +188,6 @@ class SimGpuAccelerator(StandInStreams):
         return active_device()
 
     # identity -------------------------------------------------------------------------------
-    def name(self) -> str:
-        return self._NAME
-
-    def device_name(self, index: int | None = None) -> str:
-        return "cuda" if index is None else f"cuda:{index}"
-
-    def device(self, index: int | None = None) -> torch.device:
-        return torch.device(self.device_name(index))
-
     def is_available(self) -> bool:
         return self._dev() is not None or os.environ.get("DS_ACCELERATOR", "") == NAME
 
@@ -280,16 +273,7 @@ class SimGpuAccelerator(StandInStreams):
     def empty_cache(self) -> None:
         return None
 
-    # RNG --------------------------------------------------------------------------------------
-    def manual_seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def manual_seed_all(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def initial_seed(self) -> int:
-        return int(torch.initial_seed())
-
+    # RNG (the host's generator; see HostRandom) ------------------------------------------------
     def get_rng_state(self, index: int | None = None) -> torch.Tensor:
         # The simulated device has no generator of its own; the host's stands in for it.
         with _outside_fake_mode():
@@ -297,16 +281,6 @@ class SimGpuAccelerator(StandInStreams):
 
     def set_rng_state(self, state: torch.Tensor, index: int | None = None) -> None:
         return None  # a fake state (from a simulated checkpoint) has no bytes to restore
-
-    # dtypes -----------------------------------------------------------------------------------
-    def is_bf16_supported(self) -> bool:
-        return True
-
-    def is_fp16_supported(self) -> bool:
-        return True
-
-    def supported_dtypes(self) -> list[torch.dtype]:
-        return [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 
     # host memory ------------------------------------------------------------------------------
     def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -321,17 +321,7 @@ class StrictCommunicator(TorchCommunicator):
         self.device = world.device(rank)
         self._backend = "nccl"
 
-    # -- identity -------------------------------------------------------------------------------
-    def init_process_group(
-        self,
-        backend: str,
-        init_method: str | None,
-        rank: int,
-        world_size: int,
-        timeout_s: float,
-    ) -> None:
-        return None  # SimWorld.rank created it
-
+    # -- identity (SimWorld.rank created the process group, so init_process_group does nothing) -
     def get_backend(self, group: Any = None) -> str:
         return "nccl"
 
