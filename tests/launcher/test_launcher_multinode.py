@@ -121,27 +121,28 @@ def test_openmpi_rank_failure_propagates(run_ds, scripts: Path, env_for, tmp_pat
     assert "ds run: openmpi (pid" in proc.stderr and "failed first" in proc.stderr
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("runner", ["ssh", "pdsh"])
-def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
-    run_ds, scripts: Path, env_for, tmp_path: Path, loopback_sshd, runner: str
-) -> None:
+def _over_loopback(runner: str, tmp_path: Path, loopback_sshd: tuple[int, list[str]]) -> list[str]:
+    """``ds run`` arguments that start two ranks through ``runner`` on this machine's loopback
+    sshd (a one-host hostfile of 2 slots); skips where the runner is not installed."""
     if shutil.which(runner) is None:
         pytest.skip(f"needs {runner} (apt-get install {runner})")
     port, opts = loopback_sshd
     hf = tmp_path / "hostfile"
     hf.write_text("127.0.0.1 slots=2\n")
-    (tmp_path / ".deepspeed_env").write_text("FROM_ENV_FILE=yes\n")  # propagated to every node
-    env = env_for(PDSH_SSH_ARGS_APPEND=" ".join(opts))
     extra = ["--launcher_args", " ".join(opts)] if runner == "ssh" else []
+    return ["--hostfile", str(hf), "--launcher", runner, "--ssh_port", str(port), *extra]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runner", ["ssh", "pdsh"])
+def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
+    run_ds, scripts: Path, env_for, tmp_path: Path, loopback_sshd, runner: str
+) -> None:
+    over_ssh = _over_loopback(runner, tmp_path, loopback_sshd)
+    (tmp_path / ".deepspeed_env").write_text("FROM_ENV_FILE=yes\n")  # propagated to every node
+    env = env_for(PDSH_SSH_ARGS_APPEND=" ".join(loopback_sshd[1]))
     proc = run_ds(
-        "--hostfile",
-        str(hf),
-        "--launcher",
-        runner,
-        "--ssh_port",
-        str(port),
-        *extra,
+        *over_ssh,
         "--env",
         "FOO=remote",
         str(scripts / "allreduce.py"),
@@ -165,27 +166,16 @@ def test_remote_ranks_stop_when_launcher_goes(  # type: ignore[no-untyped-def]
 
     import psutil
 
-    if shutil.which(runner) is None:
-        pytest.skip(f"needs {runner} (apt-get install {runner})")
-    port, opts = loopback_sshd
-    hf = tmp_path / "hostfile"
-    hf.write_text("127.0.0.1 slots=2\n")
+    over_ssh = _over_loopback(runner, tmp_path, loopback_sshd)
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     exe = Path(sys.executable).parent / "ds"
     ds = [str(exe)] if exe.exists() else [sys.executable, "-m", "ds.launcher.cli"]
-    extra = ["--launcher_args", " ".join(opts)] if runner == "ssh" else []
     launcher = subprocess.Popen(
         [
             *ds,
             "run",
-            "--hostfile",
-            str(hf),
-            "--launcher",
-            runner,
-            "--ssh_port",
-            str(port),
-            *extra,
+            *over_ssh,
             "--env",
             f"PID_DIR={pid_dir}",
             str(scripts / "tree.py"),
@@ -193,7 +183,7 @@ def test_remote_ranks_stop_when_launcher_goes(  # type: ignore[no-untyped-def]
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         cwd=tmp_path,
-        env=env_for(PDSH_SSH_ARGS_APPEND=" ".join(opts)),
+        env=env_for(PDSH_SSH_ARGS_APPEND=" ".join(loopback_sshd[1])),
     )
     deadline = time.monotonic() + 60
     while len(list(pid_dir.glob("rank*.pids"))) < 2 and time.monotonic() < deadline:
