@@ -87,18 +87,17 @@ def test_rank_killed_by_signal_is_reported(run_ds, scripts: Path, env_for, tmp_p
     assert "failed first: killed by signal SIGKILL (9)" in proc.stderr
 
 
+def _crash_with_one_restart(run_ds, scripts: Path, env: dict[str, str]):  # type: ignore[no-untyped-def]
+    """Two ranks of crash.py (rank 1 exits 7 until restart CRASH_UNTIL_RESTART) with one restart."""
+    return run_ds("--nproc", "2", "--max_restarts", "1", str(scripts / "crash.py"), env=env)
+
+
 @pytest.mark.timeout(90)
 def test_max_restarts_restarts_once_then_succeeds(
     run_ds, scripts: Path, env_for, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    proc = run_ds(
-        "--nproc",
-        "2",
-        "--max_restarts",
-        "1",
-        str(scripts / "crash.py"),
-        env=env_for(CRASH_STAMP=str(tmp_path / "t"), CRASH_UNTIL_RESTART="1"),
-    )
+    env = env_for(CRASH_STAMP=str(tmp_path / "t"), CRASH_UNTIL_RESTART="1")
+    proc = _crash_with_one_restart(run_ds, scripts, env)
     assert proc.returncode == 0, proc.stderr
     assert "restarting the whole group (1/1)" in proc.stderr
     assert "[rank0] rank 0 succeeded on attempt 1" in proc.stdout
@@ -107,14 +106,7 @@ def test_max_restarts_restarts_once_then_succeeds(
 
 @pytest.mark.timeout(90)
 def test_restart_budget_exhausted(run_ds, scripts: Path, env_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    proc = run_ds(
-        "--nproc",
-        "2",
-        "--max_restarts",
-        "1",
-        str(scripts / "crash.py"),
-        env=env_for(CRASH_STAMP=str(tmp_path / "t")),
-    )
+    proc = _crash_with_one_restart(run_ds, scripts, env_for(CRASH_STAMP=str(tmp_path / "t")))
     assert proc.returncode == 7
     assert proc.stderr.count("failed first: exit code 7") == 2
     assert "[rank1] rank 1 giving up on attempt 1" in proc.stdout
@@ -155,15 +147,17 @@ def test_bind_cores_to_rank(run_ds, scripts: Path, env_for) -> None:  # type: ig
     assert f"omp={half}" in proc.stdout
 
 
-@pytest.mark.timeout(60)
-def test_deepspeed_flag_spellings(run_ds, scripts: Path, env_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def _slots_1_and_3_of_4(tmp_path: Path) -> list[str]:
+    """``ds run`` arguments that start ranks on slots 1 and 3 of a 4-slot localhost hostfile."""
     hf = tmp_path / "hostfile"
     hf.write_text("localhost slots=4\n")
+    return ["--hostfile", str(hf), "--include", "localhost:1,3"]
+
+
+@pytest.mark.timeout(60)
+def test_deepspeed_flag_spellings(run_ds, scripts: Path, env_for, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     proc = run_ds(
-        "--hostfile",
-        str(hf),
-        "--include",
-        "localhost:1,3",
+        *_slots_1_and_3_of_4(tmp_path),
         "--enable_each_rank_log",
         str(tmp_path / "each"),
         "--master_port",
@@ -179,14 +173,9 @@ def test_deepspeed_flag_spellings(run_ds, scripts: Path, env_for, tmp_path: Path
 def test_device_visibility_follows_selected_slots(  # type: ignore[no-untyped-def]
     run_ds, scripts: Path, env_for, tmp_path: Path
 ) -> None:
-    hf = tmp_path / "hostfile"
-    hf.write_text("localhost slots=4\n")
     # Four devices visible (simulated by the visibility list: there is no GPU here).
     proc = run_ds(
-        "--hostfile",
-        str(hf),
-        "--include",
-        "localhost:1,3",
+        *_slots_1_and_3_of_4(tmp_path),
         "--save_pid",
         str(scripts / "affinity.py"),
         env=env_for(DS_ACCELERATOR="cuda", CUDA_VISIBLE_DEVICES="0,1,2,3"),
