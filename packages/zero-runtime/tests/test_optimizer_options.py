@@ -80,6 +80,11 @@ def _train(
         "zero_optimization": zero,
     }
     engine = ZeroEngine(model, cfg, kernels=CpuKernelProvider())
+    return _three_steps(engine, model)
+
+
+def _three_steps(engine: ZeroEngine, model: torch.nn.Module) -> list[torch.Tensor]:
+    """Three engine steps on the fixed regression batches; the model's final weights."""
     g = torch.Generator().manual_seed(1)
     for _ in range(3):
         x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
@@ -158,13 +163,7 @@ def _offloaded_client(opt_cls: type, **kw: Any) -> list[torch.Tensor]:
     engine = ZeroEngine(
         model, cfg, optimizer=opt_cls(model.parameters(), **kw), kernels=CpuKernelProvider()
     )
-    g = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
-        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
-        engine.step()
-    engine.synchronize_parameters()
-    return [p.detach().clone() for p in model.parameters()]
+    return _three_steps(engine, model)
 
 
 @pytest.mark.parametrize("option", ["amsgrad", "maximize"])
