@@ -1,25 +1,186 @@
-"""``deepspeed.launcher.multinode_runner``: DeepSpeed's per-backend command builders. ds's
-launcher has its own runners for the same back-ends (``ds run --launcher pdsh|openmpi|mpich|
-impi|mvapich|slurm``, see docs/launcher.md), which the ``deepspeed`` command reaches through
-``--launcher``; DeepSpeed's builder classes import here and say so when constructed."""
+"""``deepspeed.launcher.multinode_runner``: DeepSpeed's per-backend command builders as views of
+ds's launcher runners (``ds.launcher.runners``).
 
-from ds.full.compat.deepspeed._missing import missing_class
+A builder takes DeepSpeed's launcher arguments (``deepspeed.launcher.runner.parse_args``) and the
+base64 world info, and ``get_cmd(environment, active_resources)`` returns the command ds's runner
+for the same back-end would start: the ranks run through ds's rank shim, which turns MPI/SLURM
+rank variables into RANK/LOCAL_RANK/WORLD_SIZE. ``active_resources`` maps each host to its slot
+indices or to a slot count, as DeepSpeed's resource pool does.
+"""
 
-_FEATURE = "DeepSpeed's multi-node command builders"
-_HINT = "launch with 'deepspeed --launcher NAME ...' or 'ds run --launcher NAME ...' instead"
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from ds.interfaces.runner import LaunchSpec
+from ds.launcher.runners import mpi as _mpi
+from ds.launcher.runners import pdsh as _pdsh
+from ds.launcher.runners import slurm as _slurm
+from ds.launcher.runners.base import which
+
+# Open MPI's TCP transport picks interfaces itself unless told; DeepSpeed's builder names eth0
+# unless the launcher arguments choose one.
+_OMPI_DEFAULT_NIC = ["--mca", "btl_tcp_if_include", "eth0"]
 
 
-def _runner(name: str) -> type:
-    return missing_class(f"deepspeed.launcher.multinode_runner.{name}", _FEATURE, _HINT)
+def _slots(active_resources: Mapping[str, Any]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for host, slots in active_resources.items():
+        out[host] = list(range(slots)) if isinstance(slots, int) else [int(s) for s in slots]
+    return out
 
 
-MultiNodeRunner = _runner("MultiNodeRunner")
-PDSHRunner = _runner("PDSHRunner")
-OpenMPIRunner = _runner("OpenMPIRunner")
-MPICHRunner = _runner("MPICHRunner")
-IMPIRunner = _runner("IMPIRunner")
-SlurmRunner = _runner("SlurmRunner")
-MVAPICHRunner = _runner("MVAPICHRunner")
+class MultiNodeRunner:
+    """The shared part of DeepSpeed's builders: arguments, exports and the ds runner behind."""
+
+    def __init__(self, args: argparse.Namespace, world_info_base64: str) -> None:
+        self.args = args
+        self.world_info_base64 = world_info_base64
+        self.user_script = args.user_script
+        self.user_arguments = self.parse_user_args()
+        self.exports: dict[str, str] = {}
+        self.validate_args()
+
+    def _runner(self) -> Any:  # pragma: no cover - every builder overrides it
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def backend_exists(self) -> bool:
+        return bool(self._runner().backend_exists())
+
+    def add_export(self, key: str, var: str) -> None:
+        self.exports[key.strip()] = var.strip()
+
+    def parse_user_args(self) -> list[str]:
+        return list(self.args.user_args)
+
+    def validate_args(self) -> None:
+        pass
+
+    def _launcher_args(self) -> list[str]:
+        return shlex.split(getattr(self.args, "launcher_args", "") or "")
+
+    def _spec(
+        self, environment: Mapping[str, str], active_resources: Mapping[str, Any]
+    ) -> LaunchSpec:
+        hosts = _slots(active_resources)
+        master = getattr(self.args, "master_addr", "") or next(iter(hosts))
+        python = [sys.executable, "-u"] if not getattr(self.args, "no_python", False) else []
+        module = ["-m"] if getattr(self.args, "module", False) else []
+        return LaunchSpec(
+            hosts=hosts,
+            master_addr=master,
+            master_port=int(getattr(self.args, "master_port", 29500)),
+            user_command=[*python, *module, self.user_script, *self.user_arguments],
+            env=dict(self.exports),
+            launcher_args=self._launcher_args(),
+        )
+
+    def _build(
+        self, environment: Mapping[str, str], active_resources: Mapping[str, Any]
+    ) -> list[str]:
+        (cmd,) = self._runner().get_cmd(self._spec(environment, active_resources))
+        return cmd
+
+    def get_cmd(
+        self, environment: MutableMapping[str, str], active_resources: Mapping[str, Any]
+    ) -> Any:
+        return self._build(environment, active_resources)
+
+
+class PDSHRunner(MultiNodeRunner):
+    """pdsh fan-out of ds's per-node agent; returns ``(cmd, kill_cmd, environment)``."""
+
+    def _runner(self) -> _pdsh.PdshRunner:
+        return _pdsh.PdshRunner(ssh_port=getattr(self.args, "ssh_port", None))
+
+    @property
+    def name(self) -> str:
+        return "pdsh"
+
+    def get_cmd(
+        self, environment: MutableMapping[str, str], active_resources: Mapping[str, Any]
+    ) -> Any:
+        environment["PDSH_RCMD_TYPE"] = "ssh"
+        environment.update(self._runner().env())
+        cmd = self._build(environment, active_resources)
+        kill_cmd = ["pdsh", "-S", "-f", "1024", "-w", ",".join(active_resources), "pkill -f "
+                    + shlex.quote(self.user_script)]  # fmt: skip
+        return cmd, kill_cmd, environment
+
+
+class OpenMPIRunner(MultiNodeRunner):
+    def __init__(
+        self, args: argparse.Namespace, world_info_base64: str, resource_pool: Mapping[str, Any]
+    ) -> None:
+        super().__init__(args, world_info_base64)
+        self.resource_pool = resource_pool
+
+    def _runner(self) -> _mpi.OpenMPIRunner:
+        return _mpi.OpenMPIRunner()
+
+    @property
+    def name(self) -> str:
+        return "openmpi"
+
+    def _launcher_args(self) -> list[str]:
+        extra = super()._launcher_args()
+        return extra if "btl_tcp_if_include" in extra else [*_OMPI_DEFAULT_NIC, *extra]
+
+
+class _MpirunHydra(_mpi._HydraRunner):
+    binary = "mpirun"  # Hydra's mpirun and mpiexec are the same program
+    runner_name = "mpich"
+
+    def backend_exists(self) -> bool:
+        return which("mpirun")
+
+
+class MPICHRunner(OpenMPIRunner):
+    def _runner(self) -> _mpi._HydraRunner:
+        return _MpirunHydra()
+
+    @property
+    def name(self) -> str:
+        return "mpich"
+
+    def _launcher_args(self) -> list[str]:
+        return MultiNodeRunner._launcher_args(self)
+
+
+class IMPIRunner(MPICHRunner):
+    def _runner(self) -> _mpi._HydraRunner:
+        return _mpi.IMPIRunner()
+
+    @property
+    def name(self) -> str:
+        return "impi"
+
+
+class SlurmRunner(MPICHRunner):
+    def _runner(self) -> _slurm.SlurmRunner:
+        return _slurm.SlurmRunner()
+
+    @property
+    def name(self) -> str:
+        return "slurm"
+
+
+class MVAPICHRunner(MPICHRunner):
+    def _runner(self) -> _mpi.MVAPICHRunner:
+        return _mpi.MVAPICHRunner()
+
+    @property
+    def name(self) -> str:
+        return "mvapich"
+
 
 __all__ = [
     "IMPIRunner",
