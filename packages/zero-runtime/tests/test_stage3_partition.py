@@ -69,14 +69,7 @@ def test_world1_matches_adamw(threshold: int) -> None:
         stage3_prefetch_bucket_size=300,
     )
     for idx in _batches(8):
-        ref_opt.zero_grad()
-        lr = _loss(ref, idx)
-        lr.backward()
-        ref_opt.step()
-        ls = _loss(model, idx)
-        rt.backward(ls)
-        rt.step()
-        assert torch.allclose(ls, lr, rtol=1e-6, atol=0)
+        _step_both(ref, ref_opt, model, rt, idx, rtol=1e-6)
     _assert_state_matches(ref, rt)
 
 
@@ -264,7 +257,9 @@ def _step_both(
     model: nn.Module,
     rt: ZeroEngine,
     idx: torch.Tensor,
+    rtol: float = 1e-5,
 ) -> None:
+    """One step of the reference and of the engine on the same batch; their losses agree."""
     ref_opt.zero_grad()
     lr = _loss(ref, idx)
     lr.backward()
@@ -272,7 +267,7 @@ def _step_both(
     ls = _loss(model, idx)
     rt.backward(ls)
     rt.step()
-    torch.testing.assert_close(ls, lr, rtol=1e-5, atol=0)
+    torch.testing.assert_close(ls, lr, rtol=rtol, atol=0)
 
 
 @pytest.mark.parametrize(("buffer_count", "pin"), [(1, False), (3, False), (2, True)])
