@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -27,6 +28,19 @@ def join_world(**extra_env: str) -> tuple[int, int, Path]:
     )
     torch.set_num_threads(1)
     return rank, world, out
+
+
+def world_fixture(
+    run: Callable[[int, Path, list[str]], dict[str, dict]], world: int, scenarios: list[str]
+) -> Any:
+    """The module-scoped fixture ``world<world>``: ``run(world, out, scenarios)``, the results of
+    running every scenario on one world of that many ranks."""
+    import pytest
+
+    def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+        return run(world, tmp_path_factory.mktemp(f"world{world}"), scenarios)
+
+    return pytest.fixture(scope="module", name=f"world{world}")(results)
 
 
 def train_alone(

@@ -14,7 +14,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _init_worker import MICRO, SEQ, STEPS, config  # noqa: E402
-from _parity import assert_losses_and_norms, assert_weight_close, train_alone  # noqa: E402
+from _parity import (  # noqa: E402
+    assert_losses_and_norms,
+    assert_weight_close,
+    train_alone,
+    world_fixture,
+)
 from _ranks_launch import run_scenarios  # noqa: E402
 from _tp_models import batch, model  # noqa: E402
 
@@ -75,14 +80,8 @@ WORLD2 = [
 WORLD4 = ["llama:2:1:1", "qwen2:2:1:3", "qwen2:1:2:2", "llama:1:2:3", "qwen2:2:1:2:export"]
 
 
-@pytest.fixture(scope="module")
-def world2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return _world(2, tmp_path_factory.mktemp("world2"), WORLD2)
-
-
-@pytest.fixture(scope="module")
-def world4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return _world(4, tmp_path_factory.mktemp("world4"), WORLD4)
+world2 = world_fixture(_world, 2, WORLD2)
+world4 = world_fixture(_world, 4, WORLD4)
 
 
 def _check(results: dict[str, dict], scenario: str, world: int) -> None:

@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _moe_models import reference  # noqa: E402
-from _parity import assert_losses_and_norms, assert_weight_close  # noqa: E402
+from _parity import assert_losses_and_norms, assert_weight_close, world_fixture  # noqa: E402
 from _ranks_launch import run_ranks  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(300)]
@@ -51,14 +51,8 @@ WORLD2 = ["1:2:0", "2:2:1", "1:2:2:residual", "2:2:2:resume", "1:2:1:to1", "2:1:
 WORLD4 = ["1:2:0", "2:2:1", "2:2:2", "1:2:2:residual"]
 
 
-@pytest.fixture(scope="module")
-def world2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return _world(2, tmp_path_factory.mktemp("moe2"), WORLD2)
-
-
-@pytest.fixture(scope="module")
-def world4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return _world(4, tmp_path_factory.mktemp("moe4"), WORLD4)
+world2 = world_fixture(_world, 2, WORLD2)
+world4 = world_fixture(_world, 4, WORLD4)
 
 
 def _want(scenario: str, ranks: int) -> dict:

@@ -16,7 +16,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "parallel"))  # the gloo world launcher and parity checks
 
-from _parity import assert_losses_and_norms, assert_weight_close, train_alone  # noqa: E402
+from _parity import (  # noqa: E402
+    assert_losses_and_norms,
+    assert_weight_close,
+    train_alone,
+    world_fixture,
+)
 from _pipe_gpt import batch, loss_fn, pipeline_module  # noqa: E402
 from _pipe_worker import GAS, MICRO, STEPS, config  # noqa: E402
 from _ranks_launch import run_scenarios  # noqa: E402
@@ -61,14 +66,8 @@ WORLD2 = ["gpipe:0:export", "1f1b:1", "interleaved_1f1b:1:ckpt", "1f1b:0:deepspe
 WORLD4 = ["gpipe:1", "1f1b:0", "interleaved_1f1b:1"]
 
 
-@pytest.fixture(scope="module")
-def world2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return _world(2, tmp_path_factory.mktemp("pp2"), WORLD2)
-
-
-@pytest.fixture(scope="module")
-def world4(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    return _world(4, tmp_path_factory.mktemp("pp2dp2"), WORLD4)
+world2 = world_fixture(_world, 2, WORLD2)
+world4 = world_fixture(_world, 4, WORLD4)
 
 
 @pytest.fixture(scope="module")
