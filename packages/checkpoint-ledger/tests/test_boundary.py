@@ -21,34 +21,25 @@ from ds.checkpoint.sharding import shard_state
 from ds.interfaces.errors import ApprovalRequiredError
 
 
+def _approval(index: int, approver: str, intent: int) -> Record:
+    return Record(index, "approval", "delete_checkpoint", "/c/t1", approver, intent=intent)
+
+
 def test_never_equate_intent_to_approval_rule() -> None:
     intent = Record(3, "intent", "delete_checkpoint", "/c/t1", "alice")
-    with pytest.raises(ApprovalRequiredError, match="has no approval"):
-        never_equate_intent_to_approval(intent, None)
-    with pytest.raises(ApprovalRequiredError, match="its own approval"):
-        never_equate_intent_to_approval(intent, intent)
-    as_approval = Record(3, "approval", "delete_checkpoint", "/c/t1", "bob", intent=3)
-    with pytest.raises(ApprovalRequiredError, match="its own approval"):
-        never_equate_intent_to_approval(intent, as_approval)
-    with pytest.raises(ApprovalRequiredError, match="cannot approve it"):
-        never_equate_intent_to_approval(
-            intent, Record(4, "approval", "delete_checkpoint", "/c/t1", "alice", intent=3)
-        )
-    with pytest.raises(ApprovalRequiredError, match="not this one"):
-        never_equate_intent_to_approval(
-            intent, Record(4, "approval", "delete_checkpoint", "/c/t1", "bob", intent=2)
-        )
-    with pytest.raises(ApprovalRequiredError, match="predates"):
-        never_equate_intent_to_approval(
-            intent, Record(2, "approval", "delete_checkpoint", "/c/t1", "bob", intent=3)
-        )
-    with pytest.raises(ApprovalRequiredError, match="names no approver"):
-        never_equate_intent_to_approval(
-            intent, Record(5, "approval", "delete_checkpoint", "/c/t1", "", intent=3)
-        )
-    never_equate_intent_to_approval(
-        intent, Record(5, "approval", "delete_checkpoint", "/c/t1", "bob", intent=3)
-    )
+    refused = [
+        (None, "has no approval"),
+        (intent, "its own approval"),
+        (_approval(3, "bob", 3), "its own approval"),  # the intent's own index
+        (_approval(4, "alice", 3), "cannot approve it"),
+        (_approval(4, "bob", 2), "not this one"),
+        (_approval(2, "bob", 3), "predates"),
+        (_approval(5, "", 3), "names no approver"),
+    ]
+    for approval, why in refused:
+        with pytest.raises(ApprovalRequiredError, match=why):
+            never_equate_intent_to_approval(intent, approval)
+    never_equate_intent_to_approval(intent, _approval(5, "bob", 3))
 
 
 def test_intent_alone_does_not_allow_the_mutation(tmp_path) -> None:
