@@ -3,8 +3,11 @@ docs show; overwrite, delete and loads of a real run then need approvals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -93,31 +96,33 @@ def test_load_of_a_checkpoint_the_ledger_never_saw_needs_approval(tmp_path: Path
         engine.ledger.close()
 
 
-def test_config_policy_allows_what_the_config_lists(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _ledgered(tmp_path: Path, **approvals: object) -> Iterator[tuple[Any, Path]]:
+    """An engine (one step taken) recording to ``run.jsonl`` with these ``approvals`` settings,
+    and that ledger's path; the ledger is closed after the block."""
     led = tmp_path / "run.jsonl"
-    engine = _engine(
-        tmp_path, ledger={"path": str(led), "approvals": {"allow": ["overwrite_checkpoint"]}}
-    )
+    engine = _engine(tmp_path, ledger={"path": str(led), "approvals": approvals})
     try:
+        yield engine, led
+    finally:
+        engine.ledger.close()
+
+
+def test_config_policy_allows_what_the_config_lists(tmp_path: Path) -> None:
+    with _ledgered(tmp_path, allow=["overwrite_checkpoint"]) as (engine, led):
         d = str(tmp_path / "ck")
         engine.save_checkpoint(d, tag="t")
         engine.save_checkpoint(d, tag="t")  # approved by policy:config, recorded as such
         recs = [json.loads(line) for line in led.read_text().splitlines()]
         approvals = [r for r in recs if r["kind"] == "approval"]
         assert approvals and approvals[-1]["payload"]["actor"] == "policy:config"
-    finally:
-        engine.ledger.close()
 
 
 def test_watched_environment_change_needs_approval_before_a_save(
     tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("DS_TEST_WATCHED", "ring")
-    led = tmp_path / "run.jsonl"
-    engine = _engine(
-        tmp_path, ledger={"path": str(led), "approvals": {"watched_env": ["DS_TEST_WATCHED"]}}
-    )
-    try:
+    with _ledgered(tmp_path, watched_env=["DS_TEST_WATCHED"]) as (engine, led):
         d = str(tmp_path / "ck")
         engine.save_checkpoint(d, tag="a")
         monkeypatch.setenv("DS_TEST_WATCHED", "tree")
@@ -133,8 +138,6 @@ def test_watched_environment_change_needs_approval_before_a_save(
             "old": "ring",
             "new": "tree",
         }
-    finally:
-        engine.ledger.close()
 
 
 def _forge_save_record(led: Path, manifest: Path) -> None:
