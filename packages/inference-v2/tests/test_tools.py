@@ -54,13 +54,20 @@ def test_required_and_forced_allow_only_calls() -> None:
     assert _accepts("forced", False, SUM, [ADD])
     assert not _accepts("forced", False, PARIS, [ADD])
     assert not _accepts("forced", False, "text " + SUM, [ADD])
+    # Constrained from the first token: no leading blank or text, each call closed.
+    for mode, parallel in (("required", True), ("required", False), ("forced", False)):
+        tools = [ADD] if mode == "forced" else None
+        for text in ("\n" + SUM, " " + SUM, "x" + SUM, SUM[:-1], SUM + "\n", SUM + " x"):
+            assert not _accepts(mode, parallel, text, tools), (mode, text)
+    assert not _accepts("required", True, SUM + "\n" + SUM[:-3])
+    assert not _accepts("required", True, SUM + "\n\n" + SUM)
 
 
-def _parse(pieces: list[str]) -> tuple[str, list[tuple[str, Any]]]:
+def _parse(pieces: list[str], cut: bool = False) -> tuple[str, list[tuple[str, Any]]]:
     parser = ToolCallParser()
-    for piece in pieces:
-        parser.feed(piece)
-    parser.finish()
+    released = "".join(parser.feed(piece)[0] for piece in pieces)
+    released += parser.finish(cut)
+    assert released == parser.content  # what a stream sends is the unary content
     return parser.content, [(c.name, json.loads(c.arguments)) for c in parser.calls]
 
 
@@ -77,12 +84,26 @@ def test_the_parser_gives_the_same_calls_however_the_text_arrives() -> None:
     # Content that only looks like the start of a call is released at the end.
     assert _parse(["a <tool_c", "all"]) == ("a <tool_call", [])
     assert _parse(["x <tool"]) == ("x <tool", [])
-    # A call cut off by max_tokens, or not JSON, stays text.
-    assert _parse(['<tool_call>\n{"name": "add", "argu']) == (
-        '<tool_call>\n{"name": "add", "argu',
-        [],
-    )
+    # A finished block that is not JSON stays text.
     assert _parse(["<tool_call>oops</tool_call>"]) == ("<tool_call>oops</tool_call>", [])
+
+
+def test_a_call_cut_off_leaves_no_markup_in_the_content() -> None:
+    partial = '<tool_call>\n{"name": "add", "argu'
+    for cut in (True, False):  # by max_tokens, or by a stop string
+        assert _parse([partial], cut) == ("", [])
+        assert _parse(["Let me add.\n", partial], cut) == ("Let me add.", [])
+        # the calls finished before the cut stay; the separator and the partial call go
+        assert _parse([SUM, "\n", partial], cut) == ("", [("add", {"a": 1, "b": 2})])
+    # Every prefix of a call, cut by max_tokens, is no content and no call.
+    for n in range(1, len(SUM)):
+        parser = ToolCallParser()
+        assert parser.feed("\n" + SUM[:n])[0] + parser.finish(cut=True) == "", n
+        assert (parser.content, parser.calls, parser.dropped) == ("", [], True), n
+    # Text that only looks like the start of a call is text at a stop token; cut by
+    # max_tokens it may have been a call, and is dropped.
+    assert _parse(["x <tool"], cut=True) == ("x", [])
+    assert _parse(["x <tool"]) == ("x <tool", [])
 
 
 # -- prompts -------------------------------------------------------------------------------------

@@ -226,9 +226,10 @@ def create_app(
         """The assistant message of a choice that may call tools: content and tool_calls."""
         parser = ToolCallParser()
         parser.feed(text)
-        parser.finish()
-        if not parser.calls:
-            return {"role": "assistant", "content": parser.content}
+        parser.finish(cut=c.finish_reason == "length")
+        if not parser.calls:  # a call cut off by max_tokens, and no text: content null
+            content = parser.content or (None if parser.dropped else "")
+            return {"role": "assistant", "content": content}
         if c.finish_reason == "stop":  # cut off by max_tokens stays "length"
             c.finish_reason = "tool_calls"
         return {
@@ -244,7 +245,7 @@ def create_app(
             c.parser = ToolCallParser()
         text, calls = c.parser.feed(ev.text)
         if ev.finish_reason is not None:
-            text += c.parser.finish()
+            text += c.parser.finish(cut=ev.finish_reason == "length")
             if c.parser.calls and ev.finish_reason == "stop":
                 item["finish_reason"] = "tool_calls"
         delta: dict[str, Any] = {"content": text} if text else {}

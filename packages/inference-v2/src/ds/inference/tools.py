@@ -247,8 +247,9 @@ class ToolCallParser:
     """Splits generated text into message content and tool calls, as the text arrives.
 
     ``feed`` returns (content released, calls completed); content that could be the start of
-    ``<tool_call>`` is held back, whitespace around calls is dropped, and a call left unfinished
-    when the output ends comes back as content."""
+    ``<tool_call>`` is held back and whitespace around calls is dropped. A call left unfinished
+    when the output ends (cut by ``max_tokens`` or a stop string) is dropped, never returned as
+    content: ``dropped`` says so."""
 
     def __init__(self) -> None:
         self._buf = ""
@@ -256,6 +257,7 @@ class ToolCallParser:
         self._blank = ""  # whitespace held until text follows it
         self.calls: list[ToolCall] = []
         self.content = ""
+        self.dropped = False  # an unfinished call was left out at the end
 
     def _text(self, text: str) -> str:
         # Trailing whitespace waits for text after it: before a call it is dropped.
@@ -301,12 +303,16 @@ class ToolCallParser:
         self.calls += calls
         return released, calls
 
-    def finish(self) -> str:
+    def finish(self, cut: bool = False) -> str:
         """The content still held back, at the end of the output (trailing whitespace too, when
-        the output called no tool)."""
-        rest = (BEGIN if self._in_call else "") + self._buf
+        the output called no tool and dropped nothing). An unfinished call is dropped; so is a
+        held-back start of ``<tool_call>`` when ``cut`` (the output ran out of tokens, so that
+        it may have been a call)."""
+        rest = self._buf
+        if self._in_call or (cut and rest):
+            self.dropped, rest = True, ""
         self._buf, self._in_call = "", False
         out = self._text(rest)
-        if not self.calls:
+        if not self.calls and not self.dropped:
             out, self.content, self._blank = out + self._blank, self.content + self._blank, ""
         return out
