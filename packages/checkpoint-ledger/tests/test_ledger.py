@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,15 +38,19 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, bytes]:
         return f.read(), h.read()
 
 
-def _verify(ledger_bytes: bytes, heads_bytes: bytes) -> object:
-    d = tempfile.mkdtemp()
-    path = os.path.join(d, "run.jsonl")
+def _written(ledger_bytes: bytes, heads_bytes: bytes) -> str:
+    """A ledger file in a fresh directory holding ``ledger_bytes``, its heads ``heads_bytes``."""
+    path = os.path.join(tempfile.mkdtemp(), "run.jsonl")
     with open(path, "wb") as f:
         f.write(ledger_bytes)
     with open(heads_path(path), "wb") as f:
         f.write(heads_bytes)
+    return path
+
+
+def _verify(ledger_bytes: bytes, heads_bytes: bytes) -> object:
     pub = json.loads(heads_bytes.splitlines()[0])["public_key"]
-    return verify_file(path, public_key=pub)
+    return verify_file(_written(ledger_bytes, heads_bytes), public_key=pub)
 
 
 def test_is_a_ledger_and_verifies(tmp_path) -> None:
@@ -149,15 +154,21 @@ def test_torn_last_line_is_reported_and_recovered(tmp_path) -> None:
     assert any(p.startswith("l.jsonl.torn-") for p in os.listdir(tmp_path))
 
 
+def _on_drawn_data(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A property test over the ``base`` ledger: ``examples`` runs, each drawing from ``data``."""
+    return lambda test: settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )(given(st.data())(test))
+
+
 def test_clean_base_verifies(base: tuple[bytes, bytes]) -> None:
     res = _verify(*base)
     assert res.ok and res.signed  # type: ignore[attr-defined]
 
 
-@settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.data())
+@_on_drawn_data(80)
 def test_any_byte_flip_is_detected(base: tuple[bytes, bytes], data: st.DataObject) -> None:
     led, heads = base
     pos = data.draw(st.integers(0, len(led) - 1))
@@ -175,10 +186,7 @@ def _join(lines: list[bytes]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.data())
+@_on_drawn_data(40)
 def test_deleted_inserted_reordered_truncated_records_are_detected(
     base: tuple[bytes, bytes], data: st.DataObject
 ) -> None:
@@ -200,10 +208,7 @@ def test_deleted_inserted_reordered_truncated_records_are_detected(
     assert not res.ok, op  # type: ignore[attr-defined]
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.data())
+@_on_drawn_data(25)
 def test_rewritten_history_with_a_valid_chain_is_caught_by_the_head(
     base: tuple[bytes, bytes], data: st.DataObject
 ) -> None:
@@ -225,10 +230,7 @@ def test_rewritten_history_with_a_valid_chain_is_caught_by_the_head(
     assert not res.ok and "tree head" in (res.reason or "")  # type: ignore[attr-defined]
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(st.data())
+@_on_drawn_data(40)
 def test_forged_tree_head_is_detected(base: tuple[bytes, bytes], data: st.DataObject) -> None:
     led, heads = base
     head = json.loads(heads.splitlines()[0])
@@ -243,13 +245,7 @@ def test_forged_tree_head_is_detected(base: tuple[bytes, bytes], data: st.DataOb
         raw = bytearray(bytes.fromhex(head[field]))
         raw[data.draw(st.integers(0, len(raw) - 1))] ^= 1 << data.draw(st.integers(0, 7))
         head[field] = raw.hex()
-    forged = (json.dumps(head) + "\n").encode()
-    d = tempfile.mkdtemp()
-    path = os.path.join(d, "run.jsonl")
-    with open(path, "wb") as f:
-        f.write(led)
-    with open(heads_path(path), "wb") as f:
-        f.write(forged)
+    path = _written(led, (json.dumps(head) + "\n").encode())
     pub = json.loads(heads.splitlines()[0])["public_key"]
     assert not verify_file(path, public_key=pub).ok
     assert read_heads(path)[0].size == head["size"]
