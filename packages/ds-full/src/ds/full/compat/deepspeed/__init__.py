@@ -95,7 +95,11 @@ def initialize(args: Any = None, model: Any = None, *rest: Any, **kwargs: Any) -
                 "argument of initialize(); DeepSpeed refuses this too. Drop --deepspeed_config "
                 "from the command line or config= from the call"
             )
-    return _ds_initialize(args, model, *rest, **kwargs)
+    result = _ds_initialize(args, model, *rest, **kwargs)
+    from ds.full.compat.deepspeed.utils.tensor_fragment import register_engine
+
+    register_engine(result[0])  # safe_get/set_* find parameters' masters through it
+    return result
 
 
 init_inference = missing_function(

@@ -11,6 +11,16 @@ import torch
 from ds.full.compat.deepspeed._missing import FeatureNotAvailableError, missing_function
 from ds.full.compat.deepspeed.runtime.dataloader import RepeatingLoader
 from ds.full.compat.deepspeed.runtime.utils import set_random_seed
+from ds.full.compat.deepspeed.utils.tensor_fragment import (
+    safe_get_full_fp32_param,
+    safe_get_full_optimizer_state,
+    safe_get_local_fp32_param,
+    safe_get_local_optimizer_state,
+    safe_set_full_fp32_param,
+    safe_set_full_optimizer_state,
+    safe_set_local_fp32_param,
+    safe_set_local_optimizer_state,
+)
 
 # DeepSpeed's module-level logger is a plain ``logging.Logger`` that scripts call .info/.warning on.
 logger = logging.getLogger("ds.deepspeed_compat")
@@ -44,15 +54,6 @@ def z3_leaf_module(model: torch.nn.Module) -> bool:
     return bool(getattr(model, "_z3_leaf", False))
 
 
-def safe_get_full_fp32_param(param: torch.nn.Parameter) -> torch.Tensor | None:
-    """The whole fp32 value of ``param`` (ds keeps ZeRO-3 partitions gathered under
-    ``GatheredParameters``; collective at stage 3, like DeepSpeed's)."""
-    import ds.zero
-
-    with ds.zero.GatheredParameters([param]):
-        return param.detach().float().clone()
-
-
 def __getattr__(name: str) -> Any:
     if name in ("zero_to_fp32", "groups", "torch"):
         # import_module, not ``from . import``: a failing import then raises instead of
@@ -78,36 +79,14 @@ def safe_get_full_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
     )
 
 
-_LOCAL_HINT = "read whole tensors with safe_get_full_fp32_param / GatheredParameters"
-safe_get_local_fp32_param = missing_function(
-    "deepspeed.utils.safe_get_local_fp32_param", "reading a rank's fp32 partition", _LOCAL_HINT
-)
 safe_get_local_grad = missing_function(
-    "deepspeed.utils.safe_get_local_grad", "reading a rank's gradient partition", _LOCAL_HINT
-)
-safe_get_local_optimizer_state = missing_function(
-    "deepspeed.utils.safe_get_local_optimizer_state", "reading a rank's optimizer partition",
-    _LOCAL_HINT,
+    "deepspeed.utils.safe_get_local_grad", "reading a rank's gradient partition",
+    "read whole gradients at ZeRO stage 0/1 with safe_get_full_grad",
 )  # fmt: skip
 safe_set_full_grad = missing_function(
     "deepspeed.utils.safe_set_full_grad", "writing one parameter's gradient through the engine",
     "scale or replace gradients in a backward hook instead",
 )  # fmt: skip
-safe_set_full_optimizer_state = missing_function(
-    "deepspeed.utils.safe_set_full_optimizer_state",
-    "writing one parameter's optimizer state through the engine",
-    "load it from a checkpoint instead",
-)
-safe_get_full_optimizer_state = missing_function(
-    "deepspeed.utils.safe_get_full_optimizer_state",
-    "reading one parameter's optimizer state through the engine",
-    "save a checkpoint and read it with ds.checkpoint",
-)
-safe_set_full_fp32_param = missing_function(
-    "deepspeed.utils.safe_set_full_fp32_param",
-    "writing one parameter's fp32 master through the engine",
-    "load it from a checkpoint instead",
-)
 
 __all__ = [
     "RepeatingLoader",
@@ -116,9 +95,14 @@ __all__ = [
     "safe_get_full_fp32_param",
     "safe_get_full_grad",
     "safe_get_full_optimizer_state",
+    "safe_get_local_fp32_param",
+    "safe_get_local_grad",
+    "safe_get_local_optimizer_state",
     "safe_set_full_fp32_param",
     "safe_set_full_grad",
     "safe_set_full_optimizer_state",
+    "safe_set_local_fp32_param",
+    "safe_set_local_optimizer_state",
     "set_random_seed",
     "set_z3_leaf_modules",
     "z3_leaf_module",
