@@ -37,6 +37,14 @@ MEM_LIMITS = {
 }
 
 
+pytestmark = pytest.mark.multiprocess
+
+
+def _on_world2(test: Any) -> Any:
+    """A check of the shared world-of-two run (slow: the run takes minutes)."""
+    return pytest.mark.slow(pytest.mark.timeout(360)(test))
+
+
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
     out = tmp_path_factory.mktemp("stage3-world2")
@@ -67,18 +75,14 @@ def world2(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any
     return launch.run_ranks(cases, 2, out, timeout=300), save_dir
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_activation_checkpointing_identical_losses(world2: Any) -> None:
     results, _ = world2
     for r in results:
         assert r["ac"]["losses"] == r["plain"]["losses"]
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_partition_activations_split_and_exact(world2: Any) -> None:
     results, _ = world2
     for r in results:
@@ -87,9 +91,7 @@ def test_partition_activations_split_and_exact(world2: Any) -> None:
         assert pa["stash_numel"] == pa["full_numel"] // 2
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_ranks_disagreeing_on_module_order_fail_clearly(world2: Any) -> None:
     results, _ = world2
     for r in results:
@@ -98,7 +100,6 @@ def test_ranks_disagreeing_on_module_order_fail_clearly(world2: Any) -> None:
         assert "disagree on the order" in err and "rank 0:" in err and "rank 1:" in err
 
 
-@pytest.mark.multiprocess
 @pytest.mark.timeout(120)
 def test_ranks_diverging_to_parameters_of_another_size_fail_clearly(tmp_path: Path) -> None:
     """Rank 1 skips every block on one step: its next collective moves the output layer while
@@ -121,9 +122,7 @@ def test_ranks_diverging_to_parameters_of_another_size_fail_clearly(tmp_path: Pa
         assert "rank 0:" in err and "rank 1:" in err
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_resident_parameter_bytes_bounded(world2: Any) -> None:
     results, _ = world2
     for r in results:
@@ -141,7 +140,6 @@ def test_resident_parameter_bytes_bounded(world2: Any) -> None:
         assert acct["peak_resident_bytes"] < 3 * budget < total  # never near the whole model
 
 
-@pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_checkpoint_reshards_to_world_1_and_3_and_stage2(world2: Any, tmp_path: Path) -> None:
@@ -157,9 +155,7 @@ def test_checkpoint_reshards_to_world_1_and_3_and_stage2(world2: Any, tmp_path: 
         assert got == pytest.approx(expect, rel=1e-5)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_gathered_parameters_modifier_rank_broadcasts(world2: Any) -> None:
     import torch
 
@@ -175,9 +171,7 @@ def test_gathered_parameters_modifier_rank_broadcasts(world2: Any) -> None:
         assert torch.equal(r["modifier"]["seeded"], expect)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_16bit_weights_file_equals_single_process_state_dict(world2: Any) -> None:
     """stage3_gather_16bit_weights_on_model_save: save_checkpoint and save_16bit_model write
     the whole model's weights, equal to single-process AdamW's state_dict."""
@@ -199,9 +193,7 @@ def test_16bit_weights_file_equals_single_process_state_dict(world2: Any) -> Non
             assert torch.equal(sd[name], t)
 
 
-@pytest.mark.multiprocess
-@pytest.mark.slow
-@pytest.mark.timeout(360)
+@_on_world2
 def test_gather_buffer_pool_stays_within_its_budget(world2: Any) -> None:
     """Repeated steps do not grow what the pooled gather/gradient buffers hold: at the end of
     every step the idle buffers fit the pool's budget (none on host: released host buffers go
