@@ -103,6 +103,23 @@ def test_parallel_calls_and_parallel_tool_calls_false(server: Server, eos: int) 
     assert one.choices[0].finish_reason == "tool_calls"
 
 
+def test_calls_cut_off_by_max_tokens_leave_no_markup(server: Server, eos: int) -> None:
+    named = {"type": "function", "function": {"name": "add"}}
+    for choice in ("required", named):
+        for max_tokens in (1, 4, 9, 17, 30, 60):
+            out = _ask(
+                server, choice, temperature=0, max_tokens=max_tokens,
+                logit_bias={str(eos): -100},
+            )  # fmt: skip
+            c = out.choices[0]
+            # finished calls stay (valid, whole); the partial one is neither content nor call
+            _valid_calls(c.message)
+            assert c.message.content is None, (choice, max_tokens, c)
+            assert c.finish_reason in ("length", "tool_calls"), (choice, max_tokens, c)
+            if c.finish_reason == "length" and choice is named:
+                assert c.message.tool_calls is None
+
+
 def test_streamed_tool_calls_equal_the_unary_answer(server: Server, eos: int) -> None:
     body: dict[str, Any] = {
         "model": MODEL,
@@ -115,14 +132,13 @@ def test_streamed_tool_calls_equal_the_unary_answer(server: Server, eos: int) ->
         "logit_bias": {str(eos): -100},
     }
     # Parallel calls until max_tokens: raw deltas carry each finished call once, whole, with its
-    # index, id and type; the call cut off stays text.
+    # index, id and type; the call cut off is dropped, in the stream as in the unary answer.
     unary = server.client.chat.completions.create(**body)
     assert unary.choices[0].finish_reason == "length"
-    deltas = [
-        call
-        for chunk in server.client.chat.completions.create(stream=True, **body)
-        for call in chunk.choices[0].delta.tool_calls or []
-    ]
+    assert unary.choices[0].message.content is None
+    chunks = list(server.client.chat.completions.create(stream=True, **body))
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    deltas = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or []]
     assert [d.index for d in deltas] == list(range(len(deltas)))
     assert all(d.id and d.type == "function" for d in deltas)
     streamed = [(d.function.name, json.loads(d.function.arguments)) for d in deltas]  # type: ignore[union-attr, arg-type]
