@@ -53,6 +53,9 @@ class DeepSpeedConfig:
         except ConfigError as exc:
             raise DeepSpeedConfigError(str(exc)) from None
         self._param_dict = raw if isinstance(raw, dict) else self._cfg.model_dump(by_alias=True)
+        from ds.full.compat.deepspeed.monitor.config import get_monitor_config
+
+        self.monitor_config = get_monitor_config(self._param_dict)
         self.world_size, self.global_rank = _world(mpu)
         sp = self._cfg.sequence_parallel_size or 1
         self.world_size = max(1, self.world_size // sp)
