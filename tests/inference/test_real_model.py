@@ -161,3 +161,34 @@ def test_ds_serve_gguf_calls_a_named_tool_with_schema_arguments(server: Any) -> 
         temperature=0,
     )  # fmt: skip
     assert plain.choices[0].message.tool_calls is None and plain.choices[0].message.content
+
+
+@pytest.mark.multiprocess
+def test_ds_serve_gguf_required_tool_call_cut_by_max_tokens_leaks_no_markup(server: Any) -> None:
+    import json
+
+    from serve_harness import MODEL
+
+    def ask(max_tokens: int, **kw: Any) -> Any:
+        return server.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[WEATHER], tool_choice="required", max_tokens=max_tokens, temperature=0, **kw,
+        )  # fmt: skip
+
+    # Cut inside the first call: no content, no call; cut inside a second: the first stays.
+    for max_tokens in (3, 20, 40):
+        choice = ask(max_tokens).choices[0]
+        assert choice.finish_reason == "length", (max_tokens, choice)
+        assert choice.message.content is None, (max_tokens, choice)
+        calls = choice.message.tool_calls or []
+        assert all(json.loads(c.function.arguments) == {"city": "Paris"} for c in calls)
+    streamed = list(ask(40, stream=True))
+    assert not "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+    # With max_tokens to spare the output is whole calls and nothing else.
+    for kw in ({"parallel_tool_calls": False}, {}):
+        choice = ask(80, **kw).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        assert choice.message.tool_calls, kw
+        for call in choice.message.tool_calls:
+            assert call.function.name == "get_weather"
+            assert json.loads(call.function.arguments) == {"city": "Paris"}
