@@ -14,7 +14,8 @@ the output: under ``auto`` the model writes free text until it writes ``<tool_ca
 the name must be one of the tools and the arguments must match that tool's JSON schema; under
 ``required`` (or a named function) the output is one or more calls and nothing else. ``none``
 leaves the tools out of the prompt and the output alone. :class:`ToolCallParser` turns the text
-back into OpenAI ``tool_calls``, incrementally for streams.
+back into OpenAI ``tool_calls``, incrementally for streams; a call cut off by ``max_tokens`` is
+dropped, never returned as content.
 """
 
 from __future__ import annotations
