@@ -174,6 +174,13 @@ def reference(cfg: dict[str, Any], world: int, client: bool = False) -> dict[str
     return {"losses": losses, "weights": copy.deepcopy(model.state_dict()), "norms": norms}
 
 
+def _trained(engine: Any, rank: int, world: int, comm: Any) -> tuple[list[float], dict]:
+    """``STEPS`` steps of ``engine``: the losses averaged over the ranks, and the whole weights
+    (every rank takes the state dict: under stage 3 it gathers each parameter)."""
+    losses = mean_over_ranks(comm, train_engine(engine, rank, world, 0, STEPS), world)
+    return losses, copy.deepcopy(engine.module.state_dict())
+
+
 def scenario_parity(rank: int, world: int, comm: Any, out: Path, only: str = "") -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, cfg in variants().items():
@@ -189,9 +196,7 @@ def scenario_parity(rank: int, world: int, comm: Any, out: Path, only: str = "")
                 "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, step_size=10, gamma=0.5),
             }
         engine = ZeroEngine(model, cfg, comm=comm, kernels=kernels(), **extra)
-        losses = mean_over_ranks(comm, train_engine(engine, rank, world, 0, STEPS), world)
-        # Every rank takes the state dict: under stage 3 it gathers each parameter.
-        weights = copy.deepcopy(engine.module.state_dict())
+        losses, weights = _trained(engine, rank, world, comm)
         if rank == 0:
             results[name] = {
                 "losses": losses,
@@ -404,9 +409,7 @@ def scenario_reduction(rank: int, world: int, comm: Any, out: Path) -> dict[str,
     ):
         cfg = {**base_config(stage, overlap_comm=True), **extra}
         engine = ZeroEngine(fresh_model(), cfg, comm=comm)
-        losses = mean_over_ranks(comm, train_engine(engine, rank, world, 0, STEPS), world)
-        # Every rank takes the state dict: under stage 3 it gathers each parameter.
-        weights = copy.deepcopy(engine.module.state_dict())
+        losses, weights = _trained(engine, rank, world, comm)
         if rank == 0:
             results[name] = {
                 "losses": losses,
