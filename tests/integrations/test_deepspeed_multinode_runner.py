@@ -32,7 +32,7 @@ def test_pdsh_builder_returns_command_kill_command_and_environment() -> None:
     ("cls", "binary", "nic"),
     [(mn.OpenMPIRunner, "mpirun", True), (mn.MPICHRunner, "mpirun", False),
      (mn.IMPIRunner, "mpirun", False), (mn.SlurmRunner, "srun", False),
-     (mn.MVAPICHRunner, "mpirun_rsh", False)],
+     (mn.MVAPICHRunner, "mpirun", False)],
 )  # fmt: skip
 def test_mpi_and_slurm_builders_run_ds_rank_shim(cls: type, binary: str, nic: bool) -> None:
     runner = cls(_args(), encode_world_info(POOL), POOL)

@@ -173,9 +173,23 @@ class SlurmRunner(MPICHRunner):
         return "slurm"
 
 
+class _MvapichHydra(_mpi._HydraRunner):
+    """MVAPICH2's ``mpirun`` (Hydra), the launcher DeepSpeed's builder uses; ds's own MVAPICH
+    runner starts ranks with ``mpirun_rsh`` instead."""
+
+    binary = "mpirun"
+    runner_name = "mvapich"
+
+    def backend_exists(self) -> bool:
+        return _mpi.MVAPICHRunner().backend_exists() and which("mpirun")
+
+    def extra_env(self) -> dict[str, str]:
+        return {"MV2_SUPPORT_DL": "1", "MV2_ENABLE_AFFINITY": "0"}
+
+
 class MVAPICHRunner(MPICHRunner):
-    def _runner(self) -> _mpi.MVAPICHRunner:
-        return _mpi.MVAPICHRunner()
+    def _runner(self) -> _mpi._HydraRunner:
+        return _MvapichHydra()
 
     @property
     def name(self) -> str:

@@ -83,6 +83,10 @@ safe_get_local_grad = missing_function(
     "deepspeed.utils.safe_get_local_grad", "reading a rank's gradient partition",
     "read whole gradients at ZeRO stage 0/1 with safe_get_full_grad",
 )  # fmt: skip
+safe_set_local_grad = missing_function(
+    "deepspeed.utils.safe_set_local_grad", "writing a rank's gradient partition",
+    "scale or replace gradients in a backward hook instead",
+)  # fmt: skip
 safe_set_full_grad = missing_function(
     "deepspeed.utils.safe_set_full_grad", "writing one parameter's gradient through the engine",
     "scale or replace gradients in a backward hook instead",
@@ -102,6 +106,7 @@ __all__ = [
     "safe_set_full_grad",
     "safe_set_full_optimizer_state",
     "safe_set_local_fp32_param",
+    "safe_set_local_grad",
     "safe_set_local_optimizer_state",
     "set_random_seed",
     "set_z3_leaf_modules",
