@@ -87,6 +87,11 @@ safe_set_local_grad = missing_function(
     "deepspeed.utils.safe_set_local_grad", "writing a rank's gradient partition",
     "scale or replace gradients in a backward hook instead",
 )  # fmt: skip
+safe_update_full_grad_vectorized = missing_function(
+    "deepspeed.utils.safe_update_full_grad_vectorized",
+    "updating several parameters' gradients through the engine",
+    "scale or replace gradients in a backward hook instead",
+)  # fmt: skip
 safe_set_full_grad = missing_function(
     "deepspeed.utils.safe_set_full_grad", "writing one parameter's gradient through the engine",
     "scale or replace gradients in a backward hook instead",
@@ -108,6 +113,7 @@ __all__ = [
     "safe_set_local_fp32_param",
     "safe_set_local_grad",
     "safe_set_local_optimizer_state",
+    "safe_update_full_grad_vectorized",
     "set_random_seed",
     "set_z3_leaf_modules",
     "z3_leaf_module",
