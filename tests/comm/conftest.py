@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from world import free_port
+from world import RankOutput, free_port
+from world import run_ranks as start_ranks
 
 WORKERS = Path(__file__).parent / "workers"
 
 
-@dataclass
-class RankResult:
-    rank: int
-    returncode: int | None  # None: killed at the deadline
-    stdout: str
-    stderr: str
+RankResult = RankOutput  # rank, returncode (None: killed at the deadline), stdout, stderr
 
 
 def _base_env() -> dict[str, str]:
@@ -48,8 +40,8 @@ def launch(
     Without ``rank_env`` each rank gets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT.
     """
     port = free_port()
-    procs = []
-    for r in range(world):
+
+    def env_of(r: int) -> dict[str, str]:
         env = _base_env()
         if rank_env is None:
             env.update(
@@ -61,28 +53,10 @@ def launch(
             )
         else:
             env.update({k: v.replace("{port}", str(port)) for k, v in rank_env[r].items()})
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKERS / script), *(args or [])],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    deadline = time.monotonic() + timeout
-    results = []
-    for r, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            results.append(RankResult(r, p.returncode, out, err))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                if q.poll() is None:
-                    q.kill()
-            out, err = p.communicate()
-            results.append(RankResult(r, None, out, err))
-    return results
+        return env
+
+    argv = [str(WORKERS / script), *(args or [])]
+    return start_ranks(lambda r: argv, world, timeout=timeout, env=env_of, merge_stderr=False)
 
 
 def ok_or_report(results: list[RankResult]) -> None:
