@@ -39,6 +39,7 @@ def _cuda_available() -> bool:
 # for four minutes while the other worker idled.
 _LONGEST_FIRST = (
     "tests/isolation/test_isolation.py",
+    "tests/inference/test_real_model_finetune.py",
     "tests/parallel/test_initialize_mesh.py",
     "tests/pipeline/test_pipeline_parity.py",
     "tests/zero/test_parity.py",
