@@ -1,12 +1,16 @@
 """Prove that every ds distribution installs and imports alone beside ds-interfaces.
 
 Builds each distribution's wheel, then for each distribution creates a fresh virtual environment
-that sees this interpreter's torch (linked through a .pth file, as if preinstalled: most
-distributions need it, and copying it per venv would cost more than the check), installs
-ds-interfaces and that one wheel (plus the third-party dependencies it declares), imports its
-module, and checks that no other ds distribution got installed.
+holding ds-interfaces, the ds distributions it declares and that one wheel, unpacked as pip unpacks
+a pure-Python wheel. Its third-party requirements, as its wheels declare them and as those declare
+theirs, are linked in from this interpreter's environment through a .pth file (as if preinstalled:
+resolving and copying them per venv would cost more than the check). The module must import with
+only that: a ds distribution or third-party package it uses without declaring is missing.
 
-    python tools/isolation.py [--only ds-comm ...] [--keep DIR]
+ds-full is installed by pip from the wheel set, with its `ds` command, and runs the README's main
+job.
+
+    python tools/isolation.py [--only ds-comm ...] [--keep DIR] [--full]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -76,9 +81,20 @@ def build_wheels(out: Path, names: list[str]) -> dict[str, Path]:
     return wheels
 
 
-def _requirements(dist: metadata.Distribution) -> list[str]:
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The distribution names a wheel's METADATA requires (markers for this interpreter, no
+    extras)."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(meta).decode()
+    reqs = [line.split(":", 1)[1].strip() for line in text.splitlines()
+            if line.startswith("Requires-Dist:")]  # fmt: skip
+    return _names(reqs)
+
+
+def _names(reqs: list[str]) -> list[str]:
     names = []
-    for req in dist.requires or []:
+    for req in reqs:
         name, _, marker = req.partition(";")
         if "extra" in marker or (marker.strip() and not _marker_holds(marker)):
             continue
@@ -92,18 +108,20 @@ def _marker_holds(marker: str) -> bool:
     return Marker(marker.strip()).evaluate()
 
 
-def torch_site(work: Path) -> Path:
-    """A folder of links to this interpreter's torch and everything torch requires: each checked
-    venv sees it through a .pth file, as a preinstalled torch, instead of copying 1 GB per venv."""
-    site = work / "torch-site"
+def _key(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def link_farm(site: Path, roots: list[str]) -> Path:
+    """A folder of links to ``roots`` and everything they require, as installed in this
+    interpreter: a checked venv sees it through a .pth file instead of a copy (torch is 1 GB)."""
     site.mkdir(parents=True, exist_ok=True)
-    todo, seen = ["torch"], set()
+    todo, seen = list(roots), set()
     while todo:
         name = todo.pop()
-        key = name.lower().replace("_", "-")
-        if key in seen:
+        if _key(name) in seen or _key(name).startswith("ds-"):
             continue
-        seen.add(key)
+        seen.add(_key(name))
         dist = metadata.distribution(name)
         tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
         base = Path(str(dist.locate_file("")))
@@ -111,21 +129,31 @@ def torch_site(work: Path) -> Path:
             link = site / top
             if not link.exists() and (base / top).exists():
                 link.symlink_to(base / top)
-        todo.extend(_requirements(dist))
+        todo.extend(_names(dist.requires or []))
     return site
 
 
 def make_venv(path: Path, site: Path) -> Path:
-    """A venv without pip (the checking interpreter's pip installs into it with ``--python``)
-    that sees torch through ``site``."""
+    """A venv without pip that sees the third-party packages linked in ``site``."""
     sh([sys.executable, "-m", "venv", "--without-pip", str(path)])
     py = path / "bin" / "python"
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    (Path(purelib) / "ds_isolation_torch.pth").write_text(str(site) + "\n")
+    (Path(purelib) / "ds_isolation_site.pth").write_text(str(site) + "\n")
     return py
+
+
+def unpack(py: Path, wheels: list[Path]) -> None:
+    """Install pure-Python wheels as pip does (their files into purelib, dist-info included),
+    without a resolver: the caller chose exactly which distributions the venv holds."""
+    purelib = next((py.parent.parent / "lib").glob("python*/site-packages"))
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as zf:
+            if any(".data/" in n for n in zf.namelist()):
+                raise RuntimeError(f"{wheel.name} has a .data folder; install it with pip")
+            zf.extractall(purelib)
 
 
 def pip_into(py: Path) -> list[str]:
@@ -156,22 +184,43 @@ def ds_installed(py: Path, module: str = "", name: str = "") -> set[str]:
     return {n for n in line.removeprefix("DS_DISTS=").split(",") if n}
 
 
-def check_full(work: Path, wheels: dict[str, Path], site: Path) -> None:
-    """`pip install ds-full` from the built wheels into a fresh venv (torch only), then the
-    README's main job (2 ranks, shortened) through the installed `ds` command."""
+def ds_requirements(wheel: Path) -> set[str]:
+    return {_key(n) for n in wheel_requirements(wheel) if _key(n).startswith("ds-")}
+
+
+def third_party(wheels: list[Path]) -> list[str]:
+    return sorted(
+        {n for w in wheels for n in wheel_requirements(w) if not _key(n).startswith("ds-")}
+    )
+
+
+def check_full(work: Path, wheels: dict[str, Path]) -> None:
+    """ds-full and every distribution it declares, installed by pip from the built wheels (with
+    the `ds` command) into a fresh venv, then the README's main job (2 ranks, shortened) through
+    that command."""
+    expected = set(DISTS) - {"ds-hf", "ds-lightning", "ds-full"}
+    declared, todo = set(), ["ds-full"]
+    while todo:  # what `pip install ds-full` would bring: its ds requirements and theirs
+        for dep in ds_requirements(wheels[todo.pop()]) - declared:
+            declared.add(dep)
+            todo.append(dep)
+    if declared != expected:
+        raise RuntimeError(
+            f"ds-full should bring every distribution but the framework integrations; "
+            f"missing {sorted(expected - declared)}, unexpected {sorted(declared - expected)}"
+        )
+    chosen = [wheels[n] for n in sorted(expected | {"ds-full"})]
+    site = link_farm(work / "site-ds-full", third_party(chosen))
     venv = work / "venv-ds-full"
     py = make_venv(venv, site)
-    pip = pip_into(py)
     leftover = ds_installed(py)
     if leftover:
         raise RuntimeError(f"the fresh venv already holds {sorted(leftover)}")
-    wheel_dir = wheels["ds-full"].parent
-    sh([*pip, "install", "-c", str(CONSTRAINTS), "--find-links", str(wheel_dir), "ds-full"])
-    present = ds_installed(py)
-    # ds-full depends on every distribution but the framework integrations.
-    expected = set(DISTS) - {"ds-hf", "ds-lightning"}
-    if not expected <= present:
-        raise RuntimeError(f"ds-full did not install {sorted(expected - present)}")
+    # --no-deps: the set is chosen above; pip still writes the console scripts.
+    sh([*pip_into(py), "install", "--no-deps", "--no-index", *map(str, chosen)])
+    present = ds_installed(py, "ds.full", "ds-full")
+    if present != expected | {"ds-full"}:
+        raise RuntimeError(f"the ds-full venv holds {sorted(present)}")
     out = work / "main-job"
     sh(
         [
@@ -183,7 +232,7 @@ def check_full(work: Path, wheels: dict[str, Path], site: Path) -> None:
             "--config",
             str(ROOT / "examples" / "ds_config_zero2.json"),
             "--steps",
-            "12",
+            "6",
             "--out",
             str(out),
         ],
@@ -192,6 +241,24 @@ def check_full(work: Path, wheels: dict[str, Path], site: Path) -> None:
     if not (out / "checkpoints").exists():
         raise RuntimeError("the main job ran but wrote no checkpoint")
     print("ds-full: installed from wheels into a fresh venv; the main job ran", flush=True)
+
+
+def check_alone(work: Path, wheels: dict[str, Path], name: str) -> None:
+    """``name`` beside ds-interfaces and the ds distributions it declares, in a venv of its own
+    (nothing a previous check installed can satisfy an import), with only the third-party
+    packages those wheels require."""
+    allowed = {"ds-interfaces", name, *DECLARED.get(name, ())}
+    chosen = [wheels[n] for n in sorted(allowed)]
+    for wheel, n in zip(chosen, sorted(allowed)):
+        undeclared = ds_requirements(wheel) - allowed
+        if undeclared:
+            raise RuntimeError(f"{n} requires {sorted(undeclared)}, beyond what {name} may use")
+    site = link_farm(work / f"site-{name}", third_party(chosen))
+    py = make_venv(work / f"venv-{name}", site)
+    unpack(py, chosen)
+    present = ds_installed(py, DISTS[name][1], name)
+    if present != allowed:
+        raise RuntimeError(f"{name}'s venv holds {sorted(present)}, expected {sorted(allowed)}")
 
 
 def main() -> int:
@@ -213,38 +280,16 @@ def main() -> int:
     if args.full:
         wanted = list(dict.fromkeys([*wanted, *PER_DIST, "ds-full"]))
     wheels = build_wheels(work / "wheels", wanted)
-    site = torch_site(work)
     failures: list[str] = []
-    for name in names:
-        module = DISTS[name][1]
-        declared = DECLARED.get(name, ())
+    checks = [(name, lambda n=name: check_alone(work, wheels, n)) for name in names]
+    if args.full:
+        checks.append(("ds-full", lambda: check_full(work, wheels)))
+    for name, check in checks:
         try:
-            # A venv of its own: nothing a previous check installed can satisfy an import.
-            py = make_venv(work / f"venv-{name}", site)
-            sh(
-                [
-                    *pip_into(py),
-                    "install",
-                    "-c",
-                    str(CONSTRAINTS),
-                    str(wheels["ds-interfaces"]),
-                    *(str(wheels[d]) for d in declared),
-                    str(wheels[name]),
-                ]
-            )
-            present = ds_installed(py, module, name)
-            extra = present - {"ds-interfaces", name, *declared}
-            if extra:
-                raise RuntimeError(f"{name} pulled in other ds distributions: {sorted(extra)}")
+            check()
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             failures.append(f"{name}: {exc}")
             print(f"FAILED {name}: {exc}", flush=True)
-    if args.full:
-        try:
-            check_full(work, wheels, site)
-        except (subprocess.CalledProcessError, RuntimeError) as exc:
-            failures.append(f"ds-full: {exc}")
-            print(f"FAILED ds-full: {exc}", flush=True)
     dt = time.perf_counter() - t0
     if failures:
         print(f"isolation: {len(failures)} of {len(names)} distributions failed ({dt:.0f} s)")
