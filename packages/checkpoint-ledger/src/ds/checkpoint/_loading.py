@@ -8,7 +8,6 @@ pickles load weights-only. The engine records each load in its ledger and events
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from ds.checkpoint import _format as fmt
 from ds.checkpoint import _recovery, deepspeed_format
 from ds.checkpoint._reader import FileCache, read_range, tensor_metas
-from ds.checkpoint.safe_load import safe_torch_load, verify_files_read
+from ds.checkpoint.safe_load import safe_torch_load, sha256_file, verify_files_read
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.errors import CheckpointError
 from ds.interfaces.logging import get_logger
@@ -126,7 +125,7 @@ class CheckpointReading:
                     "step": step,
                     "saved_world_size": manifest["world_size"],
                     "world_size": self.world_size,
-                    "manifest_sha256": _sha256_file(os.path.join(root, fmt.MANIFEST)),
+                    "manifest_sha256": sha256_file(os.path.join(root, fmt.MANIFEST)),
                 },
             )
         if self._events is not None:
@@ -151,17 +150,9 @@ class CheckpointReading:
             if size != int(info["bytes"]):
                 problems.append(f"{name}: {size} bytes on disk, manifest says {info['bytes']}")
                 continue
-            if info.get("sha256") and _sha256_file(path) != info["sha256"]:
+            if info.get("sha256") and sha256_file(path) != info["sha256"]:
                 problems.append(f"{name}: SHA-256 differs from the manifest (content changed)")
         return problems
-
-
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(16 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _load_pickle(path: str) -> dict[str, Any]:

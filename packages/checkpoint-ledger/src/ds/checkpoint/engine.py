@@ -32,6 +32,7 @@ import shutil
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -200,26 +201,40 @@ class ShardedCheckpointEngine(CheckpointReading):
         job.thread.start()
         return _Handle(self, job)
 
-    def _prepare(self, directory: str, tag: str, tmp: str) -> None:
-        err: tuple[bool, str] | None = None
+    def _on_rank0(
+        self, action: Callable[[], None], failure: str, detail: Callable[[Exception], str] = str
+    ) -> None:
+        """Run ``action`` on rank 0 alone and raise what it raised on every rank: a refused
+        approval as itself, anything else as a CheckpointError ``"{failure}: {detail(exc)}"``."""
+        err: tuple[bool, str] | None = None  # (a refused approval?, message)
         if self.rank == 0:
             try:
-                os.makedirs(directory, exist_ok=True)
-                _recovery.before_save(self, directory, tmp)
-                if self._boundary is not None and os.path.isdir(os.path.join(directory, tag)):
-                    self._boundary.require("overwrite_checkpoint", os.path.join(directory, tag))
-                if os.path.exists(tmp):
-                    shutil.rmtree(tmp)  # left by a save that crashed before its commit
-                os.makedirs(tmp)
+                action()
             except ApprovalRequiredError as exc:
                 err = (True, str(exc))
             except Exception as exc:
-                err = (False, f"{type(exc).__name__}: {exc}")
+                err = (False, detail(exc))
         err = self._bcast(err)
         if err is not None:
-            if err[0]:  # every rank raises the same approval error
+            if err[0]:
                 raise ApprovalRequiredError(err[1])
-            raise CheckpointError(f"rank 0 could not prepare checkpoint {tag!r}: {err[1]}")
+            raise CheckpointError(f"{failure}: {err[1]}")
+
+    def _prepare(self, directory: str, tag: str, tmp: str) -> None:
+        def prepare() -> None:
+            os.makedirs(directory, exist_ok=True)
+            _recovery.before_save(self, directory, tmp)
+            if self._boundary is not None and os.path.isdir(os.path.join(directory, tag)):
+                self._boundary.require("overwrite_checkpoint", os.path.join(directory, tag))
+            if os.path.exists(tmp):
+                shutil.rmtree(tmp)  # left by a save that crashed before its commit
+            os.makedirs(tmp)
+
+        self._on_rank0(
+            prepare,
+            f"rank 0 could not prepare checkpoint {tag!r}",
+            lambda exc: f"{type(exc).__name__}: {exc}",
+        )
 
     def _write(
         self,
@@ -440,39 +455,31 @@ class ShardedCheckpointEngine(CheckpointReading):
         self.wait()
         _check_tag(tag)
         directory = os.path.abspath(directory)
-        err: tuple[bool, str] | None = None
-        if self.rank == 0:
-            path = os.path.join(directory, tag)
-            try:
-                if not os.path.isdir(path):
-                    raise CheckpointError(f"checkpoint {tag!r} not found in {directory}")
-                if self.latest_tag(directory) == tag:
-                    raise CheckpointError(
-                        f"checkpoint {tag!r} is the one 'latest' names; save a newer one first"
-                    )
-                if self._boundary is not None:
-                    self._boundary.require("delete_checkpoint", path)
-                doomed = os.path.join(directory, f".del-{tag}")
-                os.rename(path, doomed)  # gone for readers at once, even if rmtree is cut short
-                fsync_path(directory)
-                shutil.rmtree(doomed)
-                if self._ledger is not None:
-                    self._ledger.record_training_event(
-                        "checkpoint_delete", {"directory": directory, "tag": tag}
-                    )
-                if self._events is not None:
-                    from ds.interfaces.telemetry import CheckpointEvent
+        path = os.path.join(directory, tag)
 
-                    self._events.publish(CheckpointEvent("delete", directory, tag, 0))
-            except ApprovalRequiredError as exc:
-                err = (True, str(exc))
-            except Exception as exc:
-                err = (False, str(exc))
-        err = self._bcast(err)
-        if err is not None:
-            if err[0]:
-                raise ApprovalRequiredError(err[1])
-            raise CheckpointError(f"could not delete checkpoint {tag!r}: {err[1]}")
+        def delete() -> None:
+            if not os.path.isdir(path):
+                raise CheckpointError(f"checkpoint {tag!r} not found in {directory}")
+            if self.latest_tag(directory) == tag:
+                raise CheckpointError(
+                    f"checkpoint {tag!r} is the one 'latest' names; save a newer one first"
+                )
+            if self._boundary is not None:
+                self._boundary.require("delete_checkpoint", path)
+            doomed = os.path.join(directory, f".del-{tag}")
+            os.rename(path, doomed)  # gone for readers at once, even if rmtree is cut short
+            fsync_path(directory)
+            shutil.rmtree(doomed)
+            if self._ledger is not None:
+                self._ledger.record_training_event(
+                    "checkpoint_delete", {"directory": directory, "tag": tag}
+                )
+            if self._events is not None:
+                from ds.interfaces.telemetry import CheckpointEvent
+
+                self._events.publish(CheckpointEvent("delete", directory, tag, 0))
+
+        self._on_rank0(delete, f"could not delete checkpoint {tag!r}")
 
 
 def _wait_at_exit(ref: weakref.ref[ShardedCheckpointEngine]) -> None:
