@@ -9,11 +9,12 @@ groups and state, evaluates a closure in ``step`` and does nothing else there.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
+from ds.zero.optim.base import empty_hook_tables
 
 
 class EngineOptimizerView(torch.optim.Optimizer):
@@ -21,15 +22,7 @@ class EngineOptimizerView(torch.optim.Optimizer):
         # Deliberately not calling Optimizer.__init__: the groups belong to the engine's optimizer.
         self.engine = engine
         self.defaults = dict(getattr(engine.optimizer, "defaults", {}))
-        for hooks in (
-            "_optimizer_step_pre_hooks",
-            "_optimizer_step_post_hooks",
-            "_optimizer_state_dict_pre_hooks",
-            "_optimizer_state_dict_post_hooks",
-            "_optimizer_load_state_dict_pre_hooks",
-            "_optimizer_load_state_dict_post_hooks",
-        ):
-            setattr(self, hooks, OrderedDict())
+        empty_hook_tables(self)
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]

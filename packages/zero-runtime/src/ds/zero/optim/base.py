@@ -28,13 +28,18 @@ _HOOK_TABLES = (
 )
 
 
+def empty_hook_tables(optimizer: torch.optim.Optimizer) -> None:
+    """The hook tables ``Optimizer.__init__`` would have made, for optimizers that skip it."""
+    for table in _HOOK_TABLES:
+        setattr(optimizer, table, OrderedDict())
+
+
 class FlatOptimizer(torch.optim.Optimizer):
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         # Not Optimizer.__init__: it refuses an empty parameter list (a rank may own no partition
         # of a group) and reaches torch._dynamo through add_param_group.
         self.defaults = dict(defaults)
-        for table in _HOOK_TABLES:
-            setattr(self, table, OrderedDict())
+        empty_hook_tables(self)
         self._patch_step_function()  # step pre/post hooks fire around every step()
         self._warned_capturable_if_run_uncaptured = True
         self.state: defaultdict[torch.Tensor, dict[str, Any]] = defaultdict(dict)
