@@ -75,19 +75,21 @@ class EngineOptions:
     """The ds arguments both strategies take (Trainer and Fabric) and the config they make."""
 
     _OPTIONS = ("stage", "offload_optimizer", "offload_parameters", "micro_batch_size")
+    _STAGES = "0, 1, 2 or 3"  # how the stage error names the accepted stages
 
-    def _set_options(
+    def __init__(
         self,
-        stage: int,
-        offload_optimizer: bool,
-        offload_parameters: bool,
-        config: Mapping[str, Any] | None,
-        micro_batch_size: int,
-        stages: str,
+        stage: int = 2,
+        offload_optimizer: bool = False,
+        offload_parameters: bool = False,
+        config: Mapping[str, Any] | None = None,
+        micro_batch_size: int = 1,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)  # the framework's own strategy takes the rest
         if stage not in (0, 1, 2, 3):
             raise ConfigError(
-                f"{type(self).__name__}(stage={stage}): the ZeRO stage must be {stages}"
+                f"{type(self).__name__}(stage={stage}): the ZeRO stage must be {self._STAGES}"
             )
         self.stage = stage
         self.offload_optimizer = offload_optimizer

@@ -7,7 +7,6 @@ micro-batch per step: call ``optimizer.step()`` after every backward.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -37,19 +36,7 @@ class EngineModule(torch.nn.Module):
 class DsFabricStrategy(EngineOptions, DDPStrategy):
     """Fabric counterpart of :class:`ds.integrations.lightning.DsStrategy`."""
 
-    def __init__(
-        self,
-        stage: int = 2,
-        offload_optimizer: bool = False,
-        offload_parameters: bool = False,
-        config: Mapping[str, Any] | None = None,
-        micro_batch_size: int = 1,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._set_options(
-            stage, offload_optimizer, offload_parameters, config, micro_batch_size, "0-3"
-        )
+    _STAGES = "0-3"
 
     def setup_module_and_optimizers(
         self, module: torch.nn.Module, optimizers: list[Any], scheduler: Any = None

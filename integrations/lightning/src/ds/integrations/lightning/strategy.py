@@ -50,22 +50,10 @@ class DsStrategy(EngineOptions, DDPStrategy):
     """
 
     strategy_name = "ds"
-
-    def __init__(
-        self,
-        stage: int = 2,
-        offload_optimizer: bool = False,
-        offload_parameters: bool = False,
-        config: Mapping[str, Any] | None = None,
-        micro_batch_size: int = 1,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._set_options(
-            stage, offload_optimizer, offload_parameters, config, micro_batch_size, "0, 1, 2 or 3"
-        )
-        self._gas = 1
-        self._stepping = False
+    # Per-instance once set: the Trainer's accumulation count (in setup) and whether the optimizer
+    # step is running (the engine's accumulation boundary).
+    _gas = 1
+    _stepping = False
 
     # -- setup -----------------------------------------------------------------------------------
     def setup(self, trainer: Any) -> None:
