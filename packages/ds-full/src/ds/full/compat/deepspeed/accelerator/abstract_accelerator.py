@@ -15,6 +15,16 @@ from typing import Any
 import torch
 
 
+def _typed_tensor(dtype: torch.dtype) -> property:
+    """DeepSpeed's ``accelerator.FloatTensor``-style property: ``torch.tensor`` of ``dtype`` on
+    the accelerator's device."""
+
+    def make(self: DeepSpeedAccelerator) -> Callable[..., torch.Tensor]:
+        return functools.partial(torch.tensor, dtype=dtype, device=self.device_name())
+
+    return property(make)
+
+
 class DeepSpeedAccelerator:
     """One ds accelerator seen through DeepSpeed's abstract accelerator interface."""
 
@@ -125,36 +135,13 @@ class DeepSpeedAccelerator:
         return bool(self._ds.is_pinned(tensor))
 
     # -- typed tensor constructors on this device -------------------------------------------
-    def _tensor(self, dtype: torch.dtype) -> Callable[..., torch.Tensor]:
-        return functools.partial(torch.tensor, dtype=dtype, device=self.device_name())
-
-    @property
-    def BFloat16Tensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.bfloat16)
-
-    @property
-    def ByteTensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.uint8)
-
-    @property
-    def DoubleTensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.float64)
-
-    @property
-    def FloatTensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.float32)
-
-    @property
-    def HalfTensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.float16)
-
-    @property
-    def IntTensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.int32)
-
-    @property
-    def LongTensor(self) -> Callable[..., torch.Tensor]:
-        return self._tensor(torch.int64)
+    BFloat16Tensor = _typed_tensor(torch.bfloat16)
+    ByteTensor = _typed_tensor(torch.uint8)
+    DoubleTensor = _typed_tensor(torch.float64)
+    FloatTensor = _typed_tensor(torch.float32)
+    HalfTensor = _typed_tensor(torch.float16)
+    IntTensor = _typed_tensor(torch.int32)
+    LongTensor = _typed_tensor(torch.int64)
 
     # -- kernels: ds's are prebuilt, nothing is compiled ------------------------------------
     def is_triton_supported(self) -> bool:

@@ -30,18 +30,26 @@ def _size(dim: str) -> int | None:
     return None if mesh is None else len(mesh.ranks(dim))
 
 
+def _index(dim: str, default: int) -> int:
+    mesh = current_mesh()
+    return mesh.index(dim) if mesh is not None else default
+
+
+def _group(dim: str) -> Any:
+    mesh = current_mesh()
+    return mesh.group(dim) if mesh is not None else None  # None without a mesh: the world group
+
+
 def _get_data_parallel_world_size() -> int:
     return _size("dp") or _world()
 
 
 def _get_data_parallel_rank() -> int:
-    mesh = current_mesh()
-    return mesh.index("dp") if mesh is not None else _rank()
+    return _index("dp", _rank())
 
 
 def _get_data_parallel_group() -> Any:
-    mesh = current_mesh()
-    return mesh.group("dp") if mesh is not None else None  # None: the world group
+    return _group("dp")
 
 
 def _get_sequence_parallel_world_size() -> int:
@@ -49,18 +57,15 @@ def _get_sequence_parallel_world_size() -> int:
 
 
 def _get_sequence_parallel_rank() -> int:
-    mesh = current_mesh()
-    return mesh.index("sp") if mesh is not None else 0
+    return _index("sp", 0)
 
 
 def _get_sequence_parallel_group() -> Any:
-    mesh = current_mesh()
-    return mesh.group("sp") if mesh is not None else None
+    return _group("sp")
 
 
 def _get_sequence_data_parallel_group() -> Any:
-    mesh = current_mesh()
-    return mesh.group("dp_sp") if mesh is not None else None
+    return _group("dp_sp")
 
 
 def _get_model_parallel_world_size() -> int:
@@ -68,13 +73,11 @@ def _get_model_parallel_world_size() -> int:
 
 
 def _get_model_parallel_rank() -> int:
-    mesh = current_mesh()
-    return mesh.index("tp") if mesh is not None else 0
+    return _index("tp", 0)
 
 
 def _get_model_parallel_group() -> Any:
-    mesh = current_mesh()
-    return mesh.group("tp") if mesh is not None else None
+    return _group("tp")
 
 
 _get_tensor_model_parallel_world_size = _get_model_parallel_world_size

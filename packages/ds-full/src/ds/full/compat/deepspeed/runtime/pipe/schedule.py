@@ -9,6 +9,7 @@ num_pipe_buffers()``)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any
 
 
@@ -97,17 +98,10 @@ class PipeSchedule:
     def num_pipe_buffers(self) -> int:
         return self.micro_batches
 
-    @property
-    def stage(self) -> int:
-        return self.stage_id
-
-    @property
-    def num_stages(self) -> int:
-        return self.stages
-
-    @property
-    def num_micro_batches(self) -> int:
-        return self.micro_batches
+    # DeepSpeed's read-only names for the constructor's arguments.
+    stage = property(attrgetter("stage_id"))
+    num_stages = property(attrgetter("stages"))
+    num_micro_batches = property(attrgetter("micro_batches"))
 
     @property
     def is_first_stage(self) -> bool:

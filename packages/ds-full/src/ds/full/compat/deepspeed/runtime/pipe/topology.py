@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections import namedtuple
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -108,6 +108,15 @@ class PipeModelDataParallelTopology(ProcessTopology):
         super().__init__(axes=["pipe", "data", "model"], dims=[num_pp, num_dp, num_mp])
 
 
+def _returns(attr: str) -> Callable[[Any], Any]:
+    """One of DeepSpeed's ``get_*()`` methods: it returns the attribute ``attr``."""
+
+    def get(self: Any) -> Any:
+        return getattr(self, attr)
+
+    return get
+
+
 class PipelineParallelGrid:
     """The pipe, data and model (tensor-slice) groups of ``topology`` (default: the world's
     prime factors alternately to pipe and data) on the current world; collective."""
@@ -182,53 +191,27 @@ class PipelineParallelGrid:
     def get_global_rank(self) -> int:
         return self.global_rank
 
-    def get_pipe_parallel_rank(self) -> int:
-        return self.get_stage_id()
-
-    get_pipeline_model_parallel_rank = get_pipe_parallel_rank
-
-    def get_pipe_parallel_world_size(self) -> int:
-        return self.pipe_parallel_size
-
-    get_pipeline_model_parallel_world_size = get_pipe_parallel_world_size
-
-    def get_pipe_parallel_group(self) -> Any:
-        return self.pp_proc_group
-
-    def get_data_parallel_rank(self) -> int:
-        return self.get_data_parallel_id()
-
-    def get_data_parallel_world_size(self) -> int:
-        return self.data_parallel_size
-
-    def get_data_parallel_group(self) -> Any:
-        return self.dp_proc_group
-
-    def get_data_parallel_group_ranks(self) -> list[int]:
-        return list(self.dp_group)
-
-    def get_model_parallel_rank(self) -> int:
-        return self.ds_model_rank
-
-    def get_model_parallel_world_size(self) -> int:
-        return self.ds_model_world_size
-
-    def get_model_parallel_group(self) -> Any:
-        return self.ds_model_proc_group
-
     def get_slice_parallel_rank(self) -> int:
         coord = self._topo.get_coord(self.global_rank)
         return int(getattr(coord, "model", 0))
 
+    def get_data_parallel_group_ranks(self) -> list[int]:
+        return list(self.dp_group)
+
+    get_pipe_parallel_rank = get_pipeline_model_parallel_rank = get_stage_id
+    get_pipe_parallel_world_size = _returns("pipe_parallel_size")
+    get_pipeline_model_parallel_world_size = get_pipe_parallel_world_size
+    get_pipe_parallel_group = _returns("pp_proc_group")
+    get_data_parallel_rank = get_data_parallel_id
+    get_data_parallel_world_size = _returns("data_parallel_size")
+    get_data_parallel_group = _returns("dp_proc_group")
+    get_model_parallel_rank = _returns("ds_model_rank")
+    get_model_parallel_world_size = _returns("ds_model_world_size")
+    get_model_parallel_group = _returns("ds_model_proc_group")
     get_tensor_model_parallel_rank = get_slice_parallel_rank
-
-    def get_slice_parallel_world_size(self) -> int:
-        return self.slice_parallel_size
-
+    get_slice_parallel_world_size = _returns("slice_parallel_size")
     get_tensor_model_parallel_world_size = get_slice_parallel_world_size
-
-    def get_slice_parallel_group(self) -> Any:
-        return self.slice_proc_group
+    get_slice_parallel_group = _returns("slice_proc_group")
 
 
 __all__ = [
