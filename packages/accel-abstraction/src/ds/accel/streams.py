@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager, nullcontext
-from types import TracebackType
 from typing import Any
 
 
@@ -27,12 +26,7 @@ class NullStream:
     def __enter__(self) -> NullStream:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Any
 
 import torch
@@ -196,12 +195,7 @@ class Init:
         torch.nn.Module.__init_subclass__ = init_subclass  # type: ignore[assignment]
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if not self.enabled:
             return
         self._replaced.clear()
@@ -258,12 +252,7 @@ class GatheredParameters:
                 swapper.drop(s)
             self._gathered.append(p)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self.modifier_rank is not None and exc_type is None:
             for p in self.params:
                 self._write_back(p)
