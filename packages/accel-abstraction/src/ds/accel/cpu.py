@@ -9,6 +9,7 @@ import torch
 
 from ds.accel.host import AllFloatDtypes, HostRandom
 from ds.accel.streams import StandInStreams
+from ds.accel.unindexed import UnindexedDevice
 from ds.interfaces.accelerator import AcceleratorCapabilities
 
 
@@ -45,24 +46,15 @@ def _rss() -> tuple[int, int]:
     return cur, peak
 
 
-class CpuAccelerator(StandInStreams, HostRandom, AllFloatDtypes):
+class CpuAccelerator(UnindexedDevice, StandInStreams, HostRandom, AllFloatDtypes):
     """Host CPU. Memory figures are the process RSS (allocated) and system RAM (total)."""
 
-    _NAME = "cpu"
+    _NAME = _DEVICE = "cpu"
 
     def __init__(self) -> None:
         self._peak_base = 0
 
     # identity -------------------------------------------------------------------
-    def name(self) -> str:
-        return self._NAME
-
-    def device_name(self, index: int | None = None) -> str:
-        return "cpu"
-
-    def device(self, index: int | None = None) -> torch.device:
-        return torch.device("cpu")
-
     def is_available(self) -> bool:
         return True
 
@@ -74,15 +66,6 @@ class CpuAccelerator(StandInStreams, HostRandom, AllFloatDtypes):
             is_synchronized_device=True,
         )
 
-    def communication_backend_name(self) -> str:
-        return "gloo"
-
-    def visible_devices_envs(self) -> list[str]:
-        return []
-
-    def set_visible_devices_envs(self, env: dict[str, str], local_ranks: list[int]) -> None:
-        return None  # every rank sees the whole host
-
     # device management ---------------------------------------------------------------
     def device_count(self) -> int:
         # One logical device per rank; LOCAL_WORLD_SIZE tells how many ranks share the host.
@@ -90,9 +73,6 @@ class CpuAccelerator(StandInStreams, HostRandom, AllFloatDtypes):
 
     def current_device(self) -> int:
         return int(os.environ.get("LOCAL_RANK", "0"))
-
-    def current_device_name(self) -> str:
-        return "cpu"
 
     def set_device(self, index: int) -> None:
         return None

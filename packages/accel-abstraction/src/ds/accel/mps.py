@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ds.accel.streams import HostEvent, StandInStreams
+from ds.accel.unindexed import UnindexedDevice
 from ds.interfaces.accelerator import AcceleratorCapabilities
 
 
@@ -15,17 +16,8 @@ def _mps() -> Any:
     return torch.mps
 
 
-class MpsAccelerator(StandInStreams):
-    _NAME = "mps"
-
-    def name(self) -> str:
-        return self._NAME
-
-    def device_name(self, index: int | None = None) -> str:
-        return "mps"
-
-    def device(self, index: int | None = None) -> torch.device:
-        return torch.device("mps")
+class MpsAccelerator(UnindexedDevice, StandInStreams):
+    _NAME = _DEVICE = "mps"
 
     def is_available(self) -> bool:
         backend = getattr(torch.backends, "mps", None)
@@ -36,23 +28,11 @@ class MpsAccelerator(StandInStreams):
             has_streams=False, has_pinned_memory=False, supports_bf16=self.is_bf16_supported()
         )
 
-    def communication_backend_name(self) -> str:
-        return "gloo"  # torch has no MPS collective backend; tensors travel through host memory
-
-    def visible_devices_envs(self) -> list[str]:
-        return []
-
-    def set_visible_devices_envs(self, env: dict[str, str], local_ranks: list[int]) -> None:
-        return None
-
     def device_count(self) -> int:
         return 1 if self.is_available() else 0
 
     def current_device(self) -> int:
         return 0
-
-    def current_device_name(self) -> str:
-        return "mps"
 
     def set_device(self, index: int) -> None:
         if index != 0:
