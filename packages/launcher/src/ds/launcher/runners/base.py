@@ -89,6 +89,8 @@ def which(binary: str) -> bool:
 class RemoteAgentRunner:
     """Shared settings of the runners that start the per-node agent over a remote shell."""
 
+    program: str  # the remote-shell client: the runner's name, and what must be on PATH
+
     def __init__(
         self,
         agent_args: Sequence[str] = (),
@@ -100,3 +102,9 @@ class RemoteAgentRunner:
         self.python = python
         self.cwd = cwd
         self.ssh_port = ssh_port
+
+    def name(self) -> str:
+        return self.program
+
+    def backend_exists(self) -> bool:
+        return which(self.program)

@@ -5,15 +5,11 @@ from __future__ import annotations
 import os
 
 from ds.interfaces.runner import LaunchSpec
-from ds.launcher.runners.base import RemoteAgentRunner, agent_command, remote_shell, which
+from ds.launcher.runners.base import RemoteAgentRunner, agent_command, remote_shell
 
 
 class PdshRunner(RemoteAgentRunner):
-    def name(self) -> str:
-        return "pdsh"
-
-    def backend_exists(self) -> bool:
-        return which("pdsh")
+    program = "pdsh"
 
     def get_cmd(self, spec: LaunchSpec) -> list[list[str]]:
         # %h is replaced by pdsh with each host name; the agent finds its node rank from it, which

@@ -7,15 +7,11 @@ remote stdin closes and the agent stops its ranks, so a lost connection leaves n
 from __future__ import annotations
 
 from ds.interfaces.runner import LaunchSpec
-from ds.launcher.runners.base import RemoteAgentRunner, agent_command, remote_shell, which
+from ds.launcher.runners.base import RemoteAgentRunner, agent_command, remote_shell
 
 
 class SshRunner(RemoteAgentRunner):
-    def name(self) -> str:
-        return "ssh"
-
-    def backend_exists(self) -> bool:
-        return which("ssh")
+    program = "ssh"
 
     def get_cmd(self, spec: LaunchSpec) -> list[list[str]]:
         out = []
