@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any
 
 import torch
@@ -38,33 +39,27 @@ _GATHER_PIECES = 8
 _MIN_GATHER_CHUNK = 1 << 18
 
 
+@dataclass(eq=False, repr=False)
 class ParamGather:
-    def __init__(
-        self,
-        groups: list[Group],
-        *,
-        comm: Any,
-        pg: Any,
-        world: int,
-        rank: int,
-        allgather_numel: int,
-        caps: CommCapabilities,
-        pool: BufferPool,
-        timed: Callable[[Callable[[], Any]], Any],
-    ) -> None:
-        self.groups = groups
-        self.comm = comm
-        self.pg = pg
-        self.world = world
-        self.rank = rank
-        self.allgather_numel = allgather_numel
-        self.p2p = caps.p2p_gather and pg is None
+    groups: list[Group]
+    _: KW_ONLY
+    comm: Any
+    pg: Any
+    world: int
+    rank: int
+    allgather_numel: int
+    caps: InitVar[CommCapabilities]
+    pool: BufferPool
+    timed: Callable[[Callable[[], Any]], Any]
+    # In-flight chunks in launch order: (handles, finish after the wait or None).
+    in_flight: list[tuple[list[Any], Callable[[], None] | None]] = field(
+        default_factory=list, init=False
+    )
+    _waited: int = field(default=0, init=False)  # how many of them have been waited for
+
+    def __post_init__(self, caps: CommCapabilities) -> None:
+        self.p2p = caps.p2p_gather and self.pg is None
         self.coalesced = caps.coalesced_collectives
-        self.pool = pool
-        self.timed = timed
-        # In-flight chunks in launch order: (handles, finish after the wait or None).
-        self.in_flight: list[tuple[list[Any], Callable[[], None] | None]] = []
-        self._waited = 0  # how many of them have been waited for
 
     def chunks(self, fg: FlatGroup) -> list[tuple[int, int]]:
         part = fg.partition_numel

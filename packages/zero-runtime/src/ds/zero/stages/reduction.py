@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import torch
@@ -35,40 +36,28 @@ def _noop() -> None:
     return None
 
 
+@dataclass(eq=False, repr=False)
 class GradReducer:
-    def __init__(
-        self,
-        groups: list[Group],
-        *,
-        stage: int,
-        comm: Any,
-        pg: Any,
-        world: int,
-        overlap: bool,
-        reduce_to_owner: bool,
-        pre: float,
-        post: float,
-        comm_dtype: torch.dtype | None,
-        bucket_dtype: torch.dtype,
-        pool: BufferPool,
-        timed: Callable[[Callable[[], Any]], Any],
-    ) -> None:
-        self.groups = groups
-        self.stage = stage
-        self.comm = comm
-        self.pg = pg
-        self.world = world
-        self.overlap = overlap
-        self.reduce_to_owner = reduce_to_owner
-        self.pre, self.post = pre, post
-        self.comm_dtype = comm_dtype
-        self.bucket_dtype = bucket_dtype
-        self.pool = pool
-        self.timed = timed
+    groups: list[Group]
+    _: KW_ONLY
+    stage: int
+    comm: Any
+    pg: Any
+    world: int
+    overlap: bool
+    reduce_to_owner: bool
+    pre: float
+    post: float
+    comm_dtype: torch.dtype | None
+    bucket_dtype: torch.dtype
+    pool: BufferPool
+    timed: Callable[[Callable[[], Any]], Any]
+    reduce_now: bool = field(default=False, init=False)
+    _pending: list[tuple[Any, Callable[[], None]]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
         # reduce() takes the destination as a global rank; owners are ranks of ``pg``.
-        self.global_rank = _global_ranks(comm, pg, world)
-        self.reduce_now = False
-        self._pending: list[tuple[Any, Callable[[], None]]] = []
+        self.global_rank = _global_ranks(self.comm, self.pg, self.world)
 
     # -- micro-step ------------------------------------------------------------------------------
     def begin(self, boundary: bool, no_sync: bool) -> None:
