@@ -10,6 +10,7 @@ import datetime
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,21 +27,15 @@ if TYPE_CHECKING:
 _perf = time.perf_counter
 
 
+@dataclass(eq=False)
 class Tap:
     """What runs around a collective when any instrumentation is on."""
 
-    def __init__(
-        self,
-        logger: CommsLogger | None = None,
-        watchdog: Watchdog | None = None,
-        check_consistency: bool = False,
-        event_bus: EventBus | None = None,
-    ) -> None:
-        self.logger = logger
-        self.watchdog = watchdog
-        self.check_consistency = check_consistency
-        self.event_bus = event_bus
-        self._local = threading.local()
+    logger: CommsLogger | None = None
+    watchdog: Watchdog | None = None
+    check_consistency: bool = False
+    event_bus: EventBus | None = None
+    _local: threading.local = field(default_factory=threading.local, init=False, repr=False)
 
     # A per-thread override set by ds.comm.collective_timeout().
     @property
@@ -126,7 +121,7 @@ class Tap:
         timed = self._records(name)
         work = call()
         return TapHandle(
-            self, work, None, name, nbytes, None, _perf(), None, limit, timed, peer=peer
+            self, work, None, name, nbytes, None, _perf(), None, limit, timed, _peer=peer
         )
 
     def record(
@@ -148,52 +143,26 @@ class Tap:
             bus.publish(CommEvent(name, nbytes, latency_s, size, global_rank(), wait_s))
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class TapHandle:
     """Async handle of an instrumented collective: bounded wait, then timing and post-work."""
 
-    __slots__ = (
-        "_after",
-        "_done",
-        "_group",
-        "_launch_s",
-        "_limit",
-        "_name",
-        "_nbytes",
-        "_peer",
-        "_t0",
-        "_tap",
-        "_timed",
-        "_token",
-        "_work",
-    )
+    _tap: Tap
+    _work: Any
+    _after: Callable[[], None] | None
+    _name: str
+    _nbytes: int
+    _group: Any
+    _t0: float
+    _token: Token | None
+    _limit: float | None
+    _timed: bool
+    _peer: int | None = None
+    _done: bool = field(default=False, init=False)
+    _launch_s: float = field(init=False)
 
-    def __init__(
-        self,
-        tap: Tap,
-        work: Any,
-        after: Callable[[], None] | None,
-        name: str,
-        nbytes: int,
-        group: Any,
-        t0: float,
-        token: Token | None,
-        limit: float | None,
-        timed: bool,
-        peer: int | None = None,
-    ) -> None:
-        self._tap = tap
-        self._work = work
-        self._after = after
-        self._name = name
-        self._nbytes = nbytes
-        self._group = group
-        self._t0 = t0
-        self._token = token
-        self._limit = limit
-        self._timed = timed
-        self._peer = peer
-        self._done = False
-        self._launch_s = _perf() - t0  # the caller was blocked in the launch, too
+    def __post_init__(self) -> None:
+        self._launch_s = _perf() - self._t0  # the caller was blocked in the launch, too
 
     def wait(self, timeout: float | datetime.timedelta | None = None) -> bool:
         if self._done:
