@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 
@@ -27,27 +28,23 @@ class LossScaler:
         self.cur_scale = float(state["cur_scale"])
 
 
+@dataclass(eq=False)
 class DynamicLossScaler(LossScaler):
     """Halve the scale after ``hysteresis`` overflows, double it after ``window`` clean steps."""
 
     dynamic = True
+    _STATE = ("cur_scale", "cur_hysteresis", "cur_iter", "last_overflow_iter")
 
-    def __init__(
-        self,
-        init_scale: float = 2.0**16,
-        scale_factor: float = 2.0,
-        scale_window: int = 1000,
-        min_scale: float = 1.0,
-        hysteresis: int = 2,
-        consecutive_hysteresis: bool = False,
-    ) -> None:
+    init_scale: InitVar[float] = 2.0**16
+    scale_factor: float = 2.0
+    scale_window: int = 1000
+    min_scale: float = 1.0
+    hysteresis: int = 2
+    consecutive_hysteresis: bool = False
+
+    def __post_init__(self, init_scale: float) -> None:
         super().__init__(init_scale)
-        self.scale_factor = scale_factor
-        self.scale_window = scale_window
-        self.min_scale = min_scale
-        self.hysteresis = hysteresis
-        self.consecutive_hysteresis = consecutive_hysteresis
-        self.cur_hysteresis = hysteresis
+        self.cur_hysteresis = self.hysteresis
         self.cur_iter = 0
         self.last_overflow_iter = -1
 
@@ -68,12 +65,7 @@ class DynamicLossScaler(LossScaler):
         self.cur_iter += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "cur_scale": self.cur_scale,
-            "cur_hysteresis": self.cur_hysteresis,
-            "cur_iter": self.cur_iter,
-            "last_overflow_iter": self.last_overflow_iter,
-        }
+        return {k: getattr(self, k) for k in self._STATE}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cur_scale = float(state["cur_scale"])
