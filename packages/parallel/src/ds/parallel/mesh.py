@@ -8,6 +8,7 @@ and each rank keeps the handles of the groups that hold it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ds.interfaces.errors import ConfigError
@@ -56,22 +57,16 @@ def group_ranks(shape: MeshShape, dim: str) -> list[tuple[int, ...]]:
     return shape.groups(dim)
 
 
+@dataclass(eq=False, repr=False)
 class Mesh:
-    """One rank's view of the mesh (implements :class:`ds.interfaces.parallel.ParallelMesh`)."""
+    """One rank's view of the mesh (implements :class:`ds.interfaces.parallel.ParallelMesh`):
+    this rank's group and group ranks in each dimension."""
 
-    def __init__(
-        self,
-        shape: MeshShape,
-        rank: int,
-        groups: dict[str, Any],
-        ranks: dict[str, tuple[int, ...]],
-        comm: Any = None,
-    ) -> None:
-        self.shape = shape
-        self.rank = rank
-        self._groups = groups
-        self._ranks = ranks
-        self._comm = comm
+    shape: MeshShape
+    rank: int
+    _groups: dict[str, Any]
+    _ranks: dict[str, tuple[int, ...]]
+    _comm: Any = None
 
     def _check(self, dim: str) -> None:
         if dim not in self._groups:

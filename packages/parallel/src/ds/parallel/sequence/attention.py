@@ -9,6 +9,7 @@ returns this rank's tokens with all heads. Gradients take the reverse path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ class _GroupedModule:
         return getattr(self._module, name)
 
 
+@dataclass(eq=False, repr=False)
 class UlyssesAttention:
     """A transformers attention-interface function that runs ``core`` sequence-parallel.
 
@@ -49,22 +51,16 @@ class UlyssesAttention:
     checks that and drops the 2-D mask.
     """
 
-    def __init__(
-        self,
-        core: Callable[..., Any],
-        comm: Any,
-        sp_group: Any,
-        gathered_kwargs: tuple[str, ...] = (),
-        causal_mask: bool = False,
-    ) -> None:
-        self.core = core
-        self.gathered_kwargs = gathered_kwargs
-        # Cores that apply no causal mask of their own when given none (eager) get an additive
-        # causal mask over the full sequence.
-        self.causal_mask = causal_mask
-        self.comm = comm
-        self.sp_group = sp_group
-        self.sp_size = int(comm.get_world_size(sp_group))
+    core: Callable[..., Any]
+    comm: Any
+    sp_group: Any
+    gathered_kwargs: tuple[str, ...] = ()
+    # Cores that apply no causal mask of their own when given none (eager) get an additive
+    # causal mask over the full sequence.
+    causal_mask: bool = False
+
+    def __post_init__(self) -> None:
+        self.sp_size = int(self.comm.get_world_size(self.sp_group))
 
     def _a2a(self, x: torch.Tensor, scatter_dim: int, gather_dim: int) -> torch.Tensor:
         return seq_all_to_all(self.comm, self.sp_group, x, scatter_dim, gather_dim)
