@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ds.accel.streams import NullStream
 from ds.interfaces.errors import AcceleratorError
 
 
@@ -30,7 +31,7 @@ def _active() -> Any:
     return active_device()
 
 
-class SimStream:
+class SimStream(NullStream):
     """The simulated device's one stream: ``with stream:`` and stream-to-stream waits are
     accepted (one stream runs in order); waiting on it from the host is a host sync."""
 
@@ -39,21 +40,9 @@ class SimStream:
         if dev is not None:
             dev.record_sync("stream.synchronize()")
 
-    def wait_stream(self, other: object) -> None:
-        return None
-
-    def wait_event(self, event: object) -> None:
-        return None
-
     def query(self) -> bool:
         dev = _active()
         return dev is None or dev.obs.completed >= dev.obs.issued
-
-    def __enter__(self) -> SimStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 class SimEvent:
