@@ -4,6 +4,7 @@ sequence-parallel worlds have size 1."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -25,59 +26,39 @@ def _rank() -> int:
     return comm.get_rank() if comm.is_initialized() else 0
 
 
-def _size(dim: str) -> int | None:
-    mesh = current_mesh()
-    return None if mesh is None else len(mesh.ranks(dim))
+def _getters(
+    dim: str, world: Callable[[], int] = lambda: 1, rank: Callable[[], int] = lambda: 0
+) -> tuple[Callable[[], int], Callable[[], int], Callable[[], Any]]:
+    """DeepSpeed's world size, rank and group getters of mesh dimension ``dim``; without a mesh
+    they answer ``world()``, ``rank()`` and None (the world group)."""
+
+    def world_size() -> int:
+        mesh = current_mesh()
+        return len(mesh.ranks(dim)) if mesh is not None else world()
+
+    def rank_in() -> int:
+        mesh = current_mesh()
+        return mesh.index(dim) if mesh is not None else rank()
+
+    def group() -> Any:
+        mesh = current_mesh()
+        return mesh.group(dim) if mesh is not None else None
+
+    return world_size, rank_in, group
 
 
-def _index(dim: str, default: int) -> int:
-    mesh = current_mesh()
-    return mesh.index(dim) if mesh is not None else default
-
-
-def _group(dim: str) -> Any:
-    mesh = current_mesh()
-    return mesh.group(dim) if mesh is not None else None  # None without a mesh: the world group
-
-
-def _get_data_parallel_world_size() -> int:
-    return _size("dp") or _world()
-
-
-def _get_data_parallel_rank() -> int:
-    return _index("dp", _rank())
-
-
-def _get_data_parallel_group() -> Any:
-    return _group("dp")
-
-
-def _get_sequence_parallel_world_size() -> int:
-    return _size("sp") or 1
-
-
-def _get_sequence_parallel_rank() -> int:
-    return _index("sp", 0)
-
-
-def _get_sequence_parallel_group() -> Any:
-    return _group("sp")
+_get_data_parallel_world_size, _get_data_parallel_rank, _get_data_parallel_group = _getters(
+    "dp", _world, _rank
+)
+_get_sequence_parallel_world_size, _get_sequence_parallel_rank, _get_sequence_parallel_group = (
+    _getters("sp")
+)
+_get_model_parallel_world_size, _get_model_parallel_rank, _get_model_parallel_group = _getters("tp")
 
 
 def _get_sequence_data_parallel_group() -> Any:
-    return _group("dp_sp")
-
-
-def _get_model_parallel_world_size() -> int:
-    return _size("tp") or 1
-
-
-def _get_model_parallel_rank() -> int:
-    return _index("tp", 0)
-
-
-def _get_model_parallel_group() -> Any:
-    return _group("tp")
+    mesh = current_mesh()
+    return mesh.group("dp_sp") if mesh is not None else None
 
 
 _get_tensor_model_parallel_world_size = _get_model_parallel_world_size
