@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ds.interfaces import registry
@@ -43,26 +44,21 @@ def requested(config: Mapping[str, Any], env: Mapping[str, str] | None = None) -
     return names
 
 
+@dataclass(eq=False)
 class MonitorHub:
     """Fans one engine's step metrics out to its monitors as DeepSpeed-named events."""
 
-    def __init__(
-        self,
-        monitors: Sequence[Monitor],
-        *,
-        rank: int = 0,
-        all_ranks: bool = False,
-        flops_per_token: float | None = None,
-        peak_flops: float | None = None,
-        wall_clock_breakdown: bool = False,
-    ) -> None:
-        self.monitors = list(monitors)
-        self.rank = rank
-        self.all_ranks = all_ranks
-        self.flops_per_token = flops_per_token
-        self.peak_flops = peak_flops
-        self.wall_clock_breakdown = wall_clock_breakdown
-        self.global_samples = 0
+    monitors: Sequence[Monitor]
+    _: KW_ONLY
+    rank: int = 0
+    all_ranks: bool = False
+    flops_per_token: float | None = None
+    peak_flops: float | None = None
+    wall_clock_breakdown: bool = False
+    global_samples: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.monitors = list(self.monitors)
 
     @classmethod
     def from_config(
