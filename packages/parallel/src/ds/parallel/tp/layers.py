@@ -54,8 +54,22 @@ def replicated(p: nn.Parameter | None, cache: dict[int, Any] | None) -> nn.Param
     return cache.setdefault(id(p), p)
 
 
-class ColumnParallelLinear(nn.Module):
-    """Output features split over the TP group. ``transposed``: Conv1D layout ``[in, out]``."""
+class _SlicedLinear(nn.Module):
+    """A linear layer holding this rank's slice of the weight. ``transposed``: Conv1D layout
+    ``[in, out]``."""
+
+    def __init__(
+        self, weight: nn.Parameter, bias: nn.Parameter | None, tp: TPGroup, transposed: bool
+    ) -> None:
+        super().__init__()
+        self.tp = tp
+        self.transposed = transposed
+        self.weight = weight
+        self.bias = bias
+
+
+class ColumnParallelLinear(_SlicedLinear):
+    """Output features split over the TP group."""
 
     def __init__(
         self,
@@ -67,13 +81,9 @@ class ColumnParallelLinear(nn.Module):
         gather_output: bool = False,
         fused: int = 1,
     ) -> None:
-        super().__init__()
-        self.tp = tp
-        self.transposed = transposed
+        super().__init__(weight, bias, tp, transposed)
         self.gather_output = gather_output
         self.fused = fused
-        self.weight = weight
-        self.bias = bias
         out_dim = 1 if transposed else 0
         self.in_features = weight.shape[0 if transposed else 1]
         self.out_features = weight.shape[out_dim] * tp.size  # the full width
@@ -117,17 +127,13 @@ class ColumnParallelLinear(nn.Module):
         )
 
 
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_SlicedLinear):
     """Input features split over the TP group; partial outputs all-reduced, bias added once."""
 
     def __init__(
         self, weight: nn.Parameter, bias: nn.Parameter | None, tp: TPGroup, *, transposed: bool
     ) -> None:
-        super().__init__()
-        self.tp = tp
-        self.transposed = transposed
-        self.weight = weight
-        self.bias = bias
+        super().__init__(weight, bias, tp, transposed)
         in_dim = 0 if transposed else 1
         self.in_features = weight.shape[in_dim] * tp.size
         self.local_in_features = weight.shape[in_dim]
