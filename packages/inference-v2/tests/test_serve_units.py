@@ -243,6 +243,12 @@ def test_engine_death_turns_health_503_and_serve_exits_1(tiny_dirs: dict[str, Pa
     assert ok.status_code == 200
 
     def broken() -> bool:  # a bug in the loop itself, not in any request
+        # Fail with the next request in hand: the thread may call this before the request below
+        # is sent (it finishes its last iteration after the reply went out), and a loop that
+        # died idle would stop the server before the request reached it. When the request got
+        # in first (accepted by the iteration already under way), it is in flight: fail now.
+        if not loop.scheduler.has_unfinished():
+            loop._inbox.put(loop._inbox.get())
         raise RuntimeError("engine bug")
 
     loop._iteration = broken
