@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ds.interfaces.ledger import GateThresholds
+
 HERE = Path(__file__).resolve().parent
 DS = Path(sys.executable).parent / "ds"
 LIMIT = 3 << 30  # the memory limit of the "offload" run's container: 3 GiB
@@ -56,7 +58,11 @@ def _window(out: Path) -> list[dict]:
 def test_healthy_run_passes_and_slow_runs_fail_on_their_term(runs) -> None:  # type: ignore[no-untyped-def]
     clean, host, peer = (runs[s][0] for s in ("clean", "slow_host", "slow_peer"))
     assert clean["passed"], clean
-    assert clean["metrics"]["ddi"] < 9.0, clean  # well inside the limit, not even a warning
+    # Inside the limit with no warning (the gate's own line: warn_fraction of ddi_max). On a
+    # 2-core machine shared with other test workers the ranks are descheduled in turn, so even
+    # a healthy run shows some exposed wait (measured 0.37 of a step at load 3, DDI 10.7).
+    assert clean["metrics"]["ddi"] < GateThresholds().ddi_max, clean
+    assert clean["findings"] == [], clean
     assert clean["metrics"]["ddi.offload"] == 0  # no offload configured
     assert 0 < clean["metrics"]["zomm"] < 0.5  # memory measured, far from the limit
 
