@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from ds.full import memory_limit
-from ds.full.peer_waits import HORIZON, PeerWaits
-from ds.full.signals import SignalBus
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.telemetry import CommEvent, StepMetrics
+from ds.monitor import memory_limit
+from ds.monitor.gate_signals import SignalBus
+from ds.monitor.peer_waits import HORIZON, PeerWaits
 
 GIB = 1 << 30
 

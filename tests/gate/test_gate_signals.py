@@ -92,7 +92,7 @@ def test_offload_is_measured_against_the_container_memory_limit(runs, monkeypatc
     )
     # Without the file, the same memory is held against this machine's own limit (its cgroup's,
     # else its RAM).
-    from ds.full.memory_limit import host_memory_limit
+    from ds.monitor.memory_limit import host_memory_limit
 
     monkeypatch.delenv("DS_MEMORY_LIMIT_FILE", raising=False)
     machine = host_memory_limit(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

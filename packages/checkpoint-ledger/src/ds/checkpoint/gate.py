@@ -12,7 +12,7 @@ each term measures and why its limit is where it is; the limits are
       L = min(1, max(0, median(window step_time_s) / median(baseline step_time_s) - 1))
       DDI = 100 * (0.35 * O + 0.25 * C + 0.25 * S + 0.15 * L)
 
-  C and S count exposed wait beyond the collectives' own cost (ds.full.signals): a healthy run
+  C and S count exposed wait beyond the collectives' own cost (ds.monitor.gate_signals): a healthy run
   whose collectives are a large share of a small step scores near 0 on them. The baseline is the
   first ``baseline_steps`` steps the gate saw; L is step-latency degradation. When the ranks
   waited on a peer, the finding names the rank that arrived last (``late_rank``).
