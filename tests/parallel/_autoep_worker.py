@@ -7,9 +7,14 @@ the losses of ``STEPS`` steps and its final weights (dense ones and its experts 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 from _parity import join_world
+
+# A script rank: the suite's support folder is not on its path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from tiny_models import llama_shape
 
 STEPS = 5
 MICRO = 2
@@ -19,17 +24,9 @@ SEQ = 8
 def tiny_mixtral(seed: int = 0):
     import transformers
 
+    shape = llama_shape(16, 24, heads=2, kv_heads=1, vocab=64, positions=64)
     cfg = transformers.MixtralConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=24,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        max_position_embeddings=64,
-        attn_implementation="eager",
+        **shape, num_local_experts=4, num_experts_per_tok=2, attn_implementation="eager"
     )
     torch.manual_seed(seed)
     return transformers.MixtralForCausalLM(cfg).float()

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 from _parity import train_alone
+
+# The ranks run as scripts: the suite's support folder is not on their path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from tiny_models import mlp_expert
 
 from ds.parallel.moe import MoE
 
@@ -21,11 +28,7 @@ class Net(torch.nn.Module):
     def __init__(self, k: int, ep_size: int, residual: bool) -> None:
         super().__init__()
         self.inp = torch.nn.Linear(HIDDEN, HIDDEN)
-        expert = torch.nn.Sequential(
-            torch.nn.Linear(HIDDEN, 2 * HIDDEN),
-            torch.nn.GELU(),
-            torch.nn.Linear(2 * HIDDEN, HIDDEN),
-        )
+        expert = mlp_expert(HIDDEN)
         # capacity_factor 0.5 with k=1 (0.5 * 2 with k=2) drops tokens at these sizes; token
         # order decides which (use_rts=False) so the reference drops the same ones.
         self.moe = MoE(

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
+
+# The ranks run as scripts: the suite's support folder is not on their path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from tiny_models import llama_shape
 
 VOCAB = 128
 
@@ -23,16 +29,7 @@ def config(kind: str, **overrides: Any) -> Any:
         "qwen3": tf.Qwen3Config,
         "mistral": tf.MistralConfig,
     }[kind]
-    kw = dict(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
+    kw = llama_shape(32, 64, heads=4, kv_heads=2, positions=64, bos_token_id=0, eos_token_id=0)
     if kind == "qwen3":
         kw["head_dim"] = 8
     return cls(**{**common, **kw, **overrides})

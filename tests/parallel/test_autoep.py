@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import llama_shape
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -97,19 +98,9 @@ def test_autoep_replaces_qwen_moe_experts_and_keeps_the_forward(family: str) -> 
     import ds.full as ds
     from ds.parallel.moe.autoep import ExpertParallelExperts
 
-    common = dict(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=24,
-        moe_intermediate_size=12,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_experts=4,
-        num_experts_per_tok=2,
-        norm_topk_prob=family == "qwen3_moe",
-        max_position_embeddings=64,
-    )
+    moe = dict(moe_intermediate_size=12, num_experts=4, num_experts_per_tok=2)
+    moe["norm_topk_prob"] = family == "qwen3_moe"
+    common = llama_shape(16, 24, heads=2, kv_heads=1, vocab=64, positions=64, **moe)
     if family == "qwen2_moe":
         cfg, cls = (
             transformers.Qwen2MoeConfig(shared_expert_intermediate_size=8, **common),

@@ -12,6 +12,7 @@ import gc
 
 import pytest
 import torch
+from tiny_models import llama_shape
 
 import ds.full as ds
 from ds.interfaces.comm import NCCL_CAPABILITIES
@@ -26,15 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def _build(device: torch.device) -> torch.nn.Module:
-    cfg = transformers.LlamaConfig(
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        vocab_size=512,
-        max_position_embeddings=64,
-    )
+    cfg = transformers.LlamaConfig(**llama_shape(64, 176, heads=4, vocab=512, positions=64))
     with torch.device(device):
         return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
 

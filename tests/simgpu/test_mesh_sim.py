@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from tiny_models import llama_shape
 
 import ds.full as ds
 from ds.sim.world import RankContext, run_world
@@ -21,16 +22,8 @@ SEQ, MICRO = 16, 2
 
 def tiny_llama() -> Any:
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
-    )
+    shape = llama_shape(32, 64, heads=4, kv_heads=4, vocab=64, positions=64)
+    cfg = transformers.LlamaConfig(**shape, attn_implementation="sdpa")
     return transformers.LlamaForCausalLM(cfg)
 
 

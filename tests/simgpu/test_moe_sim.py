@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from tiny_models import mlp_expert
 
 import ds.full as ds
 from ds.parallel.moe import MoE
@@ -20,11 +21,7 @@ class Net(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.inp = torch.nn.Linear(HIDDEN, HIDDEN)
-        expert = torch.nn.Sequential(
-            torch.nn.Linear(HIDDEN, 2 * HIDDEN),
-            torch.nn.GELU(),
-            torch.nn.Linear(2 * HIDDEN, HIDDEN),
-        )
+        expert = mlp_expert(HIDDEN)
         # drop_tokens keeps the capacity a function of the shapes alone: the fake tensors carry
         # no values for a data-dependent capacity.
         self.moe = MoE(HIDDEN, expert, num_experts=EXPERTS, ep_size=EP, k=2, min_capacity=1)

@@ -1,6 +1,7 @@
 """Tiny random causal LMs built with transformers from a config (no downloads), for the
 inference and serving tests: one shape, one seeding and one weight scaling for all of them; and
-transformers' greedy decoding, the reference the engine's outputs are compared with."""
+transformers' greedy decoding, the reference the engine's outputs are compared with. Also the
+config keywords of the other suites' tiny Llama-like models and the tiny MoE models' expert."""
 
 from __future__ import annotations
 
@@ -8,16 +9,45 @@ from typing import Any
 
 import torch
 
+
+def llama_shape(
+    hidden: int,
+    intermediate: int,
+    *,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int | None = None,
+    vocab: int | None = None,
+    positions: int | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The keywords of a Llama-like transformers config: ``hidden`` and ``intermediate`` sizes,
+    ``layers``, attention ``heads`` and ``kv_heads`` (default: ``heads``), then ``extra`` as given.
+    ``vocab`` and ``positions`` (max_position_embeddings) are left to the config when None."""
+    shape: dict[str, Any] = {} if vocab is None else {"vocab_size": vocab}
+    shape.update(
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads if kv_heads is None else kv_heads,
+    )
+    if positions is not None:
+        shape["max_position_embeddings"] = positions
+    return {**shape, **extra}
+
+
 # The shape every tiny Llama-like test model starts from (families override what they lack).
-TINY = dict(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=1024,
-)
+TINY = llama_shape(64, 128, heads=4, kv_heads=2, vocab=512, positions=1024)
+
+
+def mlp_expert(hidden: int) -> torch.nn.Module:
+    """The expert of the tiny MoE test models: ``hidden -> 2 * hidden -> hidden`` with GELU."""
+    return torch.nn.Sequential(
+        torch.nn.Linear(hidden, 2 * hidden),
+        torch.nn.GELU(),
+        torch.nn.Linear(2 * hidden, hidden),
+    )
 
 
 def sharpen(model: Any) -> Any:

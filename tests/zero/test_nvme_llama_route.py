@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from tiny_models import llama_shape
 
 import ds.full as ds
 from ds.zero import Init
@@ -16,15 +17,7 @@ from ds.zero.stage3 import shard_of
 
 
 def test_llama_trains_with_params_and_optimizer_on_nvme(tmp_path: Path) -> None:
-    cfg = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        vocab_size=128,
-        max_position_embeddings=64,
-    )
+    cfg = transformers.LlamaConfig(**llama_shape(32, 64, heads=4, vocab=128, positions=64))
     where = {"device": "nvme", "nvme_path": str(tmp_path), "buffer_count": 2}
     config = {
         "train_micro_batch_size_per_gpu": 1,

@@ -42,20 +42,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "gpu"))
 from harness import Bench
+from models import llama_shape
 
 from ds.inference import SamplingParams, build_engine, generate
 from ds.inference.scheduler import ContinuousBatchScheduler
 
-MODEL = dict(
-    vocab_size=4096,
-    hidden_size=256,
-    intermediate_size=688,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    max_position_embeddings=2048,
-)
+MODEL = llama_shape(256, 688, layers=4, heads=8, kv_heads=4, vocab=4096, positions=2048)
 
 
 def make_model() -> Any:

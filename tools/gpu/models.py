@@ -7,26 +7,36 @@ from typing import Any
 
 import torch
 
+_SHAPE_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "max_position_embeddings",
+)
+
+
+def llama_shape(
+    hidden: int,
+    intermediate: int,
+    *,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    vocab: int,
+    positions: int,
+) -> dict[str, int]:
+    """The LlamaConfig keywords of one shape."""
+    sizes = (vocab, hidden, intermediate, layers, heads, kv_heads, positions)
+    return dict(zip(_SHAPE_KEYS, sizes))
+
+
 # "1b": hidden 2048, 18 layers, 32k vocabulary (1.06e9 parameters); "tiny": the CPU test's.
 SIZES: dict[str, dict[str, int]] = {
-    "1b": dict(
-        vocab_size=32000,
-        hidden_size=2048,
-        intermediate_size=5632,
-        num_hidden_layers=18,
-        num_attention_heads=16,
-        num_key_value_heads=16,
-        max_position_embeddings=4096,
-    ),
-    "tiny": dict(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    ),
+    "1b": llama_shape(2048, 5632, layers=18, heads=16, kv_heads=16, vocab=32000, positions=4096),
+    "tiny": llama_shape(64, 128, layers=2, heads=4, kv_heads=2, vocab=512, positions=1024),
 }
 
 # Dense bf16 peak of common accelerators in TFLOP/s (vendor figures, no sparsity).

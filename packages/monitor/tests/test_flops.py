@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny_models import llama_shape
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -51,13 +52,7 @@ def _tiny_llama():  # type: ignore[no-untyped-def]
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     cfg = LlamaConfig(
-        hidden_size=48,
-        intermediate_size=80,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_hidden_layers=1,
-        vocab_size=64,
-        attn_implementation="sdpa",
+        **llama_shape(48, 80, layers=1, heads=4, kv_heads=2, vocab=64), attn_implementation="sdpa"
     )
     return cfg, LlamaDecoderLayer(cfg, layer_idx=0).eval(), LlamaRotaryEmbedding(cfg)
 
