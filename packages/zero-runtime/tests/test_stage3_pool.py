@@ -9,12 +9,18 @@ from ds.zero.stage3.pool import BufferPool
 CPU = torch.device("cpu")
 
 
+def _returned(pool: BufferPool, numel: int) -> int:
+    """Take a buffer of ``numel`` floats, drop it and give it back; its data pointer."""
+    buf = pool.take(numel, torch.float32, CPU)
+    ptr = buf.data_ptr()
+    del buf
+    pool.give(ptr)
+    return ptr
+
+
 def test_returned_buffer_is_reused_for_the_same_size() -> None:
     pool = BufferPool(budget_bytes=1 << 20)
-    a = pool.take(5000, torch.float32, CPU)
-    ptr = a.data_ptr()
-    del a
-    pool.give(ptr)
+    ptr = _returned(pool, 5000)
     b = pool.take(5000, torch.float32, CPU)
     assert b.data_ptr() == ptr and b.numel() == 5000
     assert pool.stats.fresh == 1 and pool.stats.reused == 1
@@ -53,10 +59,7 @@ def test_idle_buffers_beyond_the_budget_are_freed() -> None:
 
 def test_small_request_does_not_take_a_much_larger_buffer() -> None:
     pool = BufferPool(budget_bytes=1 << 24)
-    big = pool.take(100_000, torch.float32, CPU)
-    ptr = big.data_ptr()
-    del big
-    pool.give(ptr)
+    ptr = _returned(pool, 100_000)
     small = pool.take(1000, torch.float32, CPU)
     assert small.data_ptr() != ptr
     mid = pool.take(60_000, torch.float32, CPU)
