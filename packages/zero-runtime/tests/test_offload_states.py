@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from _batches import regression_batches
 
 from ds.interfaces.errors import ConfigError
 from ds.ops.provider import CpuKernelProvider
@@ -37,9 +38,7 @@ def _engine(stage: int, precision: str = "fp32", **zero: Any) -> ZeroEngine:
 
 def _train(engine: ZeroEngine, micro_batches: int, seed: int) -> None:
     """``micro_batches`` forward/backward/step calls (2 make one optimizer step)."""
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(micro_batches):
-        x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+    for x, y in regression_batches(micro_batches, seed):
         out = engine(x.to(next(engine.module.parameters()).dtype))
         engine.backward(torch.nn.functional.mse_loss(out.float(), y))
         engine.step()

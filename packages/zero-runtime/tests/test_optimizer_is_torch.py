@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import torch
+from _batches import regression_batches
 from torch.optim.lr_scheduler import LambdaLR
 
 from ds.ops.provider import CpuKernelProvider
@@ -69,9 +70,7 @@ def test_lambda_lr_and_step_hooks_on_the_engine_optimizer(
 
     ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.01, foreach=False)
     ref_sched = LambdaLR(ref_opt, _decay)
-    g = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+    for x, y in regression_batches(3):
         engine.backward(torch.nn.functional.mse_loss(engine(x), y))
         engine.step()
         ref_opt.zero_grad()

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from _batches import regression_batches
 
 from ds.interfaces.errors import ConfigError
 from ds.ops.provider import CpuKernelProvider
@@ -85,9 +86,7 @@ def _train(
 
 def _three_steps(engine: ZeroEngine, model: torch.nn.Module) -> list[torch.Tensor]:
     """Three engine steps on the fixed regression batches; the model's final weights."""
-    g = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+    for x, y in regression_batches(3):
         engine.backward(torch.nn.functional.mse_loss(engine(x), y))
         engine.step()
     engine.synchronize_parameters()
@@ -95,9 +94,7 @@ def _three_steps(engine: ZeroEngine, model: torch.nn.Module) -> list[torch.Tenso
 
 
 def _torch_run(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    for _ in range(3):
-        x, y = torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)
+    for x, y in regression_batches(3):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
