@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,6 +15,10 @@ from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
 
 from ds.integrations.hf import DsTrainer
+
+# Run as a script: the suite's support folder is not on its path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from tiny_models import llama_shape
 
 
 class Tokens(Dataset):  # type: ignore[type-arg]
@@ -39,17 +44,8 @@ class Rates(TrainerCallback):
 
 def main() -> None:
     torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=64,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=16,
-        )
-    )
+    shape = llama_shape(16, 32, layers=1, heads=2, kv_heads=2, vocab=64, positions=16)
+    model = LlamaForCausalLM(LlamaConfig(**shape))
     args = TrainingArguments(
         output_dir=sys.argv[1],
         per_device_train_batch_size=2,

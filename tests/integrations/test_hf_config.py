@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import llama_shape
 from transformers import TrainingArguments
 
 from ds.integrations.hf.config import fill_auto, finalize_auto
@@ -137,16 +138,8 @@ def test_scheduler_section_is_kept_and_filled_in_both_phases(tmp_path: Path) -> 
 def test_hidden_size_autos_from_the_model_config(tmp_path: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            vocab_size=64,
-        )
-    )
+    shape = llama_shape(16, 32, layers=1, heads=2, kv_heads=2, vocab=64)
+    model = LlamaForCausalLM(LlamaConfig(**shape))
     zero = {
         "stage": 3,
         "reduce_bucket_size": "auto",
