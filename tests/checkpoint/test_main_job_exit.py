@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-DS = str(Path(sys.executable).parent / "ds")
+from main_job import ROOT, ds_run, main_job
 
 pytestmark = pytest.mark.multiprocess
 
 
-def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [DS, "run", "--nproc", "2", *args],
+        cmd,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -40,9 +37,8 @@ def test_ending_with_collectives_in_flight_exits_cleanly(ending: str) -> None:
     # in a later check), so four clean runs in a row happen by chance under 1 % of the time
     # without the fix. "example": train_gpt.py's shutdown; "full": ds.full's exit hook alone.
     for i in range(4):
-        proc = _run(
-            [str(ROOT / "tests" / "checkpoint" / "_exit_worker.py")], {"EXIT_PATH": ending}, 60
-        )
+        worker = ROOT / "tests" / "checkpoint" / "_exit_worker.py"
+        proc = _run(ds_run(worker), {"EXIT_PATH": ending}, 60)
         text = proc.stdout + proc.stderr
         assert "terminate called" not in text, f"run {i}: {text[-2000:]}"
         assert proc.returncode == 0, f"run {i}: {text[-2000:]}"
@@ -53,19 +49,7 @@ def test_ending_with_collectives_in_flight_exits_cleanly(ending: str) -> None:
 def test_main_job_exits_0_four_times_in_a_row(tmp_path: Path) -> None:
     for i in range(4):
         out = tmp_path / f"run{i}"
-        proc = _run(
-            [
-                str(ROOT / "examples" / "train_gpt.py"),
-                "--config",
-                str(ROOT / "examples" / "ds_config_zero2.json"),
-                "--steps",
-                "12",
-                "--out",
-                str(out),
-            ],
-            {},
-            280,
-        )
+        proc = _run(main_job(12, out), {}, 280)
         text = proc.stdout + proc.stderr
         assert "terminate called" not in text, f"run {i}: {text[-3000:]}"
         assert proc.returncode == 0, f"run {i}: {text[-3000:]}"

@@ -7,34 +7,19 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from main_job import ROOT, main_job
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_train_gpt_runs_under_the_launcher(tmp_path: Path) -> None:
-    ds_cli = Path(sys.executable).parent / "ds"
     out = tmp_path / "run"
     proc = subprocess.run(
-        [
-            str(ds_cli),
-            "run",
-            "--nproc",
-            "2",
-            str(ROOT / "examples" / "train_gpt.py"),
-            "--config",
-            str(ROOT / "examples" / "ds_config_zero2.json"),
-            "--steps",
-            "30",
-            "--out",
-            str(out),
-        ],
+        main_job(30, out),
         cwd=ROOT,
         capture_output=True,
         text=True,
