@@ -48,6 +48,35 @@ def dataset(n: int = 128) -> TensorDataset:
     return TensorDataset(x, y)
 
 
+def fit(
+    model: pl.LightningModule,
+    strategy: object,
+    devices: int,
+    args: argparse.Namespace,
+    resume: str | None = None,
+    save: str | None = None,
+) -> pl.Trainer:
+    """Fit ``model`` with ``strategy`` on ``devices`` CPU processes: ``args.steps`` optimizer
+    steps of ``args.accumulate`` batches of ``args.batch`` from ``dataset(args.samples)``, from
+    the checkpoint ``resume`` when given, saving one to ``save`` at the end when given."""
+    trainer = pl.Trainer(
+        strategy=strategy,
+        accelerator="cpu",
+        devices=devices,
+        max_steps=args.steps,
+        accumulate_grad_batches=args.accumulate,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    loader = DataLoader(dataset(args.samples), batch_size=args.batch, shuffle=False)
+    trainer.fit(model, loader, ckpt_path=resume)
+    if save:
+        trainer.save_checkpoint(save)
+    return trainer
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--strategy", default="ds_zero2")
@@ -63,21 +92,7 @@ def main() -> None:
 
     pl.seed_everything(0, verbose=False)
     model = Regressor()
-    trainer = pl.Trainer(
-        strategy=args.strategy,
-        accelerator="cpu",
-        devices=args.devices,
-        max_steps=args.steps,
-        accumulate_grad_batches=args.accumulate,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    loader = DataLoader(dataset(args.samples), batch_size=args.batch, shuffle=False)
-    trainer.fit(model, loader, ckpt_path=args.resume)
-    if args.save:
-        trainer.save_checkpoint(args.save)
+    trainer = fit(model, args.strategy, args.devices, args, args.resume, args.save)
     if args.losses and trainer.is_global_zero:
         with open(args.losses, "w") as f:
             json.dump({"losses": model.losses, "global_step": trainer.global_step}, f)

@@ -10,10 +10,9 @@ import os
 import sys
 
 import lightning.pytorch as pl
-from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-from lightning_module import Regressor, dataset
+from lightning_module import Regressor, fit
 
 import ds.integrations.lightning
 
@@ -31,24 +30,10 @@ def strategy_for(name: str) -> object:
     return name
 
 
-def fit(strategy: str, args: argparse.Namespace, resume: str | None, save: str | None) -> dict:
+def fit_one(strategy: str, args: argparse.Namespace, resume: str | None, save: str | None) -> dict:
     pl.seed_everything(0, verbose=False)
     model = ConfigOptimizerRegressor() if strategy.endswith("config_optimizer") else Regressor()
-    trainer = pl.Trainer(
-        strategy=strategy_for(strategy),
-        accelerator="cpu",
-        devices=2,
-        max_steps=args.steps,
-        accumulate_grad_batches=args.accumulate,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    loader = DataLoader(dataset(args.samples), batch_size=args.batch, shuffle=False)
-    trainer.fit(model, loader, ckpt_path=resume)
-    if save:
-        trainer.save_checkpoint(save)
+    trainer = fit(model, strategy_for(strategy), 2, args, resume, save)
     return {"losses": model.losses, "global_step": trainer.global_step}
 
 
@@ -68,7 +53,7 @@ def main() -> None:
     for name in names:
         resume = os.path.join(args.resume, name) if args.resume else None
         save = os.path.join(args.save, name) if args.save else None
-        out[name] = fit(name, args, resume, save)
+        out[name] = fit_one(name, args, resume, save)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         with open(args.out, "w") as f:
             json.dump(out, f)
