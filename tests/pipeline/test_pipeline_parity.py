@@ -50,6 +50,22 @@ def _reference(dp: int, **module_kw: object) -> dict:
     return {**run, "eval": evaluation}
 
 
+def _resumed(first: dict, world: int, out: Path, scenario: str) -> dict:
+    """``scenario`` at ``world`` ranks from the checkpoint ``first`` saved, joined to ``first``:
+    the whole run as one record (losses and norms of both, the second's weights and eval)."""
+    os.environ["DS_TEST_CKPT"] = str(first["dir"] / "ckpt")
+    try:
+        second = _world(world, out, [scenario])[scenario]
+    finally:
+        del os.environ["DS_TEST_CKPT"]
+    return {
+        "losses": first["losses"] + second["losses"],
+        "norms": first["norms"] + second["norms"],
+        "weights": second["weights"],
+        "eval": second["eval"],
+    }
+
+
 def _assert_same(got: dict, want: dict) -> None:
     # Clipping is active (the norm is above 0.5 at the start): the norm adds every stage once
     # and the tied embedding once.
@@ -166,15 +182,4 @@ def test_pp2_checkpoint_continues_exactly_at_pp1_and_back(reference: dict, tmp_p
         want = reference[2 if first_world == 4 else 1]
         out = tmp_path / f"{first_world}to{second_world}"
         first = _world(first_world, out / "a", ["1f1b:1:half"])["1f1b:1:half"]
-        os.environ["DS_TEST_CKPT"] = str(first["dir"] / "ckpt")
-        try:
-            second = _world(second_world, out / "b", ["1f1b:1:resume"])["1f1b:1:resume"]
-        finally:
-            del os.environ["DS_TEST_CKPT"]
-        got = {
-            "losses": first["losses"] + second["losses"],
-            "norms": first["norms"] + second["norms"],
-            "weights": second["weights"],
-            "eval": second["eval"],
-        }
-        _assert_same(got, want)
+        _assert_same(_resumed(first, second_world, out / "b", "1f1b:1:resume"), want)

@@ -5,7 +5,6 @@ layer and TP rank) continues exactly at the same layout and at PP=1 x TP=1."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _pipe_gpt import TPBlock, pipeline_module  # noqa: E402
-from test_pipeline_parity import _assert_same, _reference, _world  # noqa: E402
+from test_pipeline_parity import _assert_same, _reference, _resumed, _world  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -81,17 +80,6 @@ def test_pp2_x_tp2_checkpoint_continues_exactly(
 ) -> None:
     # Five steps at PP=2 x TP=2 (ZeRO-1), saved; the last five at the same layout, and at one
     # process (PP=1 x TP=1: the TP slices of weights and Adam moments joined per parameter).
-    first = pp2_tp2["1f1b:1:tp:half"]
-    os.environ["DS_TEST_CKPT"] = str(first["dir"] / "ckpt")
     flag = "tp" if world == 4 else "tpblock"
-    try:
-        second = _world(world, tmp_path, [f"1f1b:1:{flag}:resume"])[f"1f1b:1:{flag}:resume"]
-    finally:
-        del os.environ["DS_TEST_CKPT"]
-    got = {
-        "losses": first["losses"] + second["losses"],
-        "norms": first["norms"] + second["norms"],
-        "weights": second["weights"],
-        "eval": second["eval"],
-    }
+    got = _resumed(pp2_tp2["1f1b:1:tp:half"], world, tmp_path, f"1f1b:1:{flag}:resume")
     _assert_same(got, reference)
