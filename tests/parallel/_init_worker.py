@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _parity import join_world
+from _parity import run_scenarios_as_rank
 from _tp_models import batch, model
 
 STEPS = 10
@@ -126,23 +127,16 @@ def train(ds, dist, kind: str, tp: int, sp: int, stage: int, out: Path, flag: st
     return {"losses": losses, "norms": norms, "weights": weights, "memory": memory}
 
 
-def main() -> None:
-    # argv: rank world port out scenario...; a scenario is kind:tp:sp:stage[:flag]
-    # ("resume": save after half the steps, rebuild the engine and model, load, finish;
-    # "deepspeed": through the DeepSpeed names, deepspeed.tp_model_init then initialize).
-    rank, _, out = join_world()
-    import ds.full as ds
-    from ds import comm as dist
+def run(ds: Any, dist: Any, scenario: str, where: Path) -> dict:
+    # A scenario is kind:tp:sp:stage[:flag] ("resume": save after half the steps, rebuild the
+    # engine and model, load, finish; "deepspeed": through the DeepSpeed names,
+    # deepspeed.tp_model_init then initialize).
+    kind, tp, sp, stage, *flag = scenario.split(":")
+    return train(ds, dist, kind, int(tp), int(sp), int(stage), where, "".join(flag))
 
-    for scenario in sys.argv[5:]:
-        kind, tp, sp, stage, *flag = scenario.split(":")
-        where = out / scenario.replace(":", "-")
-        where.mkdir(parents=True, exist_ok=True)
-        result = train(ds, dist, kind, int(tp), int(sp), int(stage), where, "".join(flag))
-        if rank == 0:
-            torch.save(result, where / "result.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+
+def main() -> None:
+    run_scenarios_as_rank(run)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,24 @@ def join_world(**extra_env: str) -> tuple[int, int, Path]:
     return rank, world, out
 
 
+def run_scenarios_as_rank(run: Callable[[Any, Any, str, Path], dict], **extra_env: str) -> None:
+    """The rank side of ``_ranks_launch.run_scenarios`` (``script RANK WORLD PORT OUT SCENARIO...``):
+    join the world, then for each scenario ``run(ds.full, ds.comm, scenario, OUT/<scenario>)``,
+    rank 0 saving what it returns as ``result.pt`` in that folder; then leave the world."""
+    rank, _, out = join_world(**extra_env)
+    import ds.full as ds
+    from ds import comm as dist
+
+    for scenario in sys.argv[5:]:
+        where = out / scenario.replace(":", "-")
+        where.mkdir(parents=True, exist_ok=True)
+        result = run(ds, dist, scenario, where)
+        if rank == 0:
+            torch.save(result, where / "result.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def world_fixture(
     run: Callable[[int, Path, list[str]], dict[str, dict]], world: int, scenarios: list[str]
 ) -> Any:

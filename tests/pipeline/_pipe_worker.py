@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parallel"))  # joining the world
 
+from _parity import run_scenarios_as_rank
 from _pipe_gpt import TPBlock, batch, pipeline_module
 
 STEPS, MICRO, GAS, STAGES = 10, 2, 4, 2
@@ -91,29 +94,18 @@ def train(ds, schedule: str, stage: int, out: Path, flags: set[str]) -> dict:
     }
 
 
-def main() -> None:
-    rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-    )  # fmt: skip
-    torch.set_num_threads(1)
-    import ds.full as ds
-    from ds import comm as dist
+def run(ds: Any, dist: Any, scenario: str, where: Path) -> dict:
+    schedule, stage, *flags = scenario.split(":")
+    result = train(ds, schedule, int(stage), where, set(flags))
+    # Every rank reports its losses: train_batch returns the batch's loss on all of them.
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, result["losses"])
+    result["loss_on_every_rank"] = everyone
+    return result
 
-    for scenario in sys.argv[5:]:
-        schedule, stage, *flags = scenario.split(":")
-        where = out / scenario.replace(":", "-")
-        where.mkdir(parents=True, exist_ok=True)
-        result = train(ds, schedule, int(stage), where, set(flags))
-        # Every rank reports its losses: train_batch returns the batch's loss on all of them.
-        everyone: list = [None] * world
-        dist.all_gather_object(everyone, result["losses"])
-        result["loss_on_every_rank"] = everyone
-        if rank == 0:
-            torch.save(result, where / "result.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+
+def main() -> None:
+    run_scenarios_as_rank(run)
 
 
 if __name__ == "__main__":
