@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,12 +31,19 @@ class Block(nn.Module):
 
 class TinyGPT(nn.Module):
     def __init__(
-        self, vocab: int = 64, d: int = 32, layers: int = 2, heads: int = 2, seq: int = 16
+        self,
+        vocab: int = 64,
+        d: int = 32,
+        layers: int = 2,
+        heads: int = 2,
+        seq: int = 16,
+        block: Callable[[int, int], nn.Module] = Block,
     ):
+        """``layers`` blocks made by ``block(d, heads)`` between the embeddings and the head."""
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(block(d, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import torch
+from _gpt import TinyGPT as GPTLayout
 from torch import nn
 
 
@@ -45,25 +46,14 @@ class Block(nn.Module):
         return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
-class TinyGPT(nn.Module):
-    def __init__(
-        self,
-        vocab: int = 64,
-        d: int = 32,
-        layers: int = 2,
-        heads: int = 2,
-        seq: int = 16,
-        ckpt: Any = None,
-    ) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Embedding(seq, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
+class TinyGPT(GPTLayout):
+    """_gpt.py's tiny GPT with this file's blocks, returning the logits."""
+
+    def __init__(self, ckpt: Any = None, **shape: int) -> None:
+        super().__init__(**shape, block=Block)
         self.ckpt = ckpt  # activation checkpoint function, or None
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
         for b in self.blocks:
             x = self.ckpt(b, x) if self.ckpt is not None else b(x)
