@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Bench
+from harness import Bench, free_port
 
 SMALL, BIG = 1 << 10, 64 << 20
 
@@ -79,12 +78,6 @@ def _worker(out_path: str, rounds: int, block: int, big_rounds: int) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=30)
@@ -97,7 +90,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "samples.json")
-        port = str(_free_port())
+        port = str(free_port())
         procs = []
         for r in range(2):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r))

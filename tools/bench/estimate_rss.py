@@ -21,25 +21,25 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from models import llama_shape
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 SIZES = {
     # ~21M parameters: 8.4M in the two embeddings, 12.6M in four layers.
-    "small": {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
-              "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 8192},
+    "small": llama_shape(512, 1376, layers=4, heads=8, kv_heads=8, vocab=8192, positions=512),
     # ~84M parameters.
-    "medium": {"hidden_size": 1024, "intermediate_size": 2752, "num_hidden_layers": 5,
-               "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 8192},
+    "medium": llama_shape(1024, 2752, layers=5, heads=16, kv_heads=16, vocab=8192, positions=512),
     # The runtime alone: a model of a few thousand parameters.
-    "negligible": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
-                   "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 64},
-}  # fmt: skip
+    "negligible": llama_shape(16, 32, layers=1, heads=2, kv_heads=2, vocab=64, positions=512),
+}
 
 
 def _config(work: Path, size: str) -> Path:
     path = work / f"{size}.json"
-    cfg = {"model_type": "llama", "max_position_embeddings": 512, **SIZES[size]}
+    cfg = {"model_type": "llama", **SIZES[size]}
     path.write_text(json.dumps(cfg))
     return path
 

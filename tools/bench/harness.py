@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -167,6 +168,13 @@ class Bench:
         out.write_text(json.dumps(self.to_json(), indent=2))
         print(f"\nresults written to {out}")
         return out
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (a benchmark world's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 # ceilings ------------------------------------------------------------------

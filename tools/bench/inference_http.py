@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,17 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from harness import free_port
 
 
 def start_server(model_dir: Path, args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
-    port = _port()
+    port = free_port()
     ds = shutil.which("ds", path=str(Path(sys.executable).parent))
     cmd = [ds, "serve"] if ds else [sys.executable, "-m", "ds.inference.cli"]
     proc = subprocess.Popen(

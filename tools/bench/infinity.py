@@ -22,26 +22,27 @@ import json
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from harness import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from models import llama_shape
+
 HERE = Path(__file__).resolve().parent
 
 SIZES: dict[str, dict[str, int]] = {
     # ~0.32B: 65.5M in the two embeddings, 12.8M in each of 20 layers.
-    "300m": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 20,
-             "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 32000},
+    "300m": llama_shape(1024, 2816, layers=20, heads=16, kv_heads=16, vocab=32000, positions=256),
     # ~2.54B: 164M in the two embeddings, 79.3M in each of 30 layers; 40.6 GB of model states.
-    "2.5b": {"hidden_size": 2560, "intermediate_size": 6912, "num_hidden_layers": 30,
-             "num_attention_heads": 20, "num_key_value_heads": 20, "vocab_size": 32000},
+    "2.5b": llama_shape(2560, 6912, layers=30, heads=20, kv_heads=20, vocab=32000, positions=256),
     # CI-sized: the same route in seconds.
-    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256},
-}  # fmt: skip
+    "tiny": llama_shape(64, 128, layers=2, heads=4, kv_heads=4, vocab=256, positions=256),
+}
 
 
 # Allocations of 1 MiB and more are mappings of their own, returned to the system when freed (the
@@ -55,7 +56,7 @@ MAX_LIVE = 100_000_000
 def hf_config(size: str) -> Any:
     from transformers import LlamaConfig
 
-    return LlamaConfig(max_position_embeddings=256, **SIZES[size])
+    return LlamaConfig(**SIZES[size])
 
 
 def ds_config(nvme_path: str, lr: float, max_live: int = MAX_LIVE) -> dict[str, Any]:
@@ -168,12 +169,6 @@ def estimated(size: str, nvme_path: str, lr: float, seq_len: int) -> tuple[int, 
     )
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _available() -> int:
     with open("/proc/meminfo") as f:
         info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in f}
@@ -206,7 +201,7 @@ def main() -> None:
     out = work.with_name(work.name + "-result.json")
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
                DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_port()),
+               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                **MALLOC_ENV)  # fmt: skip
     cmd = [sys.executable, __file__, "--worker", "--size", args.size, "--steps", str(args.steps),
            "--seq-len", str(args.seq_len), "--lr", str(args.lr), "--nvme-path", str(work),

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import free_port
 
 SIZES = {
     "default": dict(dim=256, blocks=8, seq=256, micro=8, gas=8, vocab=512),
@@ -174,14 +175,8 @@ def worker(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(schedule: str, stages: int, args: argparse.Namespace, out: str) -> dict[str, Any]:
-    port = str(_free_port())
+    port = str(free_port())
     procs = []
     for r in range(stages):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(stages),

@@ -22,7 +22,6 @@ import argparse
 import copy
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Bench
+from harness import Bench, free_port
 
 SIZES = {
     "default": dict(hidden=256, inter=688, layers=4, heads=8, kv=4, vocab=1024, seq=128, micro=4),
@@ -258,16 +257,10 @@ def _worker_mem(args: argparse.Namespace, rank: int, world: int, port: str) -> N
     tdist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _spawn(world: int, extra: list[str], timeout: float) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.json")
-        port = str(_free_port())
+        port = str(free_port())
         procs = []
         for r in range(world):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), OMP_NUM_THREADS="1")

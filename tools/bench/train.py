@@ -15,7 +15,6 @@ import argparse
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench, gemm_ceiling, gpt_train_flops_per_token
+from harness import Bench, free_port, gemm_ceiling, gpt_train_flops_per_token
 
 HERE = Path(__file__).resolve().parent
 CASES = [
@@ -39,43 +38,38 @@ CASES = [
 ]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def run_world2(worker: str, args: list[str], out: Path, timeout: float, name: str) -> dict | None:
+    """Run ``worker args`` (a script beside this one) as the two ranks of a gloo world on this
+    host, one thread each; the JSON it writes to ``out``, or None (with rank 0's output tail
+    printed under ``name``) when a rank fails or nothing was written."""
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE="2",
+        DS_ACCELERATOR="cpu",
+    )
+    procs = []
+    for rank in range(2):
+        env_r = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+        cmd = [sys.executable, str(HERE / worker), *args]
+        procs.append(
+            subprocess.Popen(cmd, env=env_r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    logs = [p.communicate(timeout=timeout)[0].decode(errors="replace") for p in procs]
+    if any(p.returncode for p in procs) or not out.exists():
+        print(f"{name} failed:\n{logs[0][-3000:]}")
+        return None
+    return json.loads(out.read_text())
 
 
 def run_case(impl: str, stage: int, offload: bool, steps: int) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        env = dict(
-            os.environ,
-            OMP_NUM_THREADS="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_port()),
-            WORLD_SIZE="2",
-            DS_ACCELERATOR="cpu",
-        )
-        procs = []
-        for rank in range(2):
-            env_r = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-            cmd = [
-                sys.executable,
-                str(HERE / "train_worker.py"),
-                impl,
-                str(stage),
-                "1" if offload else "0",
-                str(steps),
-                str(out),
-            ]
-            procs.append(
-                subprocess.Popen(cmd, env=env_r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            )
-        logs = [p.communicate(timeout=420)[0].decode(errors="replace") for p in procs]
-        if any(p.returncode for p in procs) or not out.exists():
-            print(f"{impl} stage {stage}{' offload' if offload else ''} failed:\n{logs[0][-3000:]}")
-            return None
-        return json.loads(out.read_text())
+        args = [impl, str(stage), "1" if offload else "0", str(steps), str(out)]
+        name = f"{impl} stage {stage}{' offload' if offload else ''}"
+        return run_world2("train_worker.py", args, out, 420, name)
 
 
 def training_ceiling() -> tuple[float, float]:

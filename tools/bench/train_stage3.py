@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Bench
-from train import training_ceiling
+from train import run_world2, training_ceiling
 
-HERE = Path(__file__).resolve().parent
 IMPLS = ["ddp", "ds0", "ds3", "ds3-cpu", "ds3-nvme", "fsdp2", "deepspeed3"]
 LABELS = {
     "ddp": "torch DDP",
@@ -37,42 +32,11 @@ LABELS = {
 }
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run_case(impl: str, steps: int) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        env = dict(
-            os.environ,
-            OMP_NUM_THREADS="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_port()),
-            WORLD_SIZE="2",
-            DS_ACCELERATOR="cpu",
-        )
-        procs = []
-        for rank in range(2):
-            env_r = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
-            cmd = [
-                sys.executable,
-                str(HERE / "train_stage3_worker.py"),
-                impl,
-                str(steps),
-                str(out),
-                str(Path(tmp) / "nvme"),
-            ]
-            procs.append(
-                subprocess.Popen(cmd, env=env_r, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            )
-        logs = [p.communicate(timeout=1200)[0].decode(errors="replace") for p in procs]
-        if any(p.returncode for p in procs) or not out.exists():
-            print(f"{LABELS[impl]} failed:\n{logs[0][-2000:]}")
-            return None
-        return json.loads(out.read_text())
+        args = [impl, str(steps), str(out), str(Path(tmp) / "nvme")]
+        return run_world2("train_stage3_worker.py", args, out, 1200, LABELS[impl])
 
 
 def main() -> None:
