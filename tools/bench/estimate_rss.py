@@ -57,10 +57,11 @@ def measured(cfg: Path, stage: int, offload: str, seq_len: int, work: Path) -> d
 def simulated(cfg: Path, stage: int, offload: str, seq_len: int) -> tuple[int, int]:
     from ds.autotune import estimate
     from ds.autotune.model_spec import from_hf_config
+    from ds.full.training import initialize  # the engine `ds estimate` measures
 
     spec = from_hf_config(cfg, torch.bfloat16)
-    (row,) = estimate(spec, 2, stages=(stage,), offloads=(offload,), seq_len=seq_len,
-                      backend="gloo")  # fmt: skip
+    (row,) = estimate(spec, 2, initialize=initialize, stages=(stage,), offloads=(offload,),
+                      seq_len=seq_len, backend="gloo")  # fmt: skip
     return row.device_peak, row.host_peak
 
 
