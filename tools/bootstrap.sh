@@ -9,8 +9,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 VPY="$ROOT/.venv/bin/python"
-# pip byte-compiles what it installs. Keep it: with PYTHONDONTWRITEBYTECODE set (as on the CI
-# image) nothing else would, and every test process would compile torch's sources on import.
+# pip byte-compiles what it installs. Keep it: with PYTHONDONTWRITEBYTECODE set (as on this
+# machine) nothing else would, and every test process would compile torch's sources on import.
 PIP=("$VPY" -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install -c tools/constraints-dev.txt -r tools/requirements-dev.txt
 # Distributions, in dependency order. ops-kernels compiles its extension here (never at import).
