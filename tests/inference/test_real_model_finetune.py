@@ -32,7 +32,6 @@ pytestmark = [
 ]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "finetune_smollm2.py"
-CONFIG = EXAMPLE.with_name("ds_config_zero3_offload.json")
 DS = Path(sys.executable).with_name("ds")
 # 4 optimizer steps on 4 blocks of 32 tokens, 2 per step: two epochs over the same blocks.
 TRAIN = ["--steps", "4", "--blocks", "4", "--seq", "32", "--global-batch", "2"]
@@ -105,23 +104,6 @@ def test_zero3_offload_trainer_matches_single_process(
     model_dir: Path, reference: dict[str, Any], zero3: dict[str, Any]
 ) -> None:
     check_matches(model_dir, reference, zero3)
-
-
-def test_stock_trainer_deepspeed_argument_matches_single_process(
-    model_dir: Path, reference: dict[str, Any], tmp_path: Path
-) -> None:
-    """The unchanged Trainer with ``TrainingArguments(deepspeed=the same config)`` on the
-    ``deepspeed`` API route (``ds compat enable`` in a throwaway venv): accelerate builds the
-    engine, puts DeepSpeedCPUAdam in place of the Trainer's AdamW, and save_model reads
-    ``engine.config``."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "integrations"))
-    from _compat_env import make_env
-
-    py = make_env(tmp_path / "venv")
-    run([str(py), "-m", "ds.launcher", "compat", "enable"], tmp_path)
-    launch = [str(py), "-m", "ds.launcher", "run", "--nproc", "2"]
-    got = train(model_dir, tmp_path, launch, "--deepspeed", str(CONFIG))
-    check_matches(model_dir, reference, got)
 
 
 @pytest.fixture(scope="module")

@@ -53,19 +53,14 @@ def logits(model_dir: str) -> torch.Tensor:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("stage", "accumulate"), [(2, 1), (3, 2)])
-def test_two_rank_trainer_matches_single_process(
-    reference: dict[str, Any], tmp_path: Path, stage: int, accumulate: int
+def test_two_rank_zero2_trainer_matches_single_process(
+    reference: dict[str, Any], tmp_path: Path
 ) -> None:
-    got = run(
-        tmp_path,
-        f"zero{stage}",
-        "--stage",
-        str(stage),
-        "--accumulate",
-        str(accumulate),
-        nproc=2,
-    )
+    got = run(tmp_path, "zero2", "--stage", "2", nproc=2)
+    check_trained(reference, got, 2)
+
+
+def check_trained(reference: dict[str, Any], got: dict[str, Any], stage: int) -> None:
     assert got["engine"] == "ZeroEngine" and got["zero_stage"] == stage
     assert got["world_size"] == 2
     ref = reference["losses"]
@@ -112,11 +107,13 @@ def test_from_pretrained_zero3_partitions_and_loads(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_resume_from_checkpoint_zero3(reference: dict[str, Any], tmp_path: Path) -> None:
-    """checkpoint-10 written during a ZeRO-3 run (HF files + the engine's shards) resumes to the
-    same last 10 losses as the uninterrupted single-process reference."""
-    first = run(tmp_path, "first", "--stage", "3", "--save-steps", "10", nproc=2)
+    """A ZeRO-3 run matches the single-process reference, and its checkpoint-10 (HF files + the
+    engine's shards) resumes to the same last 10 losses."""
+    # The first run is also the ZeRO-3 parity case, with gradient accumulation (2 micro-batches).
+    zero3 = ("--stage", "3", "--accumulate", "2")
+    first = run(tmp_path, "first", *zero3, "--save-steps", "10", nproc=2)
+    check_trained(reference, first, 3)
     ckpt = tmp_path / "first" / "checkpoint-10"
     assert (ckpt / "ds_engine" / "latest").exists() and (ckpt / "model.safetensors").exists()
-    resumed = run(tmp_path, "resumed", "--stage", "3", "--resume", str(ckpt), nproc=2)
-    assert first["losses"] == pytest.approx(reference["losses"], rel=RTOL)
+    resumed = run(tmp_path, "resumed", *zero3, "--resume", str(ckpt), nproc=2)
     assert resumed["losses"] == pytest.approx(reference["losses"][10:], rel=RTOL)
