@@ -46,8 +46,10 @@ def test_ending_with_collectives_in_flight_exits_cleanly(ending: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_main_job_exits_0_four_times_in_a_row(tmp_path: Path) -> None:
-    for i in range(4):
+def test_main_job_exits_0_twice_in_a_row(tmp_path: Path) -> None:
+    # The abort itself is caught by the four-run loops above (the same shutdown paths on a
+    # smaller worker); these two runs hold the whole main job, checkpoint and ledger included.
+    for i in range(2):
         out = tmp_path / f"run{i}"
         proc = _run(main_job(12, out), {}, 280)
         text = proc.stdout + proc.stderr
