@@ -326,3 +326,27 @@ def test_file_size_limit_fault_is_reported(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["27", path]  # EFBIG
     assert os.path.getsize(path) <= 65536
+
+
+_HELD_AT_EXIT = """
+import sys, threading, torch
+from ds.ops.aio import AsyncIOHandle
+h = AsyncIOHandle()
+h.async_pwrite(torch.arange(1 << 20, dtype=torch.float32), sys.argv[1])
+# A daemon thread (a prefetcher, a monitor) still holds the handle when the interpreter ends.
+threading.Thread(target=lambda handle=h: threading.Event().wait(), daemon=True).start()
+del h
+"""
+
+
+def test_a_handle_still_held_at_exit_finishes_its_writes_and_is_released(tmp_path: Path) -> None:
+    import sys
+
+    out = tmp_path / "held.bin"
+    proc = subprocess.run(
+        [sys.executable, "-c", _HELD_AT_EXIT, str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "leaked" not in proc.stderr, proc.stderr  # nanobind's report of a live native handle
+    assert out.stat().st_size == 4 << 20
+    assert torch.equal(torch.from_file(str(out), size=1 << 20), torch.arange(1 << 20).float())

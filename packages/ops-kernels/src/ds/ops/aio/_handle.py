@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import errno as errno_mod
 import os
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -15,6 +17,20 @@ from ds.ops._native import native
 from ds.ops.aio._buffers import PinnedBufferPool
 
 log = get_logger(__name__)
+
+# Handles still open when the interpreter ends (held by a long-lived engine or a module global):
+# closed at exit, so their writes in flight finish and the native handle and its threads are
+# released before the extension module is torn down (which otherwise reports them as leaked).
+_open: weakref.WeakSet[AsyncIOHandle] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_handles() -> None:
+    for handle in list(_open):
+        try:
+            handle.close()
+        except Exception as exc:  # an I/O error at exit is reported, not raised over the exit
+            log.warning("closing an AsyncIOHandle at exit failed", error=str(exc))
 
 
 def _positive(name: str, value: object) -> int:
@@ -81,6 +97,7 @@ class AsyncIOHandle:
         )
         self._pool = PinnedBufferPool(pin_memory)
         self._live: dict[int, torch.Tensor] = {}
+        _open.add(self)
         self.direct_bytes = 0  # bytes moved through O_DIRECT so far (both directions)
         self.total_bytes = 0
 
