@@ -34,10 +34,13 @@ def launch(
     rank_env: list[dict[str, str]] | None = None,
     args: list[str] | None = None,
     timeout: float = 90.0,
+    fresh: bool = False,
 ) -> list[RankResult]:
     """Run ``workers/<script>`` as ``world`` processes; kill them all at ``timeout`` seconds.
 
     Without ``rank_env`` each rank gets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT.
+    ``fresh``: every rank is a new interpreter (not forked from the zygote), for tests whose
+    ranks must also finish the interpreter's own exit after a failed collective.
     """
     port = free_port()
 
@@ -56,7 +59,9 @@ def launch(
         return env
 
     argv = [str(WORKERS / script), *(args or [])]
-    return start_ranks(lambda r: argv, world, timeout=timeout, env=env_of, merge_stderr=False)
+    return start_ranks(
+        lambda r: argv, world, timeout=timeout, env=env_of, merge_stderr=False, fork=not fresh
+    )
 
 
 def ok_or_report(results: list[RankResult]) -> None:

@@ -16,7 +16,7 @@ from .conftest import launch
 def test_rank_exits_after_a_timeout_while_the_collective_is_pending(
     tmp_path: Path, mode: str
 ) -> None:
-    r0, r1 = launch("abandon.py", 2, args=[mode, str(tmp_path)], timeout=100)
+    r0, r1 = launch("abandon.py", 2, args=[mode, str(tmp_path)], timeout=100, fresh=True)
     report = f"rank 0 rc={r0.returncode}\n{r0.stdout}\n{r0.stderr[-2000:]}\nrank 1 {r1.stdout}"
     assert r0.returncode == 3, report
     if mode == "handle":

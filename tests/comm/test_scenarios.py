@@ -69,8 +69,12 @@ def test_rank_discovery_from_launcher_env(tmp_path, style, make, world):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_skipped_collective_raises_watchdog_error(tmp_path):
+    # Fresh interpreters (fresh=True here and below): a rank whose collective failed must also
+    # get through the interpreter's own exit, which a rank forked from the zygote skips.
     world = 3
-    res = launch("scenarios.py", world, args=["skip_collective", str(tmp_path)], timeout=55)
+    res = launch(
+        "scenarios.py", world, args=["skip_collective", str(tmp_path)], timeout=55, fresh=True
+    )
     ok_or_report(res)
     seen = _read(tmp_path, world)
     assert seen[2] == {"skipped": True}
@@ -90,7 +94,9 @@ def test_skipped_collective_raises_watchdog_error(tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_collective_timeout_context_without_watchdog(tmp_path):
-    res = launch("scenarios.py", 2, args=["timeout_without_watchdog", str(tmp_path)], timeout=55)
+    res = launch(
+        "scenarios.py", 2, args=["timeout_without_watchdog", str(tmp_path)], timeout=55, fresh=True
+    )
     ok_or_report(res)
     seen = _read(tmp_path, 2)
     assert "rank 0 waited" in seen[0]["error"] and "all_reduce" in seen[0]["error"]
@@ -176,7 +182,7 @@ def test_quantized_all_to_all_reduce_with_kernel_provider(healthy, world):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(60)
 def test_dead_peer_is_an_error_not_a_hang(tmp_path):
-    res = launch("scenarios.py", 2, args=["peer_dies", str(tmp_path)], timeout=55)
+    res = launch("scenarios.py", 2, args=["peer_dies", str(tmp_path)], timeout=55, fresh=True)
     assert res[1].returncode == 3
     assert res[0].returncode == 0, res[0].stderr
     seen = json.loads((tmp_path / "rank0.json").read_text())

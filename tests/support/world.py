@@ -51,10 +51,15 @@ def run_ranks(
     timeout: float,
     env: Mapping[str, str] | Callable[[int], Mapping[str, str]] | None = None,
     merge_stderr: bool = True,
+    fork: bool = True,
 ) -> list[RankOutput]:
     """Start ``python *argv(rank)`` for every rank and wait for all of them; every rank still
-    running ``timeout`` seconds after the start is killed (its ``returncode`` is None)."""
-    zygote = Zygote.get()
+    running ``timeout`` seconds after the start is killed (its ``returncode`` is None).
+
+    ``fork=False`` starts fresh interpreters even where the zygote could fork the ranks: a
+    forked rank ends with ``os._exit`` after its exit handlers, so a test of what the
+    interpreter's own finalization does (a process group torn down at exit) needs a real one."""
+    zygote = Zygote.get() if fork else None
     procs: list[Any] = []
     for rank in range(world):
         rank_env = env(rank) if callable(env) else env

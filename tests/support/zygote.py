@@ -13,6 +13,10 @@ parent, so it cannot wait for it itself). ``DS_TEST_ZYGOTE=0`` turns the zygote 
 
 What a fork cannot reproduce is read at library load: OpenMP reads ``OMP_NUM_THREADS`` when
 libgomp loads, so a rank whose value differs from the zygote's gets ``torch.set_num_threads``.
+``PYTHONWARNINGS`` is read at interpreter start: a rank that sets it gets the warning filters a
+fresh interpreter would have after importing the preloaded libraries (theirs first, then its
+options, then Python's defaults); only warnings raised while those libraries were imported, in
+the zygote, went through other filters.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 _PRELOAD = ("torch", "torch.distributed", "transformers.modeling_utils")
+# Start-up variables a forked rank reproduces itself (see _replay_warnings).
+_REPLAYED = ("PYTHONWARNINGS",)
+_BASE_FILTERS: list = []  # the zygote's warning filters before the preload: Python's defaults
 
 
 # -- the test side ---------------------------------------------------------------------------
@@ -100,7 +107,10 @@ class Zygote:
         self.dir = Path(tempfile.mkdtemp(prefix="ds-zygote-"))
         self.path = self.dir / "sock"
         env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
-        self.startup = {k: v for k, v in env.items() if k.startswith("PYTHON")}
+        env.pop("PYTHONWARNINGS", None)  # each rank replays its own
+        self.startup = {
+            k: v for k, v in env.items() if k.startswith("PYTHON") and k not in _REPLAYED
+        }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, str(self.path), str(os.getpid())],
             env=env,
@@ -124,7 +134,7 @@ class Zygote:
     def can_run(self, argv: Sequence[str], env: Mapping[str, str]) -> bool:
         """A fork behaves as ``python argv`` would for a script file whose environment asks the
         interpreter for nothing different at start-up (PYTHONPATH, sitecustomize, flags)."""
-        startup = {k: v for k, v in env.items() if k.startswith("PYTHON")}
+        startup = {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in _REPLAYED}
         return bool(argv) and str(argv[0]).endswith(".py") and startup == self.startup
 
     def start(
@@ -150,6 +160,22 @@ class Zygote:
 # -- the zygote side -------------------------------------------------------------------------
 
 
+def _replay_warnings(options: str) -> None:
+    """The filters ``python`` started with ``PYTHONWARNINGS=options`` has once the preloaded
+    libraries are imported: the filters they added, then the options (the last one first, as
+    the interpreter inserts them), then Python's defaults."""
+    import warnings
+
+    added = warnings.filters[: len(warnings.filters) - len(_BASE_FILTERS)]
+    opts = [o for o in options.split(",") if o.strip()]
+    sys.warnoptions[:] = opts
+    warnings.filters[:] = list(_BASE_FILTERS)
+    for opt in opts:
+        warnings._setoption(opt)  # type: ignore[attr-defined]
+    warnings.filters[:] = added + warnings.filters
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
 def _run_rank(req: dict) -> int:
     """In the forked rank: become ``python argv...`` and run the script as ``__main__``."""
     import atexit
@@ -166,6 +192,7 @@ def _run_rank(req: dict) -> int:
     os.environ.clear()
     os.environ.update(req["env"])
     os.chdir(req["cwd"])
+    _replay_warnings(req["env"].get("PYTHONWARNINGS", ""))
     threads = req["env"].get("OMP_NUM_THREADS")
     if threads and threads != "1" and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(threads))
@@ -200,10 +227,16 @@ def _run_rank(req: dict) -> int:
 
 def _serve(path: str, parent: int) -> None:
     import importlib
+    import warnings
 
+    if os.environ.get("PYTHONWARNINGS") or sys.warnoptions:
+        raise SystemExit("the rank zygote starts without PYTHONWARNINGS or -W (ranks replay it)")
+    _BASE_FILTERS[:] = warnings.filters
     for name in _PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    if warnings.filters[len(warnings.filters) - len(_BASE_FILTERS) :] != _BASE_FILTERS:
+        raise SystemExit("a preloaded library changed Python's default warning filters in place")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reapers are reaped by the kernel
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path + ".tmp")

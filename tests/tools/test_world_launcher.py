@@ -82,3 +82,29 @@ def test_a_rank_asking_for_more_threads_gets_them(tmp_path: Path) -> None:
         pytest.skip("one core")
     (ok,) = _run(tmp_path, 1, timeout=120, threads="2")
     assert "threads 2" in ok.stdout, ok.stdout + ok.stderr
+
+
+FILTERS = textwrap.dedent(
+    """
+    import os, warnings
+    import torch, torch.distributed, transformers.modeling_utils
+    print(os.getppid())
+    print([(a, c.__name__, getattr(m, "pattern", m)) for a, _, c, m, _ in warnings.filters])
+    warnings.warn("old", DeprecationWarning)
+    """
+)
+
+
+def test_a_forked_rank_has_the_warning_filters_a_fresh_one_has(tmp_path: Path, monkeypatch) -> None:
+    # PYTHONWARNINGS is read at interpreter start; a forked rank replays it.
+    script = tmp_path / "filters.py"
+    script.write_text(FILTERS)
+    env = world_env({"PYTHONWARNINGS": "error::DeprecationWarning,ignore::FutureWarning"})
+    seen = {}
+    for zygote in ("1", "0"):
+        monkeypatch.setenv("DS_TEST_ZYGOTE", zygote)
+        (rank,) = run_ranks(lambda r: [str(script)], 1, timeout=120, env=env, merge_stderr=False)
+        assert rank.returncode == 1 and "DeprecationWarning: old" in rank.stderr, rank
+        parent, seen[zygote] = rank.stdout.split("\n", 1)
+        assert (parent != str(os.getpid())) == (zygote == "1")  # "1": forked by the zygote
+    assert seen["1"] == seen["0"] and "('error', 'DeprecationWarning', None)" in seen["1"]
