@@ -13,7 +13,9 @@ runs it (``cd tests && pytest --forked unit/FILE`` with ``DS_ACCELERATOR=cpu``),
   ``ds compat enable`` run in it, so ``import deepspeed`` is ds's shim, plus pytest-forked.
 
 It prints, per file, passed/failed/skipped for both and the ratio of ds's passes to DeepSpeed's,
-and writes the counts as JSON (``--json``). A benchmark, not a test: CI does not run it.
+and writes the counts as JSON (``--json``, after every file; a file already there is not run
+again, so a stopped run resumes). Files run one by one, each under both sides before the next.
+A benchmark, not a test: CI does not run it.
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=["deepspeed", "ds"], default=None,
                    help="run one side only (the other column reads '-')")  # fmt: skip
     p.add_argument("--timeout", type=int, default=900, help="seconds per file and side")
-    p.add_argument("--json", type=Path, default=None, help="write the counts here")
+    p.add_argument("--json", type=Path, default=None,
+                   help="write the counts here after every file; files already in it are not re-run")  # fmt: skip
     args = p.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -204,14 +207,20 @@ def main(argv: list[str] | None = None) -> int:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     rows: dict[str, dict[str, dict]] = {f: {} for f in files}
-    for tag in sides:
-        py = pythons[tag]()
-        for rel in files:
-            rows[rel][tag] = got = run_file(py, tests, rel, args.timeout, logs, tag)
-            print(f"{tag:9s} {rel}: {got}", file=sys.stderr, flush=True)
+    done = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
+    made = {tag: pythons[tag]() for tag in sides}
+    # File by file, both sides before the next file: a run stopped part way still compares like
+    # with like, and the JSON (rewritten after every file) lets a later run resume it.
+    for rel in files:
+        for tag in sides:
+            got = done.get(rel, {}).get(tag)
+            if got is None:
+                got = run_file(made[tag], tests, rel, args.timeout, logs, tag)
+                print(f"{tag:9s} {rel}: {got}", file=sys.stderr, flush=True)
+            rows[rel][tag] = got
+        if args.json:
+            args.json.write_text(json.dumps({**done, **rows}, indent=1))
     print(table(rows))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
