@@ -28,6 +28,11 @@ void quantize_fp8(const void* x, InputType in, int64_t n, int64_t group_size, Fp
 void dequantize_fp8(const uint8_t* data, const float* scales, int64_t n, int64_t group_size,
                     Fp8Format f, float* out);
 
+// y[m, n] = x[m, k] W^T for W[n, k] quantized group-wise by an integer scheme, read from its
+// codes (no float copy of W). Needs k % group_size == 0, and an even group_size for 4 bits.
+void linear_int(const float* x, int64_t m, int64_t k, const uint8_t* data, const float* scales,
+                const float* zero_points, int64_t n, int64_t group_size, IntScheme s, float* y);
+
 // Scalar encoders, exposed for tests of the bit-exact conversion.
 uint8_t fp8_encode(float y, Fp8Format f);
 float fp8_decode(uint8_t code, Fp8Format f);

@@ -91,6 +91,32 @@ void register_quant(nb::module_& m) {
       nb::arg("out").noconvert(), "Group-wise integer dequantization into float32 out.");
 
   m.def(
+      "linear_int",
+      [](F32 x, U8 data, F32 scales, F32 zps, int64_t k, int64_t n, int64_t gs, int bits,
+         bool asym, int qmin, int qmax, F32 y) {
+        need(bits == 4 || bits == 8, "bits must be 4 or 8");
+        need(k > 0 && gs > 0 && k % gs == 0, "k must be a positive multiple of group_size");
+        need(bits == 8 || gs % 2 == 0, "4-bit codes need an even group_size");
+        const int64_t xs = static_cast<int64_t>(x.size());
+        need(xs % k == 0, "x must hold whole rows of k elements");
+        const int64_t m = xs / k;
+        const int64_t g = n * (k / gs);
+        const int64_t bpg = bits == 4 ? gs / 2 : gs;
+        need(static_cast<int64_t>(data.size()) == g * bpg, "data has the wrong size");
+        need(static_cast<int64_t>(scales.size()) == g, "scales has the wrong size");
+        need(!asym || static_cast<int64_t>(zps.size()) == g, "zero_points has the wrong size");
+        need(static_cast<int64_t>(y.size()) == m * n, "y has the wrong size");
+        const IntScheme s{bits, asym, qmin, qmax};
+        nb::gil_scoped_release release;
+        ds::quant::linear_int(x.data(), m, k, data.data(), scales.data(),
+                              asym ? zps.data() : nullptr, n, gs, s, y.data());
+      },
+      nb::arg("x"), nb::arg("data"), nb::arg("scales"), nb::arg("zero_points"), nb::arg("k"),
+      nb::arg("n"), nb::arg("group_size"), nb::arg("bits"), nb::arg("asym"), nb::arg("qmin"),
+      nb::arg("qmax"), nb::arg("y").noconvert(),
+      "y[m, n] = x[m, k] W^T from W's integer codes (group-wise, whole groups per row).");
+
+  m.def(
       "quant_fp8",
       [](Any x, int64_t gs, int e_bits, U8 data, F32 scales) {
         const InputType in = input_type(x);

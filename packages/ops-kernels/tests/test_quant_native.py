@@ -107,26 +107,17 @@ def _levels() -> list[str]:
     return [lvl for lvl in _C.simd_levels_built().split(",") if lvl]
 
 
-@pytest.mark.parametrize("level", _levels())
-def test_every_simd_variant_equals_reference(level: str) -> None:
-    from ds.ops import _C
-
-    before = _C.simd_level()
-    if not _C.set_simd_level(level):
-        pytest.skip(f"this CPU cannot run the {level} variant")
-    try:
-        g = torch.Generator().manual_seed(5)
-        for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            x = (torch.randn(5003, generator=g) * torch.exp(torch.randn(5003, generator=g) * 2)).to(
-                dtype
-            )
-            for scheme in SCHEMES:
-                for gs in (5, 64, 128, 1000):
-                    a, b = reference.quantize(x, scheme, gs), native.quantize(x, scheme, gs)
-                    assert_same(a, b)
-                    assert torch.equal(reference.dequantize(a), native.dequantize(b))
-    finally:
-        _C.set_simd_level(before)
+def test_every_simd_variant_equals_reference(simd_level: str) -> None:
+    g = torch.Generator().manual_seed(5)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = (torch.randn(5003, generator=g) * torch.exp(torch.randn(5003, generator=g) * 2)).to(
+            dtype
+        )
+        for scheme in SCHEMES:
+            for gs in (5, 64, 128, 1000):
+                a, b = reference.quantize(x, scheme, gs), native.quantize(x, scheme, gs)
+                assert_same(a, b)
+                assert torch.equal(reference.dequantize(a), native.dequantize(b))
 
 
 def _edge_groups(dtype: torch.dtype) -> torch.Tensor:

@@ -100,6 +100,12 @@ class KernelProvider(Protocol):
     def quantize(self, x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor: ...
     def dequantize(self, q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor: ...
 
+    # ``x @ dequantize(q, x.dtype).T + bias`` for a weight ``q`` of shape (out, in); a provider
+    # may compute it from the codes without a dequantized copy (decode steps on a CPU).
+    def quantized_linear(
+        self, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+
     def aio_handle(
         self,
         block_size: int = 1 << 20,

@@ -1,7 +1,9 @@
 """Weight-only group-wise int8/int4 quantization of the linear layers through a kernel provider.
 
-Weights are stored quantized (int8: ~1/4, int4: ~1/8 of fp32 plus one fp32 scale per group) and
-dequantized right before each matmul; activations stay in the model dtype. Quantized weights stay
+Weights are stored quantized (int8: ~1/4, int4: ~1/8 of fp32 plus one fp32 scale per group); the
+provider's ``quantized_linear`` multiplies by them (on a CPU, a decode step's few fp32 rows read
+the codes directly; otherwise the weight is dequantized right before the matmul); activations
+stay in the model dtype. Quantized weights stay
 on the engine's device (where the original weight was) and are dequantized there: a provider that
 quantizes only on the host does it once at load, and the quantized tensor moves to the device.
 """
@@ -44,6 +46,8 @@ class QuantizedLinear:
         return w.data.numel() * w.data.element_size() + w.scales.numel() * 4 + zp
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == self.dtype:
+            return self.provider.quantized_linear(x, self.weight, self.bias)
         return F.linear(x, self.provider.dequantize(self.weight, self.dtype), self.bias)
 
 

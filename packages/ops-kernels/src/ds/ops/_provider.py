@@ -101,6 +101,13 @@ class KernelProviderBase:
 
         return quant.dequantize(q, dtype, impl=self.quant_impl(q.data.device))  # type: ignore[arg-type]
 
+    def quantized_linear(
+        self, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        from ds.ops.quant.linear import linear
+
+        return linear(x, q, bias, impl=self.quant_impl(q.data.device))
+
     def aio_handle(
         self,
         block_size: int = 1 << 20,

@@ -208,6 +208,11 @@ class SimKernels:
     def dequantize(self, q: QuantizedTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         return torch.empty(q.shape, dtype=dtype or torch.float32, device=q.data.device)
 
+    def quantized_linear(
+        self, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.dequantize(q, x.dtype), bias)
+
     def aio_handle(self, *args: Any, **kwargs: Any) -> SimAsyncIO:
         handle = SimAsyncIO()
         self.handles.append(handle)

@@ -1,0 +1,96 @@
+"""The quantized linear layer (ds.ops.quant.linear) against a float64 reference: the native kernel
+that reads int8/int4 codes directly, at every SIMD variant, and the dequantize-then-matmul path
+it leaves to (many rows, fp8, rows not made of whole groups)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ds.ops import quant
+from ds.ops.quant import reference
+from ds.ops.quant.linear import MAX_NATIVE_ROWS, linear, native_applies
+
+INT_SCHEMES = ["int8_sym", "int8_asym", "int4_sym", "int4_asym"]
+# (rows of x, in, out, group size): odd sizes, groups shorter and longer than one SIMD register,
+# a row count past each block of 4, the largest the native kernel takes.
+SHAPES = [(1, 64, 5, 32), (3, 96, 7, 32), (5, 576, 13, 64), (MAX_NATIVE_ROWS, 40, 3, 8),
+          (2, 6, 3, 2), (7, 250, 9, 50)]  # fmt: skip
+
+
+def _check(x: torch.Tensor, q: quant.QuantizedTensor, bias: torch.Tensor | None) -> None:
+    w = reference.dequantize(q).double()
+    want = x.double() @ w.T + (bias.double() if bias is not None else 0.0)
+    got = linear(x, q, bias)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    # fp32 sums of k products: bounded relative to the sum of their magnitudes.
+    bound = (x.double().abs() @ w.abs().T).clamp_min(1.0) * 1e-6
+    assert ((got.double() - want).abs() <= bound).all(), (got.double() - want).abs().max()
+
+
+@pytest.mark.parametrize("scheme", INT_SCHEMES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_native_kernel_matches_float64(scheme: str, shape: tuple[int, int, int, int]) -> None:
+    m, k, n, gs = shape
+    g = torch.Generator().manual_seed(m * 1000 + k)
+    w, x, b = (torch.randn(*s, generator=g) for s in ((n, k), (m, k), (n,)))
+    q = quant.quantize(w, scheme, gs)
+    assert native_applies(x, q)
+    _check(x, q, b)
+    _check(x, q, None)
+
+
+def test_every_simd_variant_matches_float64(simd_level: str) -> None:
+    for scheme in INT_SCHEMES:
+        for m, k, n, gs in SHAPES:
+            g = torch.Generator().manual_seed(k)
+            w, x = torch.randn(n, k, generator=g), torch.randn(m, k, generator=g)
+            _check(x, quant.quantize(w, scheme, gs), None)
+
+
+def test_batch_dimensions_and_many_threads() -> None:
+    from ds.ops import _C
+
+    g = torch.Generator().manual_seed(3)
+    w, x = torch.randn(301, 128, generator=g), torch.randn(2, 3, 128, generator=g)
+    q = quant.quantize(w, "int8_sym", 32)
+    assert native_applies(x, q)
+    before = _C.get_num_threads()
+    _C.set_num_threads(2)  # output rows split over two threads
+    try:
+        _check(x, q, torch.randn(301, generator=g))
+    finally:
+        _C.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "m", "k", "gs", "why"),
+    [
+        ("int8_sym", MAX_NATIVE_ROWS + 1, 64, 32, "many rows: a GEMM on the dequantized weight"),
+        ("fp8_e4m3", 1, 64, 32, "fp8"),
+        ("int8_sym", 1, 70, 32, "rows not made of whole groups"),
+        ("int4_sym", 1, 63, 7, "4-bit codes with an odd group size"),
+    ],
+)
+def test_other_cases_dequantize_and_match(scheme: str, m: int, k: int, gs: int, why: str) -> None:
+    g = torch.Generator().manual_seed(k)
+    w, x = torch.randn(9, k, generator=g), torch.randn(m, k, generator=g)
+    q = quant.quantize(w, scheme, gs)
+    assert not native_applies(x, q), why
+    _check(x, q, None)
+    # Another dtype than float32 takes the same path.
+    assert not native_applies(x.bfloat16(), quant.quantize(w, "int8_sym", 32))
+
+
+def test_the_kernel_refuses_mismatched_buffers() -> None:
+    from ds.ops import _C
+
+    q = quant.quantize(torch.randn(4, 64), "int8_sym", 32)
+    data, scales = q.data.view(torch.uint8), q.scales
+    y = torch.empty(1, 4)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        _C.linear_int(torch.randn(64), data, scales, scales[:0], 60, 4, 32, 8, False, -127, 127, y)
+    with pytest.raises(ValueError, match="data has the wrong size"):
+        _C.linear_int(torch.randn(64), data, scales, scales[:0], 64, 5, 32, 8, False, -127, 127, y)
+    with pytest.raises(ValueError, match="y has the wrong size"):
+        _C.linear_int(torch.randn(128), data, scales, scales[:0], 64, 4, 32, 8, False, -127, 127, y)
