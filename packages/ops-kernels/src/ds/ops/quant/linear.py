@@ -16,8 +16,10 @@ from ds.interfaces.kernels import QuantizedTensor
 from ds.ops.quant._schemes import get_scheme
 
 # Rows of x up to which the native kernel is used. Each block of 4 rows reads the codes once;
-# past this a GEMM on the dequantized weight (read once, multiplied at GEMM speed) wins.
-MAX_NATIVE_ROWS = 16
+# past this a GEMM on the dequantized weight (read once, multiplied at GEMM speed) wins: on the
+# SmolLM2-135M layers, one thread, AVX-512, int8 crossed over at about 13 rows and int4 past 16
+# (tools/bench/quant_linear.py).
+MAX_NATIVE_ROWS = 12
 
 
 def native_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
