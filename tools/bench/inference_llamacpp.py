@@ -233,7 +233,9 @@ def bench(args: argparse.Namespace) -> None:
     if why:
         print(f"llama.cpp peer skipped: {why}. Build it in its own venv: python3.11 -m venv "
               "/tmp/llamavenv && CMAKE_ARGS=-DGGML_NATIVE=ON /tmp/llamavenv/bin/pip install "
-              "llama-cpp-python, then pass --llamacpp-python /tmp/llamavenv/bin/python")  # fmt: skip
+              "llama-cpp-python, then pass --llamacpp-python /tmp/llamavenv/bin/python (on a "
+              "CPU with AMX, GGML_NATIVE=OFF and GGML_AVX512=ON etc.: the native build's Q8_0/"
+              "Q4_0 runs crashed on one; see docs/benchmarks.md)")  # fmt: skip
     Path(args.peer_log).parent.mkdir(parents=True, exist_ok=True)
     peer = None if why else LlamaCpp(args.llamacpp_python, Path(args.peer_log))
     files = peer_files(peer, src, args.precisions) if peer else {}
