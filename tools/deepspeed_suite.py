@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import site
@@ -152,9 +153,30 @@ def cpu_files(tests: Path) -> list[str]:
     return sorted(str(p.relative_to(unit)) for p in unit.rglob("test_*.py"))
 
 
-def table(rows: dict[str, dict[str, dict]]) -> str:
+_ERROR = re.compile(r"\b(\w+(?:Error|Exception)): (.+)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_error(log: Path) -> str:
+    """The first ``SomethingError: message`` line of a run's log (what stopped ds's run of a
+    file, most often an import), or "-"."""
+    if not log.exists():
+        return "-"
+    for line in log.read_text(errors="replace").splitlines():
+        m = _ERROR.search(_ANSI.sub("", line))
+        if m:
+            return f"{m.group(1)}: {m.group(2).strip()[:120]}"
+    return "-"
+
+
+def table(rows: dict[str, dict[str, dict]], logs: Path | None = None) -> str:
+    """Per file: both sides' counts and the ratio; with ``logs``, for each file where ds passes
+    less than 80% of what DeepSpeed passes, the first error of ds's run."""
     head = "| file | DeepSpeed 0.19.8 pass/fail/skip | ds pass/fail/skip | ds / DeepSpeed |"
-    lines = [head, "|---|---|---|---|"]
+    sep = "|---|---|---|---|"
+    if logs is not None:
+        head, sep = head + " ds's first error (below 80%) |", sep + "---|"
+    lines = [head, sep]
     tot = {"deepspeed": 0, "ds": 0}
     for rel, got in rows.items():
         cells = []
@@ -169,9 +191,16 @@ def table(rows: dict[str, dict[str, dict]]) -> str:
         ref = got.get("deepspeed", {}).get("passed", 0)
         mine = got.get("ds", {}).get("passed", 0)
         ratio = f"{mine / ref:.0%}" if ref else "-"
-        lines.append(f"| {rel} | {cells[0]} | {cells[1]} | {ratio} |")
+        row = f"| {rel} | {cells[0]} | {cells[1]} | {ratio} |"
+        if logs is not None:
+            why = "-"
+            if ref and mine < 0.8 * ref:
+                why = first_error(logs / f"ds-{rel.replace('/', '__')}.log").replace("|", "\\|")
+            row += f" {why} |"
+        lines.append(row)
     ratio = f"{tot['ds'] / tot['deepspeed']:.0%}" if tot["deepspeed"] else "-"
-    lines.append(f"| all | {tot['deepspeed']} passed | {tot['ds']} passed | {ratio} |")
+    total = f"| all | {tot['deepspeed']} passed | {tot['ds']} passed | {ratio} |"
+    lines.append(total + (" |" if logs is not None else ""))
     return "\n".join(lines)
 
 
@@ -220,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[rel][tag] = got
         if args.json:
             args.json.write_text(json.dumps({**done, **rows}, indent=1))
-    print(table(rows))
+    print(table(rows, logs))
     return 0
 
 
