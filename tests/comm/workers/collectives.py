@@ -63,6 +63,9 @@ def _define_checks(dist, R: int, W: int) -> None:
                 dist.all_reduce(t, op=dist.ReduceOp.AVG)
                 expect(t, sum(data(r, 10, dt) for r in ranks).to(dt), "all_reduce AVG")
             t = data(R, 10, dt)
+            assert dist.inference_all_reduce(t) is None  # DeepSpeed's name: in place, blocking
+            expect(t, sum(data(r, 10, dt) for r in ranks).to(dt), "inference_all_reduce")
+            t = data(R, 10, dt)
             h = dist.all_reduce(t, async_op=True)
             assert h is not None
             h.wait()

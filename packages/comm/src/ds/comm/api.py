@@ -22,6 +22,7 @@ from ds.comm.backends.torch_backend import TorchCommunicator
 from ds.comm.comms_logger import CommsLogger
 from ds.comm.env import DistEnv, discover, free_port
 from ds.comm.observe import forwarding
+from ds.interfaces.comm import ReduceOp
 from ds.interfaces.errors import CommError, ConfigError
 from ds.interfaces.logging import get_logger
 
@@ -390,6 +391,14 @@ gather_object = _forward(_T.gather_object)
 scatter_object_list = _forward(_T.scatter_object_list)
 all_gather_coalesced = _forward(_T.all_gather_coalesced)
 reduce_scatter_coalesced = _forward(_T.reduce_scatter_coalesced)
+
+
+def inference_all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None) -> None:
+    """In-place blocking all-reduce, DeepSpeed's name for the one inference engines issue
+    (DeepSpeed routes it to a shared-memory kernel on CPU; here it is ``all_reduce``)."""
+    all_reduce(tensor, op=op, group=group)
+
+
 all_to_all_quant_reduce = forwarding(
     _quantized.all_to_all_quant_reduce, get_communicator, __name__, method=False
 )
