@@ -83,8 +83,10 @@ def ds_venv(root: Path) -> Path:
             if Path(d).is_dir()
         )
         Path(purelib, "ds_suite_env.pth").write_text(lines)
-    if subprocess.run([str(py), "-c", _HAS_RUNNER], capture_output=True).returncode:
-        _run([str(py), "-m", "pip", "install", "-q", PYTEST, "pytest-forked"])
+    # DeepSpeed's tests import py-cpuinfo themselves (a dependency DeepSpeed installs).
+    need = f"{_HAS_RUNNER}; import cpuinfo"
+    if subprocess.run([str(py), "-c", need], capture_output=True).returncode:
+        _run([str(py), "-m", "pip", "install", "-q", PYTEST, "pytest-forked", "py-cpuinfo"])
     _run([str(py), "-m", "ds.launcher", "compat", "enable"], stdout=subprocess.DEVNULL)
     check = "import deepspeed; print(deepspeed.__name__)"
     name = subprocess.run([str(py), "-c", check], capture_output=True, text=True).stdout.strip()
