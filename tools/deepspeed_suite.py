@@ -129,6 +129,8 @@ def run_file(py: Path, tests: Path, rel: str, timeout: int, log_dir: Path, tag: 
            f"--junitxml={xml}", f"--torch_ver={TORCH_VERSION.rsplit('.', 1)[0]}"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(DS_ACCELERATOR="cpu", HF_HOME=str(log_dir / "hf_home"), PYTHONUNBUFFERED="1")
+    # As in an activated venv: the launcher tests run the `deepspeed` command by name.
+    env["PATH"] = os.pathsep.join([str(py.parent), env.get("PATH", "")])
     log = log_dir / f"{tag}-{rel.replace('/', '__')}.log"
     with log.open("w") as f:
         # Its own session: on a timeout the whole tree goes (DeepSpeed's distributed tests leave
