@@ -22,7 +22,6 @@ from ds.comm.backends.torch_backend import TorchCommunicator
 from ds.comm.comms_logger import CommsLogger
 from ds.comm.env import DistEnv, discover, free_port
 from ds.comm.observe import forwarding
-from ds.interfaces.comm import ReduceOp
 from ds.interfaces.errors import CommError, ConfigError
 from ds.interfaces.logging import get_logger
 
@@ -370,6 +369,7 @@ def _forward(method: Callable[Concatenate[Any, P], R]) -> Callable[P, R]:
 
 broadcast = _forward(_T.broadcast)
 all_reduce = _forward(_T.all_reduce)
+inference_all_reduce = all_reduce  # DeepSpeed's name (tensor, op, group), in place
 reduce = _forward(_T.reduce)
 all_gather = _forward(_T.all_gather)
 all_gather_into_tensor = _forward(_T.all_gather_into_tensor)
@@ -391,12 +391,6 @@ gather_object = _forward(_T.gather_object)
 scatter_object_list = _forward(_T.scatter_object_list)
 all_gather_coalesced = _forward(_T.all_gather_coalesced)
 reduce_scatter_coalesced = _forward(_T.reduce_scatter_coalesced)
-
-
-def inference_all_reduce(tensor: Any, op: Any = ReduceOp.SUM, group: Any = None) -> None:
-    """In-place blocking all-reduce, DeepSpeed's name for the one inference engines issue
-    (DeepSpeed routes it to a shared-memory kernel on CPU; here it is ``all_reduce``)."""
-    all_reduce(tensor, op=op, group=group)
 
 
 all_to_all_quant_reduce = forwarding(
