@@ -83,10 +83,12 @@ def ds_venv(root: Path) -> Path:
             if Path(d).is_dir()
         )
         Path(purelib, "ds_suite_env.pth").write_text(lines)
-    # DeepSpeed's tests import py-cpuinfo themselves (a dependency DeepSpeed installs).
-    need = f"{_HAS_RUNNER}; import cpuinfo"
+    # DeepSpeed's tests import py-cpuinfo and hjson themselves (dependencies DeepSpeed installs).
+    need = f"{_HAS_RUNNER}; import cpuinfo, hjson"
     if subprocess.run([str(py), "-c", need], capture_output=True).returncode:
-        _run([str(py), "-m", "pip", "install", "-q", PYTEST, "pytest-forked", "py-cpuinfo"])
+        _run(
+            [str(py), "-m", "pip", "install", "-q", PYTEST, "pytest-forked", "py-cpuinfo", "hjson"]
+        )
     _run([str(py), "-m", "ds.launcher", "compat", "enable"], stdout=subprocess.DEVNULL)
     check = "import deepspeed; print(deepspeed.__name__)"
     name = subprocess.run([str(py), "-c", check], capture_output=True, text=True).stdout.strip()
