@@ -94,3 +94,15 @@ def test_the_kernel_refuses_mismatched_buffers() -> None:
         _C.linear_int(torch.randn(64), data, scales, scales[:0], 64, 5, 32, 8, False, -127, 127, y)
     with pytest.raises(ValueError, match="y has the wrong size"):
         _C.linear_int(torch.randn(128), data, scales, scales[:0], 64, 4, 32, 8, False, -127, 127, y)
+
+
+def test_activations_that_need_a_gradient_get_one() -> None:
+    g = torch.Generator().manual_seed(1)
+    w, x = torch.randn(5, 64, generator=g), torch.randn(1, 64, generator=g, requires_grad=True)
+    q = quant.quantize(w, "int8_sym", 32)
+    assert not native_applies(x, q)
+    linear(x, q).sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(x.grad, reference.dequantize(q).sum(0, keepdim=True))
+    with torch.no_grad():
+        assert native_applies(x, q)

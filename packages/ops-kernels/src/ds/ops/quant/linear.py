@@ -4,7 +4,8 @@ For a few rows of float32 activations on the CPU (a decode step: one row per seq
 kernel reads ``q``'s integer codes directly and never writes a float copy of the weight; a step
 then reads a quarter (int8) or an eighth (int4) of the weight's fp32 bytes. Otherwise (many
 rows, where a dense GEMM on a dequantized copy is faster; fp8; another device or dtype; rows not
-made of whole groups) it dequantizes and calls ``torch.nn.functional.linear``.
+made of whole groups; activations that need a gradient) it dequantizes and calls
+``torch.nn.functional.linear``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ MAX_NATIVE_ROWS = 12
 def native_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
     """Whether the native kernel computes ``linear(x, q)`` (see the module docstring)."""
     s = get_scheme(q.scheme)
+    if x.requires_grad and torch.is_grad_enabled():
+        return False  # the kernel has no backward; F.linear on the dequantized weight has
     if s.kind != "int" or len(q.shape) != 2 or x.dtype != torch.float32:
         return False
     if x.device.type != "cpu" or q.data.device.type != "cpu" or x.shape[-1] != q.shape[1]:
