@@ -5,6 +5,7 @@
 * :class:`UlyssesDataLoaderAdapter` / :func:`shard_batch`: each rank's sequence shard of a batch,
   labels shifted once on the full sequence, global position ids.
 * :func:`sequence_parallel_loss`: cross-entropy over the whole sequence's real tokens.
+* :func:`apply_rotary_pos_emb`: rotary embedding on a sequence-first (``[seq, ..., dim]``) tensor.
 * :class:`UlyssesAttention` (transformers layout) and :class:`DistributedAttention` (DeepSpeed's
   ``[seq, batch, heads, dim]`` contract) for models outside transformers.
 
@@ -17,6 +18,7 @@ from ds.parallel.sequence.data import IGNORE_INDEX, UlyssesDataLoaderAdapter, sh
 from ds.parallel.sequence.heads import check_model_config, kv_replication
 from ds.parallel.sequence.hf import register_ulysses_attention, ulysses_name, use_ulysses_attention
 from ds.parallel.sequence.loss import SequenceParallelLoss, sequence_parallel_loss
+from ds.parallel.sequence.rotary import apply_rotary_pos_emb, rotate_half
 
 __all__ = [
     "IGNORE_INDEX",
@@ -24,9 +26,11 @@ __all__ = [
     "SequenceParallelLoss",
     "UlyssesAttention",
     "UlyssesDataLoaderAdapter",
+    "apply_rotary_pos_emb",
     "check_model_config",
     "kv_replication",
     "register_ulysses_attention",
+    "rotate_half",
     "seq_all_to_all",
     "sequence_parallel_loss",
     "shard_batch",

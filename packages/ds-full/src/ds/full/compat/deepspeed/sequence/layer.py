@@ -1,10 +1,17 @@
-"""``deepspeed.sequence.layer.DistributedAttention`` on ds.parallel.sequence."""
+"""``deepspeed.sequence.layer``: ``DistributedAttention`` and ``apply_rotary_pos_emb`` on
+ds.parallel.sequence."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ds.parallel.sequence import DistributedAttention as _DistributedAttention
+from ds.parallel.sequence import apply_rotary_pos_emb
+from ds.parallel.sequence import rotate_half as _rotate_half
+
+# DeepSpeed takes a fused path through the optional ``torchembed`` package when it is installed;
+# ds always applies the rotation in plain torch, so that path is never taken.
+_torchembed_available = False
 
 
 class DistributedAttention(_DistributedAttention):
@@ -31,4 +38,4 @@ class DistributedAttention(_DistributedAttention):
         )
 
 
-__all__ = ["DistributedAttention"]
+__all__ = ["DistributedAttention", "_rotate_half", "_torchembed_available", "apply_rotary_pos_emb"]
