@@ -94,22 +94,48 @@ def _model_tp_plan(model: nn.Module) -> dict[str, str]:
     return {}
 
 
-def normalize_partition_config(config: Any) -> list[tuple[re.Pattern[str], str]]:
-    """``{regex: style}``, a list of pairs, or DeepSpeed's
-    ``{"layer_specs": [{"patterns": [...], "partition_type": "column"|"row"|"skip"}]}``."""
+class _SpecMatcher:
+    """A layer spec's patterns matched as it defines them (against the parameter name,
+    ``<module>.weight``) or against the module name, whichever the pattern was written for."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+    def search(self, name: str) -> bool:
+        return self.spec.matches(name + ".weight") or self.spec.matches(name)
+
+
+def _spec_style(spec: Any) -> tuple[str, int]:
+    kind = spec.partition_type.value
+    if kind == "skip":
+        return (REPLICATE_GRAD_ALLREDUCE if spec.grad_allreduce else REPLICATE), 1
+    fused = spec.get_num_sub_params() or 1
+    if spec.has_unequal_sub_params():
+        raise ConfigError(
+            f"partition_config {spec.patterns}: segments of unequal sizes {spec.shape} are not "
+            "supported by ds AutoTP; split the fused weight into separate modules"
+        )
+    if kind == "row":
+        return ROWWISE, 1
+    return (COLWISE_GATHER if spec.gather_output else COLWISE), fused
+
+
+def normalize_partition_config(config: Any) -> list[tuple[Any, tuple[str, int]]]:
+    """``{regex: style}``, a list of pairs, DeepSpeed's ``{"layer_specs": [{"patterns": [...],
+    "partition_type": "column"|"row"|"skip"}]}`` or an :class:`~ds.parallel.tp.specs.AutoTPConfig`,
+    as (matcher, (style, packed segments)) pairs in priority order."""
     if config is None:
         return []
-    pairs: list[tuple[str, str]] = []
-    if isinstance(config, Mapping) and "layer_specs" in config:
-        for spec in config["layer_specs"]:
-            kind = spec.get("partition_type")
-            for pat in spec.get("patterns", []):
-                pairs.append((pat, kind))
-    elif isinstance(config, Mapping):
+    from .specs import as_autotp_config
+
+    specs = as_autotp_config(config)
+    if specs is not None:
+        return [(_SpecMatcher(s), _spec_style(s)) for s in specs.layer_specs]
+    if isinstance(config, Mapping):
         pairs = [(str(k), v) for k, v in config.items()]
     else:
         pairs = [(str(k), v) for k, v in config]
-    out = []
+    out: list[tuple[Any, tuple[str, int]]] = []
     for pat, style in pairs:
         if not isinstance(style, str) or style.lower() not in _HF_STYLES:
             raise ConfigError(
@@ -117,7 +143,7 @@ def normalize_partition_config(config: Any) -> list[tuple[re.Pattern[str], str]]
                 f"use 'colwise', 'rowwise' or 'replicate'"
             )
         try:
-            out.append((re.compile(pat), style.lower()))
+            out.append((re.compile(pat), _HF_STYLES[style.lower()]))
         except re.error as e:
             raise ConfigError(f"partition_config key {pat!r} is not a valid regex ({e})") from e
     return out
@@ -167,9 +193,9 @@ def plan_for(model: nn.Module, partition_config: Any = None) -> dict[str, Placem
         candidate = is_linear(module) or isinstance(module, nn.Embedding)
         choice: tuple[str, int] | None = None
         source = ""
-        for pat, style in user:
-            if pat.search(name):
-                choice, source = _HF_STYLES[style], "partition_config"
+        for matcher, placed in user:
+            if matcher.search(name):
+                choice, source = placed, "partition_config"
                 break
         if choice is None:
             for key, pat, style in hf:
