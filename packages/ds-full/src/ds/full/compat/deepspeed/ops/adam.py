@@ -1,11 +1,17 @@
 """``deepspeed.ops.adam``: ``DeepSpeedCPUAdam`` -> ds.ops CPUAdam (SIMD CPU kernels);
-``FusedAdam`` -> torch's fused/foreach Adam with DeepSpeed's signature."""
+``FusedAdam`` -> torch's fused/foreach Adam with DeepSpeed's signature; ZenFlow's
+``ZenFlowSelectiveAdamW`` / ``ZenFlowSelectiveAdamW_stage3`` -> ds.ops selective AdamW."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
+from ds.ops.optim.selective_adamw import SelectiveAdamW as ZenFlowSelectiveAdamW
+from ds.ops.optim.selective_adamw import (
+    SelectiveAdamWPartitioned as ZenFlowSelectiveAdamW_stage3,
+)
 
 
 class FusedAdam(torch.optim.Adam):
@@ -47,4 +53,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"deepspeed.ops.adam.{name} has no ds equivalent")
 
 
-__all__ = ["FusedAdam"]  # DeepSpeedCPUAdam resolves lazily
+__all__ = [
+    "FusedAdam",
+    "ZenFlowSelectiveAdamW",
+    "ZenFlowSelectiveAdamW_stage3",
+]  # DeepSpeedCPUAdam resolves lazily
