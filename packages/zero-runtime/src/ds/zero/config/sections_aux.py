@@ -102,8 +102,19 @@ class ZenFlowConfig(Section):
         return self
 
 
+# transformers' sparse MoE blocks, ZeRO-3 leaves by default (as in DeepSpeed 0.19.8): each routes
+# tokens to a data-dependent subset of its experts (see ds.zero.stage3.leaf).
+DEFAULT_LEAF_MODULE_CLASSES: list[str] = [
+    "transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock",
+    "transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock",
+    "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock",
+]
+
+
 class LeafModuleConfig(Section):
-    classes: list[str] | None = None
+    """``zero_optimization.leaf_module``: the modules stage 3 gathers as one unit."""
+
+    classes: list[str] = Field(default_factory=lambda: list(DEFAULT_LEAF_MODULE_CLASSES))
     names: list[str] = Field(default_factory=list)
     name_suffixes: list[str] = Field(default_factory=list)
 
@@ -115,6 +126,12 @@ class LeafModuleConfig(Section):
         if isinstance(data, dict):
             return {k: [v] if isinstance(v, str) else v for k, v in data.items()}
         return data
+
+    @model_validator(mode="after")
+    def _dedupe(self) -> LeafModuleConfig:
+        for key in ("classes", "names", "name_suffixes"):
+            object.__setattr__(self, key, list(dict.fromkeys(map(str, getattr(self, key)))))
+        return self
 
 
 def _keys_only(name: str, keys: tuple[str, ...]) -> type[Section]:

@@ -44,7 +44,6 @@ ZERO_KEYS_DEFAULTS: dict[str, object] = {
     "save_muon_momentum_buffer_in_memory": False,
     "stage3_allgather_sequential": False,
     "allgather_sequential": False,
-    "leaf_module": None,
 }
 
 # Nested keys ds accepts but does not act on yet: warned about when set to anything but the default.

@@ -24,6 +24,7 @@ from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.external import external_parameters, register_external_parameter
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.heap import release_free_heap
+from ds.zero.stage3.leaf import z3_leaf_module
 from ds.zero.stage3.limits import Accounting, Stage3Limits
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
 from ds.zero.stage3.pool import BufferPool
@@ -165,10 +166,13 @@ class Stage3Partitioner:
         stack = [self.module]
         while stack:
             m = stack.pop()
-            leaf = isinstance(m, self.leaf_types)
+            leaf = isinstance(m, self.leaf_types) or z3_leaf_module(m)
             if not leaf:
                 stack.extend(reversed(list(m.children())))
             own = [p for p in m.parameters(recurse=leaf) if hasattr(p, "ds_shard")]
+            if leaf:
+                for p in own:
+                    p.ds_z3_leaf_module = m  # type: ignore[attr-defined]
             own += self._external.get(id(m), [])
             if not own:
                 continue

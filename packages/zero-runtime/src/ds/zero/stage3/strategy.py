@@ -10,6 +10,7 @@ import torch
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
 from ds.interfaces.parallel import tp_dim
 from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.leaf import apply_leaf_config
 from ds.zero.stage3.nvme_room import check_room, ranks_per_node, stage3_needs
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.partitioner import Stage3Limits, Stage3Partitioner
@@ -157,6 +158,7 @@ class Stage3Strategy(ZeroStrategy):
                 buffer_count=int(op.buffer_count),
                 pin_memory=bool(op.pin_memory),
             )
+        apply_leaf_config(module, zero.leaf_module)
         self.partitioner = Stage3Partitioner(module, self.coll, self.limits, swapper)
         # offload_optimizer=cpu: masters on the host, stepped by the optimizer the engine's
         # factory builds from the kernel provider (CPU kernels), gradients copied to the host.
@@ -192,9 +194,7 @@ class Stage3Strategy(ZeroStrategy):
 
     def tp_sliced(self) -> Sequence[bool]:
         return [
-            tp_dim(p) is not None
-            for p in self.partitioner.params
-            if shard_of(p).grad is not None
+            tp_dim(p) is not None for p in self.partitioner.params if shard_of(p).grad is not None
         ]
 
     def step(self) -> None:

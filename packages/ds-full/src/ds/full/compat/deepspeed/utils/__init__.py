@@ -21,6 +21,17 @@ from ds.full.compat.deepspeed.utils.tensor_fragment import (
     safe_set_local_fp32_param,
     safe_set_local_optimizer_state,
 )
+from ds.zero.stage3.leaf import (
+    apply_leaf_config as apply_zero_leaf_module_config,
+)
+from ds.zero.stage3.leaf import (
+    get_z3_leaf_modules,
+    mark_by_class,
+    z3_leaf_module,
+    z3_leaf_parameter,
+)
+from ds.zero.stage3.leaf import mark_by_name as set_z3_leaf_modules_by_name
+from ds.zero.stage3.leaf import mark_by_suffix as set_z3_leaf_modules_by_suffix
 
 # DeepSpeed's module-level logger is a plain ``logging.Logger`` that scripts call .info/.warning on.
 logger = logging.getLogger("ds.deepspeed_compat")
@@ -37,21 +48,22 @@ def log_dist(message: str, ranks: Iterable[int] | None = None, level: int = logg
         logger.log(level, f"[Rank {rank}] {message}")
 
 
-def set_z3_leaf_modules(model: torch.nn.Module, leaf_module_classes: list[Any]) -> list[Any]:
-    """Mark modules whose parameters ZeRO-3 fetches as one unit. ds's ZeRO-3 fetches per module
-    already, so this records the mark (``_z3_leaf``) and returns the marked modules."""
-    classes = tuple(c for c in leaf_module_classes if isinstance(c, type))
-    names = {c for c in leaf_module_classes if isinstance(c, str)}
-    marked = []
-    for m in model.modules():
-        if isinstance(m, classes) or type(m).__name__ in names:
-            m._z3_leaf = True  # type: ignore[assignment]
-            marked.append(m)
-    return marked
+def set_z3_leaf_modules(
+    model: torch.nn.Module, leaf_module_classes: list[Any], raise_if_not_found: bool = True
+) -> list[torch.nn.Module]:
+    """Mark modules of these classes (types, bare or qualified names) as ZeRO-3 leaves: stage 3
+    gathers each one's whole subtree on entry (ds.zero.stage3.leaf)."""
+    return mark_by_class(model, leaf_module_classes, True, raise_if_not_found)
 
 
-def z3_leaf_module(model: torch.nn.Module) -> bool:
-    return bool(getattr(model, "_z3_leaf", False))
+def unset_z3_leaf_modules(
+    model: torch.nn.Module, leaf_module_classes: list[Any], raise_if_not_found: bool = True
+) -> list[torch.nn.Module]:
+    return mark_by_class(model, leaf_module_classes, False, raise_if_not_found)
+
+
+def set_z3_leaf_module(model: torch.nn.Module, flag: bool) -> None:
+    model._z3_leaf = flag  # type: ignore[assignment]
 
 
 def __getattr__(name: str) -> Any:
@@ -115,6 +127,13 @@ __all__ = [
     "safe_set_local_optimizer_state",
     "safe_update_full_grad_vectorized",
     "set_random_seed",
+    "apply_zero_leaf_module_config",
+    "get_z3_leaf_modules",
+    "set_z3_leaf_module",
     "set_z3_leaf_modules",
+    "set_z3_leaf_modules_by_name",
+    "set_z3_leaf_modules_by_suffix",
+    "unset_z3_leaf_modules",
     "z3_leaf_module",
+    "z3_leaf_parameter",
 ]
