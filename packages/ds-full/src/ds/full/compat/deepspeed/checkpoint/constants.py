@@ -22,6 +22,8 @@ FROZEN_PARAM_SHAPES = "frozen_param_shapes"
 FROZEN_PARAM_FRAGMENTS = "frozen_param_fragments"
 MODEL_FILE_PREFIX = "mp_rank_"
 ZERO_FILE_PREFIX = "zero_pp_rank_"
+BF16_ZERO_FILE_PREFIX = "bf16_" + ZERO_FILE_PREFIX
+FP16_ZERO_FILE_PREFIX = "fp16_" + ZERO_FILE_PREFIX
 OPTIM_FILE_SUFFIX = "_optim_states.pt"
 MODEL_FILE_SUFFIX = "_model_states.pt"
 LAYER_FILE_PREFIX = "layer_"
@@ -60,6 +62,13 @@ AUTOEP_NUM_EXPERTS = "num_experts"
 AUTOEP_NUM_LOCAL_EXPERTS = "num_local_experts"
 AUTOEP_EP_SIZE = "ep_size"
 AUTOEP_EXPERT_PLACEMENT = "expert_placement"
+# what each AutoEP layer record must hold for a ZeRO-1/2 checkpoint to be converted
+AUTOEP_ZERO12_REQUIRED_FIELDS = (
+    AUTOEP_EXPERT_KEY_PREFIX,
+    AUTOEP_NUM_EXPERTS,
+    AUTOEP_NUM_LOCAL_EXPERTS,
+    AUTOEP_EP_SIZE,
+)
 AUTOEP_AFFINE_MAPS = "affine_maps"
 DS_AUTOEP_UC_META = "ds_autoep_uc_meta"
 AUTOEP_PARAM_LOGICAL_SHAPE = "logical_shape"

@@ -1,10 +1,29 @@
-"""``deepspeed.checkpoint.utils.clone_tensors_for_torch_save``."""
+"""``deepspeed.checkpoint.utils``: the file names of a DeepSpeed checkpoint tag and
+``clone_tensors_for_torch_save``."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
+
+
+def get_model_ckpt_name_for_rank(base_folder: str, mp_rank_str: str) -> str:
+    """``<base>/mp_rank_<mp_rank_str>_model_states.pt``."""
+    return os.path.join(base_folder, f"mp_rank_{mp_rank_str}_model_states.pt")
+
+
+def get_zero_ckpt_name_for_rank(base_folder: str, dp_rank: int, mp_rank: int) -> str:
+    """``<base>/zero_pp_rank_<dp>_mp_rank_<mp:02d>_optim_states.pt``."""
+    return os.path.join(
+        base_folder, f"zero_pp_rank_{dp_rank}_mp_rank_{mp_rank:02d}_optim_states.pt"
+    )
+
+
+def get_layer_ckpt_name_for_rank(base_folder: str, layer_id: str, tp_rank: int) -> str:
+    """``<base>/<layer_id>-model_<tp:02d>_model_states.pt`` (a pipeline layer's file)."""
+    return os.path.join(base_folder, f"{layer_id}-model_{tp_rank:02d}_model_states.pt")
 
 
 def clone_tensors_for_torch_save(item: Any, device: Any = "cpu") -> Any:
@@ -25,4 +44,9 @@ def clone_tensors_for_torch_save(item: Any, device: Any = "cpu") -> Any:
     return item
 
 
-__all__ = ["clone_tensors_for_torch_save"]
+__all__ = [
+    "clone_tensors_for_torch_save",
+    "get_layer_ckpt_name_for_rank",
+    "get_model_ckpt_name_for_rank",
+    "get_zero_ckpt_name_for_rank",
+]

@@ -5,7 +5,32 @@ The same work as ``ds checkpoint export``: tensors are read one at a time from t
 
 from __future__ import annotations
 
+import glob
+import os
+import re
 from typing import Any
+
+
+def _natural_key(path: str) -> list[Any]:
+    # rank 10 sorts after rank 9, not after rank 1
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path)]
+
+
+def _checkpoint_files(checkpoint_dir: str, pattern: str) -> list[str]:
+    files = sorted(glob.glob(os.path.join(checkpoint_dir, pattern)), key=_natural_key)
+    if not files:
+        raise FileNotFoundError(f"can't find {pattern} files in directory '{checkpoint_dir}'")
+    return files
+
+
+def get_optim_files(checkpoint_dir: str) -> list[str]:
+    """The ``*_optim_states.pt`` files of a tag, in rank order."""
+    return _checkpoint_files(checkpoint_dir, "*_optim_states.pt")
+
+
+def get_model_state_files(checkpoint_dir: str) -> list[str]:
+    """The ``*_model_states.pt`` files of a tag, in rank order."""
+    return _checkpoint_files(checkpoint_dir, "*_model_states.pt")
 
 
 def get_fp32_state_dict_from_zero_checkpoint(

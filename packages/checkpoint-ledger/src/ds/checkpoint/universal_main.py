@@ -1,0 +1,130 @@
+"""Converting one DeepSpeed checkpoint tag into a universal checkpoint tag (the passes of
+:mod:`ds.checkpoint.universal_convert`, for ZeRO-1/2 and ZeRO-3 tags)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ds.checkpoint.deepspeed_layout import load_file
+from ds.checkpoint.universal_convert import (
+    extract_zero3,
+    extract_zero12,
+    group_per_tp_shapes,
+    merge_tp_slices,
+    merge_zero3_slices,
+    save_optimizer_state_zero3,
+    save_optimizer_state_zero12,
+    write_missing_fp32,
+    zero3_rank_grid,
+)
+from ds.checkpoint.universal_tp import check_conversion_supported
+
+UC_INFO = "universal_checkpoint_info"
+AUTOEP_KEYS = ("ds_autoep_layers", "autoep_layers")
+_AUTOEP = (
+    "AutoEP expert layers are not converted to a universal checkpoint by ds; load the checkpoint "
+    "at the expert-parallel degree it was saved with"
+)
+
+
+def zero_stage(optim_file: str) -> int:
+    """The ZeRO stage an optimizer file was written at (1 when it does not say)."""
+    return int(load_file(optim_file)["optimizer_state_dict"].get("zero_stage", 1))
+
+
+def _merge_all(
+    uc_info: Mapping[str, Any],
+    out: str,
+    temp: str,
+    tp_degree: int,
+    shapes: Mapping[str, Sequence[Any]],
+    strict: bool,
+) -> None:
+    unused: set[str] | None = None
+    for item in shapes.items():
+        left = merge_tp_slices(uc_info, os.path.join(out, "zero"), temp, tp_degree, item)
+        unused = left if unused is None else unused & left
+    if unused and strict:
+        raise AssertionError(f"Unused patterns={sorted(unused)} while merging tp slices")
+
+
+def _finish(out: str, temp: str, keep_temp: bool) -> None:
+    if not keep_temp:
+        shutil.rmtree(temp, ignore_errors=True)
+    root, tag = os.path.split(os.path.normpath(out))
+    with open(os.path.join(root, "latest_universal"), "w") as f:
+        f.write(tag)
+
+
+def convert_zero12(layout: Any, out: str, *, strict: bool = True, keep_temp: bool = False) -> None:
+    """A ZeRO-1/2 tag (opened as a :class:`~ds.checkpoint.deepspeed_3d.CheckpointLayout`)."""
+    uc_info = layout.get_checkpoint_info(UC_INFO) or {}
+    check_conversion_supported(uc_info)
+    if any(meta.get("ds_autoep_layers") is not None for _, meta in layout.model_state_metadata):
+        raise NotImplementedError(_AUTOEP)
+    shapes_by_file = []
+    for f, meta in layout.model_state_metadata:
+        if not isinstance(meta.get("param_shapes"), dict):
+            raise RuntimeError(
+                f"DeepSpeed checkpoint param_shapes must contain dictionaries in {f}."
+            )
+        shapes_by_file.append(meta["param_shapes"])
+    shapes = group_per_tp_shapes(shapes_by_file, layout.pp_degree, layout.tp_degree)
+    temp = os.path.join(out, "tmp")
+    for pp, tp, dp in itertools.product(
+        range(layout.pp_degree), range(layout.tp_degree), range(layout.dp_degree)
+    ):
+        extract_zero12(temp, layout, pp, tp, dp)
+    _merge_all(uc_info, out, temp, layout.tp_degree, shapes, strict)
+    write_missing_fp32(out, layout.mp_rank_files)
+    save_optimizer_state_zero12(out, layout)
+    for f in layout.mp_rank_files:
+        shutil.copy2(f, out)
+    _finish(out, temp, keep_temp)
+
+
+def convert_zero3(
+    model_files: Sequence[str],
+    optim_files: Sequence[str],
+    out: str,
+    *,
+    strict: bool = True,
+    keep_temp: bool = False,
+) -> None:
+    """A ZeRO-3 tag: ``zero_pp_rank_<dp>_mp_rank_<tp>`` model and optimizer files."""
+    states = [load_file(f) for f in model_files]
+    if any(s.get(k) is not None for s in states for k in AUTOEP_KEYS):
+        raise NotImplementedError(_AUTOEP)
+    model_grid, tp_degree, dp_degree = zero3_rank_grid(model_files)
+    optim_grid, tp_optim, dp_optim = zero3_rank_grid(optim_files)
+    if (tp_degree, dp_degree) != (tp_optim, dp_optim):
+        raise RuntimeError(
+            "ZeRO-3 model/optimizer tp_degree or dp_degree mismatch: "
+            f"model=({tp_degree},{dp_degree}), optim=({tp_optim},{dp_optim})"
+        )
+    shapes_grid = [list(load_file(model_grid[tp][0])["param_shapes"]) for tp in range(tp_degree)]
+    uc_info = (states[0].get(UC_INFO) or {}) if tp_degree > 1 else {}
+    check_conversion_supported(uc_info)
+    temp = os.path.join(out, "tmp")
+    for tp in range(tp_degree):
+        for dp in range(dp_degree):
+            extract_zero3(temp, optim_grid[tp][dp], shapes_grid[tp], dp_degree, tp, dp)
+    names = {n for group in shapes_grid[0] for n in group}
+    if tp_degree > 1:
+        by_tp = [{n: s for group in grid for n, s in group.items()} for grid in shapes_grid]
+        shapes = {n: [by_tp[tp][n] for tp in range(tp_degree)] for n in sorted(names)}
+        _merge_all(uc_info, out, temp, tp_degree, shapes, strict)
+    else:
+        for n in sorted(names):
+            merge_zero3_slices(dp_degree, os.path.join(out, "zero"), temp, n)
+    save_optimizer_state_zero3(out, optim_files[0])
+    for f in model_files:
+        shutil.copy2(f, out)
+    _finish(out, temp, keep_temp)
+
+
+__all__ = ["convert_zero12", "convert_zero3", "zero_stage"]
