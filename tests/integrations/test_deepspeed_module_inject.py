@@ -24,3 +24,29 @@ def test_tp_plan_converts_to_layer_specs() -> None:
     assert TPPlanConverter._wildcard_to_regex("a.*.b") == r".*a\..*\.b"
     cfg = AutoTPConfig.from_dict({"layer_specs": [{"patterns": ["x"], "gather_output": True}]})
     assert cfg.layer_specs[0].gather_output and AutoTPPresets.get_preset("qwen2") is not None
+
+
+def test_autotp_walks_full_paths_and_keeps_tied_weights_whole() -> None:
+    from torch import nn
+
+    from ds.full.compat.deepspeed.module_inject.auto_tp import AutoTP
+    from ds.full.compat.deepspeed.module_inject.layers import LinearAllreduce, LinearLayer
+
+    model = nn.Module()
+    model.layers = nn.ModuleList([nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 4))])
+    model.embed = nn.Embedding(10, 4)
+    model.lm_head = nn.Linear(4, 10, bias=False)
+    model.lm_head.weight = model.embed.weight
+    specs = {
+        "layer_specs": [
+            {"patterns": [r"layers\.\d+\.0\.weight$"], "partition_type": "column"},
+            {"patterns": [r"layers\.\d+\.1\.weight$"], "partition_type": "row"},
+            {"patterns": [r"lm_head\.weight$"], "gather_output": True},
+        ]
+    }
+    autotp = AutoTP(model, [], "", None, None, None, partition_config=specs)
+    autotp.set_tensor_parallel_config(1, None)
+    autotp._replace_module(model)
+    assert isinstance(model.layers[0][0], LinearLayer)
+    assert isinstance(model.layers[0][1], LinearAllreduce)
+    assert type(model.lm_head) is nn.Linear and model.lm_head.weight is model.embed.weight

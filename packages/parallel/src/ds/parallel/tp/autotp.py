@@ -177,6 +177,30 @@ def _localize_heads(parent: nn.Module, tp: int, fused_child: bool) -> None:
                 setattr(parent, attr, value // tp)
 
 
+def parallel_module(
+    module: nn.Module, p: Placement, tp: TPGroup, cache: dict[int, Any] | None = None
+) -> nn.Module | None:
+    """The tensor-parallel replacement of one module placed ``p`` (None: it stays; a
+    replicated-with-gradient-all-reduce module gets its gradient hooks here). ``cache`` keeps
+    tied parameters tied across calls."""
+    if p.style in (COLWISE, COLWISE_GATHER):
+        return ColumnParallelLinear.from_module(
+            module,
+            tp,
+            transposed=p.transposed,
+            gather_output=p.style == COLWISE_GATHER,
+            fused=p.fused,
+            cache=cache,
+        )
+    if p.style == ROWWISE:
+        return RowParallelLinear.from_module(module, tp, transposed=p.transposed, cache=cache)
+    if p.style == VOCAB_EMBEDDING:
+        return VocabParallelEmbedding.from_module(module, tp, cache=cache)
+    if p.style == REPLICATE_GRAD_ALLREDUCE:
+        allreduce_grads_of(module, tp)
+    return None
+
+
 def autotp(
     model: nn.Module,
     mesh_or_tp_group: Any,
@@ -203,26 +227,11 @@ def autotp(
         parent_name, _, leaf = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         module = getattr(parent, leaf)
-        new: nn.Module | None = None
-        if p.style in (COLWISE, COLWISE_GATHER):
-            new = ColumnParallelLinear.from_module(
-                module,
-                tp,
-                transposed=p.transposed,
-                gather_output=p.style == COLWISE_GATHER,
-                fused=p.fused,
-                cache=cache,
+        new = parallel_module(module, p, tp, cache)
+        if p.style == COLWISE and leaf in _HEAD_PROJECTIONS:
+            attention_parents[parent_name] = attention_parents.get(parent_name, False) or (
+                p.fused > 1
             )
-            if p.style == COLWISE and leaf in _HEAD_PROJECTIONS:
-                attention_parents[parent_name] = attention_parents.get(parent_name, False) or (
-                    p.fused > 1
-                )
-        elif p.style == ROWWISE:
-            new = RowParallelLinear.from_module(module, tp, transposed=p.transposed, cache=cache)
-        elif p.style == VOCAB_EMBEDDING:
-            new = VocabParallelEmbedding.from_module(module, tp, cache=cache)
-        elif p.style == REPLICATE_GRAD_ALLREDUCE:
-            allreduce_grads_of(module, tp)
         if new is not None:
             setattr(parent, leaf, new)
     for parent_name, fused in attention_parents.items():
@@ -232,4 +241,4 @@ def autotp(
     return result
 
 
-__all__ = ["AutoTPResult", "autotp", "check_heads", "tp_group_of"]
+__all__ = ["AutoTPResult", "autotp", "check_heads", "parallel_module", "tp_group_of"]

@@ -105,7 +105,8 @@ class _SpecMatcher:
         return self.spec.matches(name + ".weight") or self.spec.matches(name)
 
 
-def _spec_style(spec: Any) -> tuple[str, int]:
+def spec_style(spec: Any) -> tuple[str, int]:
+    """(style, packed segments) of a :class:`~ds.parallel.tp.specs.TPLayerSpec`."""
     kind = spec.partition_type.value
     if kind == "skip":
         return (REPLICATE_GRAD_ALLREDUCE if spec.grad_allreduce else REPLICATE), 1
@@ -130,7 +131,7 @@ def normalize_partition_config(config: Any) -> list[tuple[Any, tuple[str, int]]]
 
     specs = as_autotp_config(config)
     if specs is not None:
-        return [(_SpecMatcher(s), _spec_style(s)) for s in specs.layer_specs]
+        return [(_SpecMatcher(s), spec_style(s)) for s in specs.layer_specs]
     if isinstance(config, Mapping):
         pairs = [(str(k), v) for k, v in config.items()]
     else:
@@ -251,4 +252,5 @@ __all__ = [
     "is_linear",
     "normalize_partition_config",
     "plan_for",
+    "spec_style",
 ]
