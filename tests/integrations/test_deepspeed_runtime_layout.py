@@ -30,6 +30,9 @@ def test_deepspeed_config_resolves_through_ds(monkeypatch: pytest.MonkeyPatch) -
         DeepSpeedConfig({"train_batch_size": 15, "train_micro_batch_size_per_gpu": 4})
     with pytest.raises(DeepSpeedConfigError, match="zero_optimization"):
         DeepSpeedConfig({"train_batch_size": 2, "zero_optimization": {"stage": 7}})
+    assert cfg.expert_parallel_config.load_balance_coeff is None
+    with pytest.raises(ValueError, match="load_balance_coeff"):
+        DeepSpeedConfig({"train_batch_size": 2, "expert_parallel": {"load_balance_coeff": 0.01}})
 
 
 def test_zero_precision_and_constants_are_views_of_ds_models() -> None:

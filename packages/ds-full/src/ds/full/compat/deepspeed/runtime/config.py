@@ -91,6 +91,11 @@ class DeepSpeedConfig:
         self.seed = cfg.seed
         self.pipeline = dict(cfg.pipeline or {})
         self.sequence_parallel_size = sp
+        from ds.parallel.moe.autoep_config import parse_autoep_config
+
+        # the AutoEP section, checked as DeepSpeed checks it (an unsupported value is refused
+        # here, before any model is built)
+        self.expert_parallel_config = parse_autoep_config(self._param_dict.get("expert_parallel"))
         self.elasticity_enabled = False  # DeepSpeed 0.19.8 refuses the section, as ds does
 
     def print(self, name: str) -> None:
