@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ds.full.compat.deepspeed.accelerator.pinning import Pinning
+
 
 def _typed_tensor(dtype: torch.dtype) -> property:
     """DeepSpeed's ``accelerator.FloatTensor``-style property: ``torch.tensor`` of ``dtype`` on
@@ -25,7 +27,7 @@ def _typed_tensor(dtype: torch.dtype) -> property:
     return property(make)
 
 
-class DeepSpeedAccelerator:
+class DeepSpeedAccelerator(Pinning):
     """One ds accelerator seen through DeepSpeed's abstract accelerator interface."""
 
     def __init__(self, accelerator: Any) -> None:
@@ -124,15 +126,6 @@ class DeepSpeedAccelerator:
 
     def reset_max_memory_cached(self, device_index: int | None = None) -> None:
         self._ds.reset_peak_memory_stats(device_index)
-
-    def unpin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
-
-    def _torch_pin_memory(self, tensor: torch.Tensor, align_bytes: int = 1) -> torch.Tensor:
-        return self._ds.pin_memory(tensor)
-
-    def _torch_is_pinned(self, tensor: torch.Tensor) -> bool:
-        return bool(self._ds.is_pinned(tensor))
 
     # -- typed tensor constructors on this device -------------------------------------------
     BFloat16Tensor = _typed_tensor(torch.bfloat16)

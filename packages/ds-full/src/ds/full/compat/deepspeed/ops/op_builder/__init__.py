@@ -41,7 +41,7 @@ FusedLionBuilder = _builder(
 AsyncIOBuilder = _builder("AsyncIOBuilder", "async_io", "ds.ops.aio", _native_cpu)
 QuantizerBuilder = _builder("QuantizerBuilder", "quantizer", "ds.ops.quant", _native_cpu)
 PinMemoryBuilder = _builder(
-    "PinMemoryBuilder", "pin_memory", "ds.full.compat.deepspeed.accelerator", _always
+    "PinMemoryBuilder", "pin_memory", "ds.full.compat.deepspeed.utils.pin_memory", _always
 )
 FusedLambBuilder = _builder("FusedLambBuilder", "fused_lamb", None, feature="fused LAMB")
 GDSBuilder = _builder("GDSBuilder", "gds", None, feature="GPUDirect Storage")
