@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from ds.full.compat.deepspeed.runtime.partitioned_tensor import PartitionedTensor
 
 
 def move_to_device(item: Any, device: Any, criterion_func: Any = None) -> Any:
@@ -44,17 +49,37 @@ def partition_uniform(num_items: int, num_parts: int) -> list[int]:
     return uniform(num_items, num_parts)
 
 
-def partition_balanced(weights: list[int], num_parts: int) -> list[int]:
-    """Part bounds minimising the heaviest part (ds's pipeline partitioner); with more parts than
-    items, each item gets its own part and the rest are empty, as in DeepSpeed."""
-    from ds.parallel.pipeline.partition import balanced
+def prefix_sum_inc(weights: Sequence[Any]) -> list[Any]:
+    """Inclusive running totals: ``[3, 4, 5]`` gives ``[3, 7, 12]``."""
+    return list(itertools.accumulate(weights))
 
+
+def partition_balanced(weights: Sequence[float], num_parts: int) -> list[int]:
+    """Part bounds ``[0, ..., len(weights)]`` whose part totals are as even as possible, as
+    DeepSpeed defines it: the smallest spread between the heaviest and the lightest part, every
+    part holding at least one item (ties go to the later cut). With no more items than parts,
+    the uniform bounds (one item a part, the rest empty)."""
     n = len(weights)
-    if num_parts >= n:
-        return list(range(n + 1)) + [n] * (num_parts - n)
-    # Filled from the right, as DeepSpeed's leaves the lighter parts first.
-    mirrored = balanced(list(reversed(weights)), num_parts)
-    return [n - b for b in reversed(mirrored)]
+    if n <= num_parts:
+        return partition_uniform(n, num_parts)
+    prefix = [0, *itertools.accumulate(weights)]
+    # best[j][i]: (spread, heaviest, lightest, last cut) splitting the first i items in j parts.
+    best: list[dict[int, tuple[float, float, float, int]]] = [{0: (0, 0, math.inf, 0)}]
+    for j in range(1, num_parts + 1):
+        row: dict[int, tuple[float, float, float, int]] = {}
+        for i in range(j, n - (num_parts - j) + 1):
+            for k, (_, hi, lo, _) in best[j - 1].items():
+                if k >= i:
+                    continue
+                part = prefix[i] - prefix[k]
+                top, bottom = max(hi, part), min(lo, part)
+                if i not in row or top - bottom <= row[i][0]:
+                    row[i] = (top - bottom, top, bottom, k)
+        best.append(row)
+    bounds = [n]
+    for j in range(num_parts, 0, -1):
+        bounds.append(best[j][bounds[-1]][3])
+    return bounds[::-1]
 
 
 def call_to_str(base: str, *args: Any, **kwargs: Any) -> str:
@@ -73,10 +98,12 @@ def see_memory_usage(message: str, force: bool = False) -> None:
 
 
 __all__ = [
+    "PartitionedTensor",
     "call_to_str",
     "move_to_device",
     "partition_balanced",
     "partition_uniform",
+    "prefix_sum_inc",
     "see_memory_usage",
     "set_random_seed",
 ]
