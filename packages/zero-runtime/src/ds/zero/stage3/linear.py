@@ -22,20 +22,37 @@ Alloc = Callable[[int, torch.dtype, torch.device], torch.Tensor]
 
 
 class _Linear(torch.autograd.Function):
+    # forward/setup_context split and a generated vmap rule: torch.func transforms (grad, vmap,
+    # jacrev) can run through it.
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any,
         x: torch.Tensor,
         weight: torch.Tensor,
-        bias: torch.Tensor | None,
-        alloc: Alloc | None,
+        bias: torch.Tensor | None = None,
+        alloc: Alloc | None = None,
     ) -> torch.Tensor:
-        ctx.save_for_backward(x, weight, bias)
-        ctx.alloc = alloc
         return torch.nn.functional.linear(x, weight, bias)
 
     @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        x, weight, bias, alloc = (*inputs, None, None)[:4]
+        ctx.save_for_backward(x, weight, bias)
+        ctx.alloc = alloc
+        # Backward runs under the autocast state forward saw (and only that one): an autocast
+        # forward made ``grad`` half precision while the saved tensors are fp32.
+        device = x.device.type
+        ctx._fwd_used_autocast = torch.is_autocast_enabled(device)
+        ctx._dtype = torch.get_autocast_dtype(device)
+
+    @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
+        with torch.autocast(grad.device.type, ctx._dtype, enabled=ctx._fwd_used_autocast):
+            return _Linear._grads(ctx, grad)
+
+    @staticmethod
+    def _grads(ctx: Any, grad: torch.Tensor) -> Any:
         x, weight, bias = ctx.saved_tensors
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
@@ -43,7 +60,7 @@ class _Linear(torch.autograd.Function):
         g2 = grad.reshape(-1, grad.shape[-1])
         if ctx.needs_input_grad[1]:
             x2 = x.reshape(-1, x.shape[-1])
-            if ctx.alloc is None or x2.dtype != grad.dtype:
+            if ctx.alloc is None or x2.dtype != grad.dtype or ctx._fwd_used_autocast:
                 gw = g2.t().matmul(x2)
             else:
                 buf = ctx.alloc(weight.numel(), grad.dtype, grad.device)

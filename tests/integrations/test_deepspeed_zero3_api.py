@@ -1,0 +1,26 @@
+"""The ZeRO-3 user surface of the ``deepspeed`` shim: leaf-module helpers, the stage-3 linear
+function, ``zero.Init``'s DeepSpeed arguments and parameter attributes, tiling, ``OnDevice``."""
+
+from __future__ import annotations
+
+import torch
+
+from ds.full.compat.deepspeed import utils
+from ds.full.compat.deepspeed.runtime.zero import linear
+
+
+def test_leaf_helpers_mark_and_unmark() -> None:
+    m = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    assert utils.set_z3_leaf_modules(m, ["Linear"]) == [m[0]]
+    assert utils.get_z3_leaf_modules(m) == [m[0]]
+    assert utils.unset_z3_leaf_modules(m, [torch.nn.Linear]) == [m[0]]
+    assert not utils.z3_leaf_module(m[0])
+
+
+def test_zero3_linear_function_and_module() -> None:
+    lin = linear.LinearModuleForZeroStage3(4, 3)
+    x = torch.randn(2, 4, requires_grad=True)
+    out = lin(x)
+    assert "LinearFunctionForZeroStage3" in type(out.grad_fn).__name__
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, lin.weight, lin.bias))
+    assert linear.autocast_custom_fwd.func is torch.amp.custom_fwd
