@@ -146,3 +146,30 @@ def test_autoep_metadata_must_agree_across_files() -> None:
     other = dict(meta, ds_autoep_layers=[dict(layer, num_experts=8)])
     with pytest.raises(RuntimeError, match="Conflicting AutoEP metadata"):
         aggregate_zero12_metadata([("a", meta), ("b", other)])
+
+
+def test_expert_files_stack_in_global_order_and_folding_is_checked(tmp_path: Path) -> None:
+    from ds.checkpoint.autoep_files import (
+        consolidate_expert_files,
+        make_folding_metadata,
+        validate_folding_metadata,
+    )
+
+    for e in range(3):
+        sd = {f"m.experts.{w}.{e}": torch.full((2, 2), float(e)) for w in ("w1", "w2", "w3")}
+        torch.save(sd, tmp_path / f"layer_0_expert_{e}_mp_rank_00_model_states.pt")
+    layers = [{"moe_layer_id": 0, "num_experts": 3, "expert_key_prefix": "m.experts"}]
+    consolidate_expert_files(str(tmp_path), str(tmp_path / "out"), layers)
+    entry = load_entry(str(tmp_path / "out" / "zero" / "m.experts.w2" / "fp32.pt"))
+    assert entry["ep_num_experts"] == 3 and entry["param"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]
+    folding = make_folding_metadata(
+        tp_size=2, tp_rank=0, ep_size=2, ep_rank=1, zero_partition_group="edp",
+        zero_partition_rank=0, zero_partition_count=2, family="routed_expert",
+    )  # fmt: skip
+    assert validate_folding_metadata(
+        {"folding": folding}, tp_size=2, ep_size=2, family="routed_expert"
+    )
+    with pytest.raises(RuntimeError, match="zero_partition_count"):
+        validate_folding_metadata(
+            {"folding": folding}, tp_size=2, ep_size=2, zero_partition_count=4
+        )

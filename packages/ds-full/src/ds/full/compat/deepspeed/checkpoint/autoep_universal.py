@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from ds.checkpoint.autoep_files import (
+    consolidate_expert_files,
+    make_folding_metadata,
+    validate_folding_metadata,
+)
+from ds.checkpoint.autoep_files import expert_file as resolve_expert_ckpt_path
 from ds.checkpoint.universal_autoep import consolidate_zero12_expert_states, expert_dp_ranks
 from ds.checkpoint.universal_autoep import fragment_path as _zero12_fragment_path
 
@@ -27,7 +33,8 @@ def consolidate_autoep_zero12_expert_states(
     fp32_fallback_dir: str | None = None,
 ) -> None:
     """Each expert parameter's fp32 value, Adam moments and step, stacked over all experts,
-    from the ZeRO-1/2 fragments a conversion's first pass wrote."""
+    from the ZeRO-1/2 fragments a conversion's first pass wrote (every value is taken from
+    them, so ``fp32_fallback_dir`` is not read)."""
     consolidate_zero12_expert_states(
         temp_dir,
         output_dir,
@@ -39,4 +46,28 @@ def consolidate_autoep_zero12_expert_states(
     )
 
 
-__all__ = ["_zero12_fragment_path", "consolidate_autoep_zero12_expert_states"]
+def consolidate_autoep_expert_files(
+    checkpoint_dir: str,
+    output_dir: str,
+    autoep_layers_metadata: Any,
+    fp32_fallback_param_names: Collection[str] | None = None,
+    fp32_fallback_dir: str | None = None,
+) -> None:
+    """The per-expert model files of each AutoEP layer stacked into whole expert weights."""
+    consolidate_expert_files(
+        checkpoint_dir,
+        output_dir,
+        autoep_layers_metadata,
+        only=fp32_fallback_param_names,
+        fp32_dir=fp32_fallback_dir if fp32_fallback_param_names is not None else None,
+    )
+
+
+__all__ = [
+    "_zero12_fragment_path",
+    "consolidate_autoep_expert_files",
+    "consolidate_autoep_zero12_expert_states",
+    "make_folding_metadata",
+    "resolve_expert_ckpt_path",
+    "validate_folding_metadata",
+]
