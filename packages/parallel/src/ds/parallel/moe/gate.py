@@ -18,6 +18,8 @@ expert was chosen for before any drop (on the host, as DeepSpeed returns it).
 * Noise: ``noisy_gate_policy="Jitter"`` multiplies the gate input by uniform(1-1e-2, 1+1e-2)
   while training; ``"RSample"`` (k=1) picks the expert from the logits plus Gumbel noise. k=2
   samples its second expert with Gumbel noise when ``top2_2nd_expert_sampling``.
+* k > 2 (:func:`topkgating`): the k most probable experts, ``k * capacity_factor`` slots per
+  expert, routes past capacity dropped by gate value or by position.
 """
 
 from __future__ import annotations
@@ -153,6 +155,49 @@ def top2gating(
     return l_aux, combine_weights, combine_weights.bool(), exp_counts
 
 
+def topkgating(
+    logits: torch.Tensor,
+    k: int,
+    capacity_factor: float,
+    min_capacity: int,
+    drop_tokens: bool = True,
+    drop_policy: str = "probs",
+    agree: Callable[[torch.Tensor], None] | None = None,
+) -> GateOutput:
+    """Top-k routing for any k: each token goes to its ``k`` most probable experts, weights
+    renormalised over the routes it keeps. With ``drop_tokens`` each expert has
+    ``capacity(S, E, k * capacity_factor, min_capacity)`` slots and keeps, by ``drop_policy``,
+    the routes with the largest gate values (``"probs"``) or the first in token order
+    (``"position"``)."""
+    gates = F.softmax(logits, dim=1)
+    num_tokens, num_experts = gates.shape
+    top_gate, top_idx = torch.topk(gates, k=k, dim=1)
+    mask = torch.zeros_like(gates, dtype=torch.bool).scatter_(1, top_idx, True)
+    exp_counts = mask.sum(dim=0).detach().to("cpu")
+    me = gates.mean(dim=0)
+    ce = mask.float().mean(dim=0)
+    l_aux = torch.mean(me * ce) * num_experts * num_experts / k
+    if not drop_tokens:
+        cap = _agreed_capacity(exp_counts, agree)
+    else:
+        cap = capacity(num_tokens, num_experts, capacity_factor * k, min_capacity)
+        if drop_policy == "probs":
+            routed = torch.zeros_like(gates).scatter(1, top_idx, top_gate)
+            # The slots still number ``cap``; at most every token can fill them.
+            best = torch.topk(routed, k=min(cap, num_tokens), dim=0, sorted=False)[1]
+            mask &= torch.zeros_like(mask).scatter_(0, best, True)
+        elif drop_policy == "position":
+            mask &= (torch.cumsum(mask, dim=0) - 1) < cap
+        else:
+            raise ConfigError(f"drop_policy={drop_policy!r}: use 'probs' or 'position'")
+    locations = torch.cumsum(mask, dim=0) - 1
+    kept = gates * mask
+    kept = kept / kept.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(kept.dtype).eps)
+    slots = F.one_hot(locations * mask, num_classes=cap).float()
+    combine_weights = torch.einsum("se,sec->sec", kept, slots)
+    return l_aux, combine_weights, combine_weights.bool(), exp_counts
+
+
 class TopKGate(torch.nn.Module):
     """The gate: a bias-free fp32 linear ``wg`` from the model dimension to the experts, then
     top-1 or top-2 routing (see the module docstring)."""
@@ -171,8 +216,8 @@ class TopKGate(torch.nn.Module):
         top2_2nd_expert_sampling: bool = True,
     ) -> None:
         super().__init__()
-        if k not in (1, 2):
-            raise ConfigError(f"MoE k={k}: ds routes each token to 1 or 2 experts; use k=1 or k=2")
+        if k < 1 or k > num_experts:
+            raise ConfigError(f"MoE k={k}: each token goes to between 1 and {num_experts} experts")
         if noisy_gate_policy not in (None, "None", "Jitter", "RSample"):
             raise ConfigError(
                 f"noisy_gate_policy={noisy_gate_policy!r} is not a gate noise; use None, "
@@ -213,13 +258,17 @@ class TopKGate(torch.nn.Module):
                 self.agree,
                 used_token,
             )
-        return top2gating(
-            logits,
-            factor,
-            self.min_capacity,
-            self.drop_tokens,
-            self.top2_2nd_expert_sampling,
-            self.agree,
+        if self.k == 2:
+            return top2gating(
+                logits,
+                factor,
+                self.min_capacity,
+                self.drop_tokens,
+                self.top2_2nd_expert_sampling,
+                self.agree,
+            )
+        return topkgating(
+            logits, self.k, factor, self.min_capacity, self.drop_tokens, agree=self.agree
         )
 
     def extra_repr(self) -> str:
@@ -233,4 +282,5 @@ __all__ = [
     "multiplicative_jitter",
     "top1gating",
     "top2gating",
+    "topkgating",
 ]

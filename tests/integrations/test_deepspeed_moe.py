@@ -1,0 +1,27 @@
+"""``deepspeed.moe.sharded_moe``: the gating functions in DeepSpeed's argument order, with its
+sparse-route output (backed by :mod:`ds.parallel.moe`)."""
+
+from __future__ import annotations
+
+import torch
+
+from ds.full.compat.deepspeed.moe.sharded_moe import (
+    _route_slots,
+    _sparse_encode,
+    top1gating,
+    top2gating,
+)
+
+
+def test_gating_takes_deepspeeds_argument_order_and_sparse_routes() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3)
+    used = torch.tensor([1, 1, 1, 0, 1, 1])
+    _, _, dispatch, _ = top1gating(logits, 1.0, 0, used, None, True, False)
+    assert not dispatch[3].any()  # the fourth positional argument is used_token
+    _, cap, experts, indices, locations, gates, _ = top2gating(
+        logits, 1.0, 0, True, None, False, sparse_routes=True
+    )
+    assert indices.shape == (2, 6) and experts == 3
+    buffer = _sparse_encode(torch.eye(6), _route_slots(indices, locations, experts, cap), 3, cap)
+    assert buffer.shape == (3, cap, 6) and gates.shape == (2, 6)
