@@ -8,6 +8,7 @@ still trains. Tile ``[o][i]`` maps input columns ``in_parts[i]:in_parts[i+1]`` t
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,7 +79,7 @@ class TiledLinear(torch.nn.Module):
             inputs = input_
         else:
             bounds = uniform_bounds(input_.shape[-1], self.in_splits)
-            sizes = [b - a for a, b in zip(bounds, bounds[1:])]
+            sizes = [b - a for a, b in itertools.pairwise(bounds)]
             inputs = self._split_global_input(input_, sizes)
         outputs = []
         for o in range(self.out_splits):
