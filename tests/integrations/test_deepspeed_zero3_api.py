@@ -24,3 +24,14 @@ def test_zero3_linear_function_and_module() -> None:
     assert "LinearFunctionForZeroStage3" in type(out.grad_fn).__name__
     torch.testing.assert_close(out, torch.nn.functional.linear(x, lin.weight, lin.bias))
     assert linear.autocast_custom_fwd.func is torch.amp.custom_fwd
+
+
+def test_on_device_builds_on_meta_in_half() -> None:
+    import ds.full.compat.deepspeed as deepspeed
+
+    with deepspeed.OnDevice(dtype=torch.half, device="meta"):
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+        steps = torch.zeros(2, dtype=torch.long, device="cpu")
+    assert {(p.device.type, p.dtype) for p in m.parameters()} == {("meta", torch.half)}
+    assert (steps.device.type, steps.dtype) == ("cpu", torch.long)
+    assert torch.empty(1).device.type == "cpu"  # the block ended

@@ -29,6 +29,7 @@ from ds.full.compat.deepspeed import (
 from ds.full.compat.deepspeed._missing import missing_function
 from ds.full.compat.deepspeed.accelerator import get_accelerator
 from ds.full.compat.deepspeed.git_version_info import git_branch, git_hash, version
+from ds.full.compat.deepspeed.utils.init_on_device import OnDevice
 from ds.full.training import init_distributed
 from ds.full.training import initialize as _ds_initialize
 from ds.interfaces.errors import ConfigError
@@ -137,6 +138,7 @@ def is_compile_supported() -> bool:
 
 
 __all__ = [
+    "OnDevice",
     "__version__",
     "accelerator",
     "add_config_arguments",
