@@ -117,3 +117,11 @@ def test_watchdog_refuses_a_timeout_that_cannot_fire(timeout):
 
     with pytest.raises(CommError, match="timeout_s must be > 0 seconds"):
         Watchdog(timeout_s=timeout)
+
+
+def test_world_group_is_torchs_world_handle():
+    import torch.distributed
+
+    from ds import comm
+
+    assert comm.get_world_group() is torch.distributed.group.WORLD

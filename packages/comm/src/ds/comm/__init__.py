@@ -62,6 +62,11 @@ group = _torch_dist.group
 GroupMember = _torch_dist.GroupMember
 
 
+def get_world_group() -> object:
+    """The group of every rank (``group.WORLD``), as DeepSpeed's comm returns it."""
+    return group.WORLD
+
+
 def __getattr__(name: str) -> object:
     if name == "CommsLoggerConfig":  # pydantic model, imported on first use
         from ds.comm.comms_logger_config import CommsLoggerConfig
@@ -98,6 +103,7 @@ __all__ = [
     "gather",
     "gather_object",
     "get_backend",
+    "get_world_group",
     "get_comms_logger",
     "get_communicator",
     "get_global_rank",

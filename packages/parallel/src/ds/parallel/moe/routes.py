@@ -66,4 +66,38 @@ def sparse_decode(
     return (rows * gates.unsqueeze(-1)).sum(0).to(expert_output.dtype)
 
 
-__all__ = ["route_slots", "routes_from_combine", "sparse_decode", "sparse_encode"]
+def combine_from_routed(
+    expert_output: torch.Tensor,
+    top_scores: torch.Tensor,
+    token_indices_sorted: torch.Tensor,
+    top_k: int,
+    score_apply: str,
+    combine_impl: str,
+    shape: tuple[int, int, int],
+) -> torch.Tensor:
+    """``[B, S, H]`` from the expert outputs of the routes sorted by expert: row ``i`` belongs to
+    route ``token_indices_sorted[i]`` of the flattened ``[B * S, top_k]`` routes. With
+    ``score_apply="post"`` each token's routes are weighted by ``top_scores`` (in fp32) and
+    summed; with "pre" the experts already applied them and the routes are only summed.
+    ``combine_impl="legacy_bmm"`` does the weighted sum as one batched matmul."""
+    bsz, seq, hidden = shape
+    tokens = bsz * seq
+    routes = expert_output.new_zeros((tokens * top_k, hidden))
+    routes = routes.index_copy(0, token_indices_sorted.long(), expert_output)
+    routes = routes.view(tokens, top_k, hidden)
+    if score_apply != "post":
+        out = routes.sum(dim=1)
+    elif combine_impl == "legacy_bmm":
+        out = torch.bmm(top_scores.reshape(tokens, 1, top_k).float(), routes.float()).squeeze(1)
+    else:
+        out = (routes * top_scores.reshape(tokens, top_k, 1).float()).sum(dim=1)
+    return out.to(expert_output.dtype).view(bsz, seq, hidden)
+
+
+__all__ = [
+    "combine_from_routed",
+    "route_slots",
+    "routes_from_combine",
+    "sparse_decode",
+    "sparse_encode",
+]
