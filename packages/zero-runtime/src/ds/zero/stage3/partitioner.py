@@ -227,6 +227,8 @@ class Stage3Partitioner:
                 )
 
     def _on_grad(self, p: torch.Tensor) -> None:
+        if not getattr(p, "ds_grad_is_ready", True):
+            return  # more contributions follow in this backward (tiled compute): keep summing
         s = shard_of(p)
         g = p.grad
         p.grad = None

@@ -95,6 +95,8 @@ class GradReducer:
 
     def on_grad(self, gi: int, pi: int, param: torch.Tensor) -> None:
         """Post-accumulate-grad hook of parameter ``pi`` of group ``gi``."""
+        if not getattr(param, "ds_grad_is_ready", True):
+            return  # more contributions follow in this backward (tiled compute): keep summing
         group = self.groups[gi]
         if self.stage <= 1 and not group.grads_are_views:
             # Accumulate in the accumulation dtype (fp32 for bf16 models), not in param.grad.

@@ -1,5 +1,6 @@
-"""``deepspeed.runtime.sequence_parallel.ulysses_sp``: ``UlyssesSPAttentionHF`` and
-``UlyssesSPDataLoaderAdapter`` on ds.parallel.sequence.
+"""``deepspeed.runtime.sequence_parallel.ulysses_sp``: ``UlyssesSPAttentionHF``,
+``UlyssesSPDataLoaderAdapter`` and the tiled compute of long sequences (``TiledMLP``,
+``sequence_tiled_compute``, ``TiledFusedLogitsLoss``) on ds.parallel.sequence.
 
 In ds, ``sequence_parallel_size`` in the config is all ``ds.initialize`` needs: it builds the mesh
 and switches the model's attention to Ulysses. ``register_with_transformers`` is therefore not
@@ -12,6 +13,12 @@ from typing import Any
 
 from ds.interfaces.errors import ConfigError
 from ds.parallel.sequence import UlyssesDataLoaderAdapter as _Adapter
+from ds.parallel.sequence.tiled import (
+    SequenceTiledCompute,
+    TiledFusedLogitsLoss,
+    TiledMLP,
+    sequence_tiled_compute,
+)
 
 
 class UlyssesSPAttentionHF:
@@ -45,4 +52,11 @@ class UlyssesSPDataLoaderAdapter(_Adapter):
         )
 
 
-__all__ = ["UlyssesSPAttentionHF", "UlyssesSPDataLoaderAdapter"]
+__all__ = [
+    "SequenceTiledCompute",
+    "TiledFusedLogitsLoss",
+    "TiledMLP",
+    "UlyssesSPAttentionHF",
+    "UlyssesSPDataLoaderAdapter",
+    "sequence_tiled_compute",
+]
