@@ -44,6 +44,42 @@ int64_t groups(int64_t n, int64_t gs) {
   return (n + gs - 1) / gs;
 }
 
+// A weight for linear_int, checked once. A decode step calls each layer once with one row; each
+// array crossing the binding through DLPack costs about 2 us, so passing the weight's three
+// arrays every call cost more than the kernel on a small layer. ds.ops.quant.linear keeps one
+// per quantized weight and passes only the addresses of x and y, which it has checked. The
+// ndarray members keep the weight's tensors alive as long as this object.
+class QLinearWeight {
+ public:
+  QLinearWeight(U8 data, F32 scales, F32 zps, int64_t k, int64_t n, int64_t gs, int bits,
+                bool asym, int qmin, int qmax)
+      : data_(data), scales_(scales), zps_(zps), k_(k), n_(n), gs_(gs),
+        s_{bits, asym, qmin, qmax} {
+    need(bits == 4 || bits == 8, "bits must be 4 or 8");
+    need(k > 0 && gs > 0 && k % gs == 0, "k must be a positive multiple of group_size");
+    need(bits == 8 || gs % 2 == 0, "4-bit codes need an even group_size");
+    need(n >= 0, "n must not be negative");
+    const int64_t g = n * (k / gs);
+    const int64_t bpg = bits == 4 ? gs / 2 : gs;
+    need(static_cast<int64_t>(data.size()) == g * bpg, "data has the wrong size");
+    need(static_cast<int64_t>(scales.size()) == g, "scales has the wrong size");
+    need(!asym || static_cast<int64_t>(zps.size()) == g, "zero_points has the wrong size");
+  }
+
+  void run(const float* x, int64_t m, float* y) const {
+    nb::gil_scoped_release release;
+    ds::quant::linear_int(x, m, k_, data_.data(), scales_.data(),
+                          s_.asym ? zps_.data() : nullptr, n_, gs_, s_, y);
+  }
+
+ private:
+  U8 data_;
+  F32 scales_;
+  F32 zps_;
+  int64_t k_, n_, gs_;
+  IntScheme s_;
+};
+
 }  // namespace
 
 void register_quant(nb::module_& m) {
@@ -94,27 +130,34 @@ void register_quant(nb::module_& m) {
       "linear_int",
       [](F32 x, U8 data, F32 scales, F32 zps, int64_t k, int64_t n, int64_t gs, int bits,
          bool asym, int qmin, int qmax, F32 y) {
-        need(bits == 4 || bits == 8, "bits must be 4 or 8");
-        need(k > 0 && gs > 0 && k % gs == 0, "k must be a positive multiple of group_size");
-        need(bits == 8 || gs % 2 == 0, "4-bit codes need an even group_size");
+        const QLinearWeight w(data, scales, zps, k, n, gs, bits, asym, qmin, qmax);
         const int64_t xs = static_cast<int64_t>(x.size());
         need(xs % k == 0, "x must hold whole rows of k elements");
         const int64_t m = xs / k;
-        const int64_t g = n * (k / gs);
-        const int64_t bpg = bits == 4 ? gs / 2 : gs;
-        need(static_cast<int64_t>(data.size()) == g * bpg, "data has the wrong size");
-        need(static_cast<int64_t>(scales.size()) == g, "scales has the wrong size");
-        need(!asym || static_cast<int64_t>(zps.size()) == g, "zero_points has the wrong size");
         need(static_cast<int64_t>(y.size()) == m * n, "y has the wrong size");
-        const IntScheme s{bits, asym, qmin, qmax};
-        nb::gil_scoped_release release;
-        ds::quant::linear_int(x.data(), m, k, data.data(), scales.data(),
-                              asym ? zps.data() : nullptr, n, gs, s, y.data());
+        w.run(x.data(), m, y.data());
       },
       nb::arg("x"), nb::arg("data"), nb::arg("scales"), nb::arg("zero_points"), nb::arg("k"),
       nb::arg("n"), nb::arg("group_size"), nb::arg("bits"), nb::arg("asym"), nb::arg("qmin"),
       nb::arg("qmax"), nb::arg("y").noconvert(),
       "y[m, n] = x[m, k] W^T from W's integer codes (group-wise, whole groups per row).");
+
+  nb::class_<QLinearWeight>(m, "QLinearWeight",
+                            "A weight checked once for many linear_int calls (see run).")
+      .def(nb::init<U8, F32, F32, int64_t, int64_t, int64_t, int, bool, int, int>(),
+           nb::arg("data"), nb::arg("scales"), nb::arg("zero_points"), nb::arg("k"),
+           nb::arg("n"), nb::arg("group_size"), nb::arg("bits"), nb::arg("asym"),
+           nb::arg("qmin"), nb::arg("qmax"))
+      .def(
+          "run",
+          [](const QLinearWeight& w, uintptr_t x, int64_t m, uintptr_t y) {
+            need(m >= 0, "m must not be negative");
+            if (m > 0) need(x != 0 && y != 0, "run needs the addresses of x and y");
+            w.run(reinterpret_cast<const float*>(x), m, reinterpret_cast<float*>(y));
+          },
+          nb::arg("x_address"), nb::arg("m"), nb::arg("y_address"),
+          "y[m, n] = x[m, k] W^T at raw addresses: the caller guarantees contiguous float32 x "
+          "of m * k and y of m * n elements, alive for the call.");
 
   m.def(
       "quant_fp8",

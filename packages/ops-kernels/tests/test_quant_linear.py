@@ -13,9 +13,12 @@ from ds.ops.quant.linear import MAX_NATIVE_ROWS, linear, native_applies
 
 INT_SCHEMES = ["int8_sym", "int8_asym", "int4_sym", "int4_asym"]
 # (rows of x, in, out, group size): odd sizes, groups shorter and longer than one SIMD register,
-# a row count past each block of 4, the largest the native kernel takes.
+# a row count past each block of 4, the largest the native kernel takes; output counts past a
+# whole number of the kernel's blocks of output rows (8, 6, 4 or 3 rows at a time for 1 to 4 rows
+# of x on AVX-512, fewer on AVX2) at every row count, so both the blocks and the rows left after
+# them run.
 SHAPES = [(1, 64, 5, 32), (3, 96, 7, 32), (5, 576, 13, 64), (MAX_NATIVE_ROWS, 40, 3, 8),
-          (2, 6, 3, 2), (7, 250, 9, 50)]  # fmt: skip
+          (2, 6, 3, 2), (7, 250, 9, 50), (1, 96, 29, 32), (2, 64, 17, 32), (4, 64, 11, 16)]  # fmt: skip
 
 
 def _check(x: torch.Tensor, q: quant.QuantizedTensor, bias: torch.Tensor | None) -> None:
@@ -106,3 +109,58 @@ def test_activations_that_need_a_gradient_get_one() -> None:
     torch.testing.assert_close(x.grad, reference.dequantize(q).sum(0, keepdim=True))
     with torch.no_grad():
         assert native_applies(x, q)
+
+
+def test_the_prepared_weight_runs_the_same_kernel() -> None:
+    """QLinearWeight (the weight checked once, x and y passed by address) gives the checked
+    form's result bit for bit, refuses mismatched weights when built, and takes 0 rows."""
+    from ds.ops import _C
+    from ds.ops.quant._schemes import get_scheme
+
+    g = torch.Generator().manual_seed(5)
+    for scheme in INT_SCHEMES:
+        s = get_scheme(scheme)
+        q = quant.quantize(torch.randn(21, 96, generator=g), scheme, 32)
+        data = q.data.view(torch.uint8)
+        zps = q.zero_points if q.zero_points is not None else q.scales[:0]
+        x, want, got = torch.randn(3, 96, generator=g), torch.empty(3, 21), torch.empty(3, 21)
+        _C.linear_int(x, data, q.scales, zps, 96, 21, 32, s.bits, s.asym, s.qmin, s.qmax, want)
+        w = _C.QLinearWeight(data, q.scales, zps, 96, 21, 32, s.bits, s.asym, s.qmin, s.qmax)
+        w.run(x.data_ptr(), 3, got.data_ptr())
+        assert torch.equal(got, want)
+        w.run(0, 0, 0)  # no rows: nothing read or written
+    with pytest.raises(ValueError, match="data has the wrong size"):
+        _C.QLinearWeight(data, q.scales, zps, 96, 22, 32, 4, True, 0, 15)
+    with pytest.raises(ValueError, match="m must not be negative"):
+        w.run(x.data_ptr(), -1, got.data_ptr())
+
+
+def test_the_prepared_form_lives_as_long_as_its_weight() -> None:
+    import gc
+
+    from ds.ops.quant import linear as linear_mod
+
+    g = torch.Generator().manual_seed(6)
+    q = quant.quantize(torch.randn(7, 64, generator=g), "int8_sym", 32)
+    x = torch.randn(1, 64, generator=g)
+    _check(x, q, None)
+    key = id(q)
+    assert linear_mod._PREPARED[key] is not None
+    # An in-place update of the codes is seen: the prepared form reads the weight's own storage.
+    q.data.neg_()
+    _check(x, q, None)
+    del q
+    gc.collect()
+    assert key not in linear_mod._PREPARED
+
+
+def test_a_weight_with_non_contiguous_arrays_is_dequantized() -> None:
+    import dataclasses
+
+    g = torch.Generator().manual_seed(7)
+    q = quant.quantize(torch.randn(5, 64, generator=g), "int4_sym", 32)
+    strided = torch.stack([q.data, q.data], 1)[:, 0]  # the same codes, every other byte
+    q2 = dataclasses.replace(q, data=strided)
+    x = torch.randn(2, 64, generator=g)
+    assert not strided.is_contiguous() and not native_applies(x, q2)
+    _check(x, q2, None)

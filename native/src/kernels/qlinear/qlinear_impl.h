@@ -6,9 +6,16 @@
 // int4). A group's contribution to y[i, j] is scale * (sum_t c_t x_t - z * sum_t x_t), c the
 // codes and z the zero point (8 for int4_sym, 0 for int8_sym); the x group sums are computed
 // once per call, and for int4 x is split into its even and odd elements once, so a byte's low
-// nibble meets x_even and its high nibble x_odd.
+// nibble meets x_even and its high nibble x_odd. Several output rows are computed per pass (kRj)
+// so that the accumulations do not wait on one another.
+//
+// All arithmetic is fp32 on the float activations, to stay within the tests' float64-reference
+// bound (1e-6 of sum |x||w|). Quantizing x to 8 bits per block and multiplying int8 by int8, as
+// llama.cpp's Q8_0 does, would cut the work per code but err by up to about max|x| / 254 per
+// element, thousands of times that bound.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ds/quant.h"
@@ -38,6 +45,16 @@ inline __m512i hi4(__m512i v) { return _mm512_srli_epi32(v, 4); }
 inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 inline V bcast(float s) { return _mm512_set1_ps(s); }
 inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
+// 4-bit codes to floats by a 16-entry table lookup (vpermps reads the low 4 bits of each index):
+// it runs on the shuffle port, where a conversion would compete with the FMAs for theirs, and
+// the table can hold the code minus int4_sym's zero point 8, so that scheme needs no correction.
+constexpr bool kTable4 = true;
+inline V table4(float off) {
+  const V i = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_sub_ps(i, _mm512_set1_ps(off));
+}
+inline V nib_lo(__m512i b, V table) { return _mm512_permutexvar_ps(b, table); }
+inline V nib_hi(__m512i b, V table) { return _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table); }
 #elif defined(DS_QLIN_AVX2)
 constexpr int W = 8;
 using V = __m256;
@@ -75,6 +92,14 @@ inline V bcast(float s) { return s; }
 inline float hsum(V v) { return v; }
 #endif
 
+#if !defined(DS_QLIN_AVX512)
+// 4-bit codes to floats by conversion (a 16-entry table needs two lookups at 8 lanes).
+constexpr bool kTable4 = false;
+inline V table4(float) { return zero(); }
+inline V nib_lo(decltype(bytes_u8(nullptr)) b, V) { return to_f(lo4(b)); }
+inline V nib_hi(decltype(bytes_u8(nullptr)) b, V) { return to_f(hi4(b)); }
+#endif
+
 // Codes of one group for the int8 schemes: signed (sym) or unsigned (asym) bytes.
 template <bool kSigned>
 inline V load8(const uint8_t* p) {
@@ -90,89 +115,127 @@ inline float code8(uint8_t b) {
   return kSigned ? static_cast<float>(static_cast<int8_t>(b)) : static_cast<float>(b);
 }
 
-// Output rows [j0, j1) for r (a compile-time count, so the accumulators stay in registers) rows
-// of x; xs: per row of x, its k/gs group sums.
-template <int kBits, bool kSigned, int r>
-void rows(const float* x, const float* xe, const float* xo, const float* xs,
-          int64_t k, const uint8_t* data, const float* scales, const float* zps, float zconst,
-          int64_t gs, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  const int64_t gpr = k / gs;                          // groups per row of W
-  const int64_t bpg = kBits == 4 ? gs / 2 : gs;        // bytes per group
-  const int64_t half = k / 2;
-  for (int64_t j = j0; j < j1; ++j) {
-    V acc[r];
-    float corr[r];
-    for (int q = 0; q < r; ++q) {
-      acc[q] = zero();
-      corr[q] = 0.0f;
+// Output rows computed together per pass for r rows of x. Each weight vector converted to float
+// then feeds r rows of x, each x vector kRj output rows, and the r * kRj accumulator chains are
+// independent, so the FMA latency (4 cycles a group per chain with one row) is hidden. Bounded so
+// that the accumulators (two vectors a pair: the running sum and the current group's) stay in
+// registers: 32 zmm for AVX-512, 16 ymm for AVX2 (and the scalar variant).
+template <int r>
+constexpr int kRj = std::max(1, std::min(8, (W == 16 ? 24 : 12) / (2 * r)));
+
+struct Args {
+  const float* x;   // r rows of k
+  const float* xe;  // 4 bits: x's even elements, r rows of k / 2
+  const float* xo;  // 4 bits: x's odd elements
+  const float* xs;  // per row of x its k / gs group sums (read only with zero points)
+  int64_t k;
+  const uint8_t* data;
+  const float* scales;
+  const float* zps;  // per group zero points (asymmetric schemes), else null
+  float zconst;      // the zero point of every group when zps is null
+  int64_t gs;
+  float* y;  // y[q * ldy + j]
+  int64_t ldy;
+};
+
+// y for output rows [j, j + rj) and r rows of x. kZero: the groups have a nonzero zero point z,
+// whose term scale * z * sum(x of the group) is subtracted once per group, not per element
+// (symmetric int8 has none and skips it). kSigned: int8 codes are signed bytes; 4-bit codes are
+// decoded as code - 8 by the table (int4_sym where kTable4).
+template <int kBits, bool kSigned, bool kZero, int r, int rj>
+inline void tile(const Args& a, int64_t j) {
+  const int64_t gpr = a.k / a.gs;                        // groups per row of W
+  const int64_t bpg = kBits == 4 ? a.gs / 2 : a.gs;      // bytes per group
+  const int64_t vec_end = kBits == 4 ? bpg / W * W : a.gs / W * W;
+  const int64_t end = kBits == 4 ? bpg : a.gs;
+  const bool scalar_tail = vec_end < end;  // a group is not a whole number of vectors
+  const int64_t half = a.k / 2;
+  const V tbl = table4(kSigned ? 8.0f : 0.0f);
+  V acc[r][rj];
+  float corr[r][rj];
+  for (int q = 0; q < r; ++q)
+    for (int u = 0; u < rj; ++u) {
+      acc[q][u] = zero();
+      corr[q][u] = 0.0f;
     }
-    for (int64_t g = 0; g < gpr; ++g) {
-      const int64_t gi = j * gpr + g;
-      const uint8_t* c = data + gi * bpg;
-      const float scale = scales[gi];
-      const float z = zps ? zps[gi] : zconst;
-      V part[r];
-      float tail[r];
-      for (int q = 0; q < r; ++q) {
-        part[q] = zero();
-        tail[q] = 0.0f;
+  for (int64_t g = 0; g < gpr; ++g) {
+    V part[r][rj];
+    float tail[r][rj];
+    for (int q = 0; q < r; ++q)
+      for (int u = 0; u < rj; ++u) {
+        part[q][u] = zero();
+        tail[q][u] = 0.0f;
       }
-      if constexpr (kBits == 8) {
-        const int64_t base = g * gs;
-        int64_t t = 0;
-        for (; t + W <= gs; t += W) {
-          const V w = load8<kSigned>(c + t);
-          for (int q = 0; q < r; ++q) part[q] = fma(w, loadx(x + q * k + base + t), part[q]);
+    const uint8_t* c[rj];
+    for (int u = 0; u < rj; ++u) c[u] = a.data + ((j + u) * gpr + g) * bpg;
+    if constexpr (kBits == 8) {
+      const float* xg = a.x + g * a.gs;
+      for (int64_t t = 0; t < vec_end; t += W)
+        for (int u = 0; u < rj; ++u) {
+          const V w = load8<kSigned>(c[u] + t);
+          for (int q = 0; q < r; ++q) part[q][u] = fma(w, loadx(xg + q * a.k + t), part[q][u]);
         }
-        for (; t < gs; ++t) {
-          const float w = code8<kSigned>(c[t]);
-          for (int q = 0; q < r; ++q) tail[q] += w * x[q * k + base + t];
-        }
-      } else {
-        const int64_t base = g * (gs / 2);  // the group's offset in x_even / x_odd
-        int64_t t = 0;
-        for (; t + W <= bpg; t += W) {
-          const auto b = bytes_u8(c + t);
-          const V lo = to_f(lo4(b));
-          const V hi = to_f(hi4(b));
+      for (int64_t t = vec_end; t < end; ++t)
+        for (int u = 0; u < rj; ++u)
+          for (int q = 0; q < r; ++q) tail[q][u] += code8<kSigned>(c[u][t]) * xg[q * a.k + t];
+    } else {
+      const float* xe = a.xe + g * bpg;  // the group's offset in x_even / x_odd
+      const float* xo = a.xo + g * bpg;
+      constexpr int off = kSigned ? 8 : 0;
+      for (int64_t t = 0; t < vec_end; t += W)
+        for (int u = 0; u < rj; ++u) {
+          const auto b = bytes_u8(c[u] + t);
+          const V lo = nib_lo(b, tbl);
+          const V hi = nib_hi(b, tbl);
           for (int q = 0; q < r; ++q) {
-            part[q] = fma(lo, loadx(xe + q * half + base + t), part[q]);
-            part[q] = fma(hi, loadx(xo + q * half + base + t), part[q]);
+            part[q][u] = fma(lo, loadx(xe + q * half + t), part[q][u]);
+            part[q][u] = fma(hi, loadx(xo + q * half + t), part[q][u]);
           }
         }
-        for (; t < bpg; ++t) {
-          const float lo = static_cast<float>(c[t] & 0xF);
-          const float hi = static_cast<float>(c[t] >> 4);
+      for (int64_t t = vec_end; t < end; ++t)
+        for (int u = 0; u < rj; ++u)
           for (int q = 0; q < r; ++q) {
-            tail[q] += lo * xe[q * half + base + t];
-            tail[q] += hi * xo[q * half + base + t];
+            tail[q][u] += static_cast<float>((c[u][t] & 0xF) - off) * xe[q * half + t];
+            tail[q][u] += static_cast<float>((c[u][t] >> 4) - off) * xo[q * half + t];
           }
-        }
-      }
-      const V sv = bcast(scale);
-      for (int q = 0; q < r; ++q) {
-        acc[q] = fma(part[q], sv, acc[q]);
-        corr[q] += scale * (tail[q] - z * xs[q * gpr + g]);
-      }
     }
-    for (int q = 0; q < r; ++q) y[q * ldy + j] = hsum(acc[q]) + corr[q];
+    for (int u = 0; u < rj; ++u) {
+      const int64_t gi = (j + u) * gpr + g;
+      const V sv = bcast(a.scales[gi]);
+      for (int q = 0; q < r; ++q) acc[q][u] = fma(part[q][u], sv, acc[q][u]);
+    }
+    if (kZero || scalar_tail)
+      for (int u = 0; u < rj; ++u) {
+        const int64_t gi = (j + u) * gpr + g;
+        const float z = kZero ? (a.zps ? a.zps[gi] : a.zconst) : 0.0f;
+        for (int q = 0; q < r; ++q)
+          corr[q][u] += a.scales[gi] * (tail[q][u] - (kZero ? z * a.xs[q * gpr + g] : 0.0f));
+      }
   }
+  for (int q = 0; q < r; ++q)
+    for (int u = 0; u < rj; ++u) a.y[q * a.ldy + j + u] = hsum(acc[q][u]) + corr[q][u];
+}
+
+template <int kBits, bool kSigned, bool kZero, int r>
+void rows(const Args& a, int64_t j0, int64_t j1) {
+  constexpr int rj = kRj<r>;
+  int64_t j = j0;
+  for (; j + rj <= j1; j += rj) tile<kBits, kSigned, kZero, r, rj>(a, j);
+  for (; j < j1; ++j) tile<kBits, kSigned, kZero, r, 1>(a, j);
 }
 
 template <int r>
-void rows_of(const float* x, const float* xe, const float* xo, const float* xs, int64_t k,
-             const uint8_t* data, const float* scales, const float* zps, int64_t gs,
-             const IntScheme& s, int64_t j0, int64_t j1, float* y, int64_t ldy) {
-  const float zconst = (s.bits == 4 && !s.asym) ? 8.0f : 0.0f;
+void rows_of(const Args& a, const IntScheme& s, int64_t j0, int64_t j1) {
   if (s.bits == 8) {
     if (s.asym) {
-      rows<8, false, r>(x, xe, xo, xs, k, data, scales, zps, zconst, gs, j0, j1, y, ldy);
+      rows<8, false, true, r>(a, j0, j1);
     } else {
-      rows<8, true, r>(x, xe, xo, xs, k, data, scales, nullptr, zconst, gs, j0, j1, y, ldy);
+      rows<8, true, false, r>(a, j0, j1);
     }
+  } else if (kTable4 && !s.asym) {
+    rows<4, true, false, r>(a, j0, j1);  // int4_sym, the zero point 8 in the table
   } else {
-    rows<4, false, r>(x, xe, xo, xs, k, data, scales, s.asym ? zps : nullptr, zconst, gs, j0,
-                      j1, y, ldy);
+    rows<4, false, true, r>(a, j0, j1);  // codes 0..15 around a zero point (8 for int4_sym)
   }
 }
 
@@ -182,11 +245,13 @@ void rows_of(const float* x, const float* xe, const float* xo, const float* xs, 
 void qlinear_rows(const float* x, const float* xe, const float* xo, const float* xs, int64_t r,
                   int64_t k, const uint8_t* data, const float* scales, const float* zps,
                   int64_t gs, const IntScheme& s, int64_t j0, int64_t j1, float* y, int64_t ldy) {
+  const float zconst = (s.bits == 4 && !s.asym) ? 8.0f : 0.0f;
+  const Args a{x, xe, xo, xs, k, data, scales, s.asym ? zps : nullptr, zconst, gs, y, ldy};
   switch (r) {
-    case 1: return rows_of<1>(x, xe, xo, xs, k, data, scales, zps, gs, s, j0, j1, y, ldy);
-    case 2: return rows_of<2>(x, xe, xo, xs, k, data, scales, zps, gs, s, j0, j1, y, ldy);
-    case 3: return rows_of<3>(x, xe, xo, xs, k, data, scales, zps, gs, s, j0, j1, y, ldy);
-    default: return rows_of<4>(x, xe, xo, xs, k, data, scales, zps, gs, s, j0, j1, y, ldy);
+    case 1: return rows_of<1>(a, s, j0, j1);
+    case 2: return rows_of<2>(a, s, j0, j1);
+    case 3: return rows_of<3>(a, s, j0, j1);
+    default: return rows_of<4>(a, s, j0, j1);
   }
 }
 

@@ -4,11 +4,14 @@ For a few rows of float32 activations on the CPU (a decode step: one row per seq
 kernel reads ``q``'s integer codes directly and never writes a float copy of the weight; a step
 then reads a quarter (int8) or an eighth (int4) of the weight's fp32 bytes. Otherwise (many
 rows, where a dense GEMM on a dequantized copy is faster; fp8; another device or dtype; rows not
-made of whole groups; activations that need a gradient) it dequantizes and calls
-``torch.nn.functional.linear``.
+made of whole groups; activations that need a gradient; a weight whose arrays are not
+contiguous) it dequantizes and calls ``torch.nn.functional.linear``.
 """
 
 from __future__ import annotations
+
+import weakref
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,18 +26,57 @@ from ds.ops.quant._schemes import get_scheme
 MAX_NATIVE_ROWS = 12
 
 
-def native_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
-    """Whether the native kernel computes ``linear(x, q)`` (see the module docstring)."""
+# Per quantized weight (by id, dropped when the weight is collected): the kernel's prepared form,
+# ds.ops._C.QLinearWeight (its arrays checked and bound once; a call then passes only the
+# addresses of x and y), or None where the kernel cannot take the weight. Binding the weight's
+# three arrays every call took about 10 us, more than the kernel on a small decode layer.
+_PREPARED: dict[int, Any] = {}
+
+
+def _prepare(q: QuantizedTensor) -> Any:
     s = get_scheme(q.scheme)
+    if s.kind != "int" or len(q.shape) != 2:
+        return None
+    arrays = [q.data, q.scales] + ([q.zero_points] if q.zero_points is not None else [])
+    # Contiguous as stored: a copy made here would miss later in-place updates of the weight.
+    if any(t.device.type != "cpu" or not t.is_contiguous() for t in arrays):
+        return None
+    n, k = q.shape
+    gs = q.group_size
+    if k % gs != 0 or (s.bits == 4 and gs % 2 != 0):
+        return None
+    from ds.ops._native import native
+
+    zps = q.zero_points if q.zero_points is not None else q.scales[:0]
+    return native().QLinearWeight(
+        q.data.view(torch.uint8), q.scales, zps, k, n, gs, s.bits, s.asym, s.qmin, s.qmax
+    )
+
+
+def _prepared(q: QuantizedTensor) -> Any:
+    key = id(q)
+    try:
+        return _PREPARED[key]
+    except KeyError:
+        pass
+    w = _prepare(q)
+    _PREPARED[key] = w
+    weakref.finalize(q, _PREPARED.pop, key, None)
+    return w
+
+
+def _x_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
     if x.requires_grad and torch.is_grad_enabled():
         return False  # the kernel has no backward; F.linear on the dequantized weight has
-    if s.kind != "int" or len(q.shape) != 2 or x.dtype != torch.float32:
+    if x.dtype != torch.float32 or x.device.type != "cpu" or len(q.shape) != 2:
         return False
-    if x.device.type != "cpu" or q.data.device.type != "cpu" or x.shape[-1] != q.shape[1]:
-        return False
-    k, gs = q.shape[1], q.group_size
-    rows = x.numel() // max(1, k)
-    return k % gs == 0 and (s.bits == 8 or gs % 2 == 0) and 0 < rows <= MAX_NATIVE_ROWS
+    k = q.shape[1]
+    return x.shape[-1] == k and 0 < x.numel() // k <= MAX_NATIVE_ROWS
+
+
+def native_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
+    """Whether the native kernel computes ``linear(x, q)`` (see the module docstring)."""
+    return _x_applies(x, q) and _prepared(q) is not None
 
 
 def linear(
@@ -42,22 +84,20 @@ def linear(
 ) -> torch.Tensor:
     """``x @ W.T + bias`` with ``W = dequantize(q)`` (``q`` of shape ``(out, in)``); ``impl`` as
     for :func:`ds.ops.quant.dequantize` (``reference`` never uses the native kernel)."""
-    if impl != "reference" and native_applies(x, q):
-        from ds.ops._native import native
-
-        s = get_scheme(q.scheme)
-        n, k = q.shape
-        flat = x.detach().reshape(-1, k).contiguous()
-        y = torch.empty(flat.shape[0], n, dtype=torch.float32)
-        data = q.data.contiguous().view(torch.uint8)
-        scales = q.scales.contiguous()
-        zps = q.zero_points.contiguous() if q.zero_points is not None else scales[:0]
-        native().linear_int(
-            flat, data, scales, zps, k, n, q.group_size, s.bits, s.asym, s.qmin, s.qmax, y
-        )
-        if bias is not None:
-            y += bias
-        return y.view(*x.shape[:-1], n)
+    if impl != "reference" and _x_applies(x, q):
+        prepared = _prepared(q)
+        if prepared is not None:
+            n, k = q.shape
+            flat = x.detach().reshape(-1, k)
+            if not flat.is_contiguous():
+                flat = flat.contiguous()
+            y = torch.empty(flat.shape[0], n, dtype=torch.float32)
+            # Both checked above and alive through the call: float32, CPU, contiguous, m x k
+            # and m x n.
+            prepared.run(flat.data_ptr(), flat.shape[0], y.data_ptr())
+            if bias is not None:
+                y += bias
+            return y.view(*x.shape[:-1], n)
     from ds.ops import quant
 
     w = quant.dequantize(q, x.dtype, impl=impl)  # type: ignore[arg-type]
