@@ -20,17 +20,55 @@ log = get_logger(__name__)
 #: "Not in the config": distinct from an explicit null (``expert_w3: null`` means fused gate+up).
 UNSET: Any = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
 
-#: MoE families whose transformers blocks AutoEP knows, by preset name.
-PRESET_MODELS: dict[str, str] = {
-    "mixtral": "Mixtral (fused experts, softmax top-k routing)",
-    "qwen3_moe": "Qwen2-MoE / Qwen3-MoE (fused experts, optional shared expert)",
-    "qwen3_5_moe": "Qwen3.5-MoE",
-    "deepseek_v2": "DeepSeek-V2 (expert module list, shared experts)",
-    "deepseek_v3": "DeepSeek-V3 (sigmoid group-limited routing)",
-    "minimax_m3": "MiniMax-M3",
+
+@dataclass(frozen=True)
+class MoEFamily:
+    """A MoE model family AutoEP knows: the transformers ``model_type`` values it covers, and
+    those it refuses with a note saying what to load instead."""
+
+    description: str
+    hf_model_types: tuple[str, ...]
+    unsupported_hf_model_type_notes: dict[str, str] = field(default_factory=dict)
+    supports_expert_bias: bool = True
+    unsupported_router_bias_names: tuple[str, ...] = ()
+
+
+#: By preset name (``expert_parallel.preset_model``).
+PRESET_MODELS: dict[str, MoEFamily] = {
+    "mixtral": MoEFamily("Mixtral: fused experts, softmax top-k", ("mixtral",)),
+    "qwen3_moe": MoEFamily(
+        "Qwen2-MoE / Qwen3-MoE: fused experts, optional shared expert", ("qwen3_moe", "qwen2_moe")
+    ),
+    "qwen3_5_moe": MoEFamily(
+        "Qwen3.5-MoE text model",
+        ("qwen3_5_moe_text",),
+        {
+            "qwen3_5_moe": "qwen3_5_moe is the multimodal wrapper; load its text model "
+            "(model_type qwen3_5_moe_text) for AutoEP"
+        },
+    ),
+    "deepseek_v2": MoEFamily(
+        "DeepSeek-V2: expert module list, shared experts",
+        ("deepseek_v2",),
+        supports_expert_bias=False,
+    ),
+    "deepseek_v3": MoEFamily("DeepSeek-V3: sigmoid group-limited routing", ("deepseek_v3",)),
 }
 
-EXPERT_ACTIVATIONS = ("swiglu", "geglu", "gelu", "relu", "silu", "clamped_swiglu")
+
+def preset_name_for_hf_model_type(model_type: str) -> str | None:
+    return next((n for n, f in PRESET_MODELS.items() if model_type in f.hf_model_types), None)
+
+
+def unsupported_preset_for_hf_model_type(model_type: str) -> tuple[str, MoEFamily] | None:
+    """The family whose note explains why ``model_type`` is refused, or None."""
+    for name, family in PRESET_MODELS.items():
+        if model_type in family.unsupported_hf_model_type_notes:
+            return name, family
+    return None
+
+
+EXPERT_ACTIVATIONS = ("swiglu", "geglu_tanh", "swiglu_clamped", "swiglu_oai")
 
 _CHOICES = {
     "score_apply": ("auto", "pre", "post"),
@@ -326,9 +364,12 @@ __all__ = [
     "PRESET_MODELS",
     "UNSET",
     "AutoEPConfig",
+    "MoEFamily",
     "MoELayerSpec",
     "fill_autoep_config_from_hf",
     "parse_autoep_config",
+    "preset_name_for_hf_model_type",
+    "unsupported_preset_for_hf_model_type",
     "reject_load_balance_coeff",
     "validate_autoep_config",
     "validate_autoep_post_detection",
