@@ -361,7 +361,8 @@ class Probe(torch.nn.Module):
 
 
 def reduction_variants() -> dict[str, dict[str, Any]]:
-    """Gradient-reduction settings: prescale, predivide and the communication dtype."""
+    """Gradient-reduction settings: prescale, predivide, the communication dtype and summing
+    instead of averaging (``gradient_allreduce_op``)."""
     v: dict[str, dict[str, Any]] = {}
     for stage in (0, 1, 2):
         v[f"fp16comm_stage{stage}"] = {"communication_data_type": "fp16"}
@@ -375,6 +376,10 @@ def reduction_variants() -> dict[str, dict[str, Any]]:
         }
         v[f"bf16comm_stage{stage}"] = {"communication_data_type": "bf16"}
         v[f"fp32comm_stage{stage}"] = {"communication_data_type": "fp32"}
+        v[f"fp32sum_stage{stage}"] = {
+            "communication_data_type": "fp32",
+            "gradient_allreduce_op": "sum",
+        }
     return v
 
 

@@ -1,6 +1,7 @@
 """Gradient averaging options on a real gloo world of 2 ranks: ``prescale_gradients``,
-``gradient_predivide_factor`` and ``communication_data_type`` change where the division by the
-world size happens and which dtype the reduction runs in, at stages 0, 1 and 2."""
+``gradient_predivide_factor``, ``gradient_allreduce_op`` and ``communication_data_type`` change
+where the division by the world size happens (or that there is none) and which dtype the
+reduction runs in, at stages 0, 1 and 2."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ def test_bf16_communication_rounds_and_fp32_does_not(
     bf16 = _values(results[f"bf16comm_stage{stage}"], stage)
     assert fp32 and all(v == pytest.approx(exact, rel=1e-6) for v in fp32)
     assert bf16 and all(v == pytest.approx(1.0, rel=1e-6) for v in bf16)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("stage", STAGES)
+def test_sum_reduction_adds_the_ranks_gradients(
+    stage: int, world: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # gradient_allreduce_op="sum": no division by the world size anywhere.
+    results = scenario("reduction", tmp_path_factory, world)
+    got = _values(results[f"fp32sum_stage{stage}"], stage)
+    want = world * (1.0 + 2.0**-10)
+    assert got and all(v == pytest.approx(want, rel=1e-6) for v in got)
 
 
 @pytest.mark.parametrize("name", ["train_prescale_stage1", "train_predivide_stage2"])

@@ -149,7 +149,10 @@ def test_precision_and_reduction_checks() -> None:
         )
     text = str(info.value)
     assert "bf16.bf16_optimizer_states needs bf16.bf16_master_weights_and_grads" in text
-    assert "gradient_allreduce_op='sum' is not supported at ZeRO stage 3" in text
+    assert "gradient_allreduce_op='sum' is not supported with ZeRO stage 3" in text
+    assert load_config({"gradient_allreduce_op": "SUM"}).gradient_allreduce_op == "sum"
+    with pytest.raises(ConfigError, match="Invalid gradient_allreduce_op 'max'"):
+        load_config({"train_batch_size": 8, "gradient_allreduce_op": "max"})
     # DeepSpeed takes fp32, fp16 and bf16 in any case, not the long names.
     with pytest.raises(ConfigError, match="communication_data_type"):
         load_config({"train_batch_size": 8, "communication_data_type": "float32"})

@@ -31,6 +31,7 @@ from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
 from ds.zero.config.load import ConfigSource
 from ds.zero.dataloader import ShardedLoader
 from ds.zero.engine_accessors import EngineAccessors
+from ds.zero.engine_precision import EnginePrecision
 from ds.zero.engine_telemetry import StepTelemetry, log_step
 from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
 from ds.zero.param_groups import engine_param_groups
@@ -41,7 +42,7 @@ from ds.zero.timers import StepTimers
 log = get_logger(__name__)
 
 
-class ZeroEngine(EngineAccessors):
+class ZeroEngine(EngineAccessors, EnginePrecision):
     """Implements :class:`ds.interfaces.training.TrainingEngine` for ZeRO stages 0-3."""
 
     def __init__(
@@ -91,10 +92,12 @@ class ZeroEngine(EngineAccessors):
         self.timers = StepTimers(accelerator, device_times=bool(cfg.wall_clock_breakdown))
         self.comm_stats = CommStats()
 
-        precision = cfg.precision
-        if precision != "fp32":
-            setup.cast_floating(model, setup.DTYPES[precision])
+        setup.apply_log_level(cfg.log_level)
         self.module = model
+        self._assert_valid_mixed_precision_config()
+        # Parameters built under ds.zero.Init take the cast too: it keeps the tensor objects their
+        # shards are attached to.
+        self._cast_module_mixed_precision(*self._mixed_precision_dtypes(), False)
         setup.broadcast_module(self)
 
         offload = self.config.zero.offload_optimizer_device == "cpu"
@@ -149,7 +152,7 @@ class ZeroEngine(EngineAccessors):
             log.info(
                 "engine ready",
                 stage=self.config.stage,
-                precision=precision,
+                precision=cfg.precision,
                 world_size=self.world_size,
                 train_batch_size=self.config.train_batch_size,
                 micro_batch=self.config.train_micro_batch_size_per_gpu,

@@ -71,8 +71,18 @@ class EngineAccessors:
     def zero_offload_optimizer(self) -> bool:
         return self.config.zero.offload_optimizer_device != "none"
 
+    @property
+    def _config(self) -> ResolvedConfig:
+        """DeepSpeed's name for the engine's config; its getters below read it."""
+        return self.config
+
     def gradient_clipping(self) -> float:
-        return self.config.gradient_clipping
+        return float(self._config.gradient_clipping)
+
+    def log_level(self) -> str | None:
+        """The config's ``log_level`` (None: the library loggers' level was left alone)."""
+        level: str | None = self._config.log_level
+        return level
 
     def zero_gather_16bit_weights_on_model_save(self) -> bool:
         return bool(self.config.zero.gather_16bit_weights_on_model_save)

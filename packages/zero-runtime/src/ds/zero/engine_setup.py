@@ -1,8 +1,9 @@
-"""How the engine is put together: the weights every rank starts from, the precision cast, the
+"""How the engine is put together: the weights every rank starts from, the log level, the
 mesh check, the strategy's context, the LR schedule and the loss scaler."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -13,8 +14,6 @@ from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.zero.config import DsConfig
 from ds.zero.loss_scaler import DynamicLossScaler, LossScaler
 from ds.zero.lr_schedules import build_schedule
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def check_mesh(cfg: DsConfig, mesh: ParallelMesh | None) -> None:
@@ -89,6 +88,19 @@ def device_of(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def apply_log_level(level: Any) -> None:
+    """``log_level`` (DeepSpeed's key): the level of ds's library loggers, the ``ds`` tree."""
+    if level is None:
+        return
+    value = logging.getLevelName(str(level).upper())
+    if not isinstance(value, int):
+        raise ConfigError(
+            f"log_level={level!r} is not a logging level; use debug, info, warning, error or "
+            "critical"
+        )
+    logging.getLogger("ds").setLevel(value)
+
+
 def loss_scaler(cfg: DsConfig) -> LossScaler:
     fp16 = cfg.fp16
     if cfg.precision != "fp16":
@@ -102,16 +114,3 @@ def loss_scaler(cfg: DsConfig) -> LossScaler:
         hysteresis=fp16.hysteresis,
         consecutive_hysteresis=fp16.consecutive_hysteresis,
     )
-
-
-def cast_floating(model: torch.nn.Module, dtype: torch.dtype) -> None:
-    """``model.to(dtype)`` that keeps each tensor object and its attributes.
-
-    ``Module.to`` swaps whole tensor objects for tensor subclasses (fake and distributed
-    tensors), which drops attributes such as the stage-3 shard state ``ds.zero.Init`` attached;
-    assigning ``.data`` keeps them for every tensor type.
-    """
-    with torch.no_grad():
-        for t in [*model.parameters(), *model.buffers()]:
-            if t.is_floating_point() and t.dtype != dtype:
-                t.data = t.data.to(dtype)

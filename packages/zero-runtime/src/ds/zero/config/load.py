@@ -108,13 +108,31 @@ def _read(source: ConfigSource) -> dict[str, Any]:
                 f"config file {text!r} does not exist; pass a path to a JSON file, a dict or a "
                 "JSON string"
             )
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"config file {text!r} is not valid JSON: {exc}") from None
+        data = _read_file(path)
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a JSON object, got {type(data).__name__}")
     return data
+
+
+def _read_file(path: Path) -> Any:
+    """JSON, or HJSON (DeepSpeed reads config files with hjson: comments, unquoted keys) when the
+    file is not JSON and the hjson package is installed."""
+    text = path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        error = exc
+    try:
+        import hjson  # type: ignore[import-untyped]
+    except ImportError:
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid JSON: {error} (an HJSON config needs the "
+            "hjson package: pip install hjson)"
+        ) from None
+    try:
+        return hjson.loads(text, object_pairs_hook=dict)
+    except hjson.HjsonDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is neither JSON nor HJSON: {exc}") from None
 
 
 def _known_keys(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:

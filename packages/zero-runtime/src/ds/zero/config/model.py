@@ -108,13 +108,23 @@ class DsConfig(Section):
     @field_validator(
         "communication_data_type",
         "seq_parallel_communication_data_type",
-        "gradient_allreduce_op",
         mode="before",
     )
     @classmethod
     def _lower(cls, value: Any) -> Any:
         # DeepSpeed lower-cases these before comparing ("BF16" is "bf16").
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("gradient_allreduce_op", mode="before")
+    @classmethod
+    def _allreduce_op(cls, value: Any) -> Any:
+        value = value.lower() if isinstance(value, str) else value  # "SUM" is "sum"
+        if value not in ("mean", "sum"):
+            raise ValueError(
+                f"Invalid gradient_allreduce_op {value!r}: use 'mean' (average the ranks' "
+                "gradients, the default) or 'sum' (add them)"
+            )
+        return value
 
     @field_validator("steps_per_print", mode="before")
     @classmethod
@@ -214,11 +224,14 @@ class DsConfig(Section):
             )
         if self.gradient_allreduce_op == "sum":
             if stage == 3:
-                problems.append("gradient_allreduce_op='sum' is not supported at ZeRO stage 3")
+                problems.append(
+                    "gradient_allreduce_op='sum' is not supported with ZeRO stage 3; use 'mean' "
+                    "or stage 0-2"
+                )
             if self.zero_optimization.zenflow is not None:
-                problems.append("gradient_allreduce_op='sum' is not supported with zenflow")
+                problems.append("gradient_allreduce_op='sum' is not supported with ZenFlow")
             if self.compile is not None and self.compile.deepcompile:
-                problems.append("gradient_allreduce_op='sum' is not supported with deepcompile")
+                problems.append("gradient_allreduce_op='sum' is not supported with DeepCompile")
         return problems
 
     @property
@@ -268,6 +281,18 @@ class ResolvedConfig:
     @property
     def zero(self) -> ZeroConfig:
         return self.raw.zero_optimization
+
+    @property
+    def log_level(self) -> Any:
+        return self.raw.log_level
+
+    @property
+    def param_dtype(self) -> str | None:
+        return self.raw.data_types.param_dtype if self.raw.data_types else None
+
+    @property
+    def buffer_dtype(self) -> str | None:
+        return self.raw.data_types.buffer_dtype if self.raw.data_types else None
 
     @property
     def stage(self) -> int:

@@ -17,7 +17,6 @@ TOP_LEVEL: frozenset[str] = frozenset(
         "disable_python_gc",
         "dump_state",
         "hybrid_engine",
-        "log_level",
         "memory_breakdown",
         "seq_parallel_communication_data_type",
         "torch_autocast",
@@ -53,16 +52,14 @@ NESTED_DEFAULTS: dict[tuple[str, ...], object] = {
     ("bf16", "immediate_grad_update"): False,
     ("bf16", "bf16_master_weights_and_grads"): False,
     ("bf16", "bf16_optimizer_states"): False,
-    ("gradient_allreduce_op",): "mean",
     ("managed_gradient_accumulation",): True,
     ("compile", "deepcompile"): False,
     ("zero_optimization", "offload_optimizer", "super_offload"): False,
     ("checkpoint", "load_universal"): False,
     ("checkpoint", "use_node_local_storage"): False,
     ("zero_optimization", "offload_optimizer", "ratio"): 1.0,
-    # data_types.grad_accum_dtype is honoured (stages 0-1 accumulate in it); the rest is not yet.
-    ("data_types", "param_dtype"): None,
-    ("data_types", "buffer_dtype"): None,
+    # data_types.grad_accum_dtype (stages 0-1 accumulate in it), param_dtype (checked against the
+    # precision mode) and buffer_dtype (the buffers' cast) are honoured; the rest is not yet.
     ("data_types", "keep_in_fp32_modules"): "auto",
 }
 

@@ -26,7 +26,7 @@ import torch
 
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
 from ds.interfaces.comm import GLOO_CAPABILITIES, comm_capabilities
-from ds.interfaces.errors import ConfigError
+from ds.zero.dtypes import named_dtype
 from ds.zero.param_groups import group_meta, hyper_params
 from ds.zero.stages import sharded_io
 from ds.zero.stages.base import MemoryReport, StrategyContext, ZeroStrategy
@@ -37,33 +37,13 @@ from ds.zero.stages.memory import memory_report
 from ds.zero.stages.pool import BufferPool
 from ds.zero.stages.reduction import GradReducer
 
-_DTYPES = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "half": torch.float16,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-}
-
-
-def _named_dtype(key: str, value: str | None) -> torch.dtype | None:
-    if value is None or value == "":
-        return None
-    dtype = _DTYPES.get(str(value).lower().removeprefix("torch."))
-    if dtype is None:
-        raise ConfigError(f"{key}={value!r} is not a dtype; use fp32, bf16 or fp16")
-    return dtype
-
 
 def grad_accum_dtype(ctx: StrategyContext, model_dtype: torch.dtype) -> torch.dtype:
     """The dtype stages 0-1 accumulate gradients in: ``data_types.grad_accum_dtype`` when set,
     else fp32 for bf16 models (as DeepSpeed's bf16 optimizer does: bf16 sums lose the small
     micro-batch contributions), else the model dtype."""
     data_types = getattr(ctx.config.raw, "data_types", None)
-    chosen = _named_dtype(
+    chosen = named_dtype(
         "data_types.grad_accum_dtype", getattr(data_types, "grad_accum_dtype", None)
     )
     if chosen is not None:
@@ -92,13 +72,13 @@ class PartitionedStrategy(ZeroStrategy):
         self.pin = self.offload and off is not None and off.pin_memory
         raw = cfg.raw
         factor = float(raw.gradient_predivide_factor)
-        if self.comm is None:
-            pre, post = 1.0, 1.0
+        if self.comm is None or raw.gradient_allreduce_op == "sum":
+            pre, post = 1.0, 1.0  # "sum": ranks' gradients are added, not averaged
         elif raw.prescale_gradients:
             pre, post = 1.0 / self.world, 1.0
         else:
             pre, post = 1.0 / factor, factor / self.world
-        comm_dtype = _named_dtype("communication_data_type", raw.communication_data_type)
+        comm_dtype = named_dtype("communication_data_type", raw.communication_data_type)
         # Stage 2's bucket buffers: the communication dtype when set, else fp32 (the partition
         # gradient they accumulate into is fp32).
         bucket_dtype = comm_dtype if (self.comm is not None and comm_dtype) else torch.float32
