@@ -72,6 +72,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'deepspeed' (ds compatibility shim) has no attribute {name!r}")
 
 
+class InitializeArgumentError(ConfigError, AssertionError):
+    """initialize() was called without what it needs (DeepSpeed asserts, hence AssertionError)."""
+
+
 def initialize(args: Any = None, model: Any = None, *rest: Any, **kwargs: Any) -> Any:
     """``deepspeed.initialize``: ``ds.full.initialize`` with DeepSpeed's argument rules (a config
     given both as ``args.deepspeed_config`` and as ``config=`` is refused, as DeepSpeed does)."""
@@ -96,10 +100,22 @@ def initialize(args: Any = None, model: Any = None, *rest: Any, **kwargs: Any) -
                 "argument of initialize(); DeepSpeed refuses this too. Drop --deepspeed_config "
                 "from the command line or config= from the call"
             )
+    if model is None:
+        passed_as_args = hasattr(args, "parameters")  # initialize(model) binds it to args
+        hint = (
+            " (the module came as args=, the first positional argument)" if passed_as_args else ""
+        )
+        raise InitializeArgumentError(
+            f"deepspeed.initialize needs model=, the torch.nn.Module to train{hint}"
+        )
     result = _ds_initialize(args, model, *rest, **kwargs)
+    from ds.full.compat.deepspeed.utils.logging import set_log_level_from_string
     from ds.full.compat.deepspeed.utils.tensor_fragment import register_engine
 
     register_engine(result[0])  # safe_get/set_* find parameters' masters through it
+    level = getattr(result[0], "log_level", None)
+    if callable(level) and level() is not None:
+        set_log_level_from_string(level())  # the config's log_level is DeepSpeed's logger's
     return result
 
 

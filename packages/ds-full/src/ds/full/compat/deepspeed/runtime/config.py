@@ -12,6 +12,10 @@ import json
 import os
 from typing import Any
 
+from ds.full.compat.deepspeed.runtime.constants import (
+    GRADIENT_CLIPPING_DEFAULT,
+    LOG_LEVEL_DEFAULT,
+)
 from ds.interfaces.errors import ConfigError
 from ds.zero.config import load_config, resolve
 
@@ -45,6 +49,18 @@ def _world(mpu: Any) -> tuple[int, int]:
     return int(os.environ.get("WORLD_SIZE", "1")), rank
 
 
+def get_scalar_param(param_dict: dict[str, Any], param_name: str, param_default_value: Any) -> Any:
+    return param_dict.get(param_name, param_default_value)
+
+
+def get_gradient_clipping(param_dict: dict[str, Any]) -> Any:
+    return get_scalar_param(param_dict, "gradient_clipping", GRADIENT_CLIPPING_DEFAULT)
+
+
+def get_log_level(param_dict: dict[str, Any]) -> Any:
+    return get_scalar_param(param_dict, "log_level", LOG_LEVEL_DEFAULT)
+
+
 class DeepSpeedConfig:
     def __init__(self, config: Any, mpu: Any = None, mesh_device: Any = None) -> None:
         raw = _read(config)
@@ -68,6 +84,9 @@ class DeepSpeedConfig:
         self.train_micro_batch_size_per_gpu = res.train_micro_batch_size_per_gpu
         self.gradient_accumulation_steps = res.gradient_accumulation_steps
         self.gradient_clipping = res.gradient_clipping
+        self.gradient_allreduce_op = cfg.gradient_allreduce_op
+        self.log_level = res.log_level
+        self.param_dtype, self.buffer_dtype = res.param_dtype, res.buffer_dtype
         self.zero_config = cfg.zero_optimization
         self.zero_optimization_stage = int(cfg.zero_optimization.stage)
         self.zero_enabled = self.zero_optimization_stage > 0
@@ -105,4 +124,10 @@ class DeepSpeedConfig:
                 print(f"  {key} {'.' * max(1, 29 - len(key))} {getattr(self, key)}")
 
 
-__all__ = ["DeepSpeedConfig", "DeepSpeedConfigError"]
+__all__ = [
+    "DeepSpeedConfig",
+    "DeepSpeedConfigError",
+    "get_gradient_clipping",
+    "get_log_level",
+    "get_scalar_param",
+]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -11,6 +9,7 @@ import torch
 from ds.full.compat.deepspeed._missing import FeatureNotAvailableError, missing_function
 from ds.full.compat.deepspeed.runtime.dataloader import RepeatingLoader
 from ds.full.compat.deepspeed.runtime.utils import set_random_seed
+from ds.full.compat.deepspeed.utils.logging import log_dist, logger
 from ds.full.compat.deepspeed.utils.tensor_fragment import (
     safe_get_full_fp32_param,
     safe_get_full_optimizer_state,
@@ -32,20 +31,6 @@ from ds.zero.stage3.leaf import (
 )
 from ds.zero.stage3.leaf import mark_by_name as set_z3_leaf_modules_by_name
 from ds.zero.stage3.leaf import mark_by_suffix as set_z3_leaf_modules_by_suffix
-
-# DeepSpeed's module-level logger is a plain ``logging.Logger`` that scripts call .info/.warning on.
-logger = logging.getLogger("ds.deepspeed_compat")
-
-
-def log_dist(message: str, ranks: Iterable[int] | None = None, level: int = logging.INFO) -> None:
-    """Log ``message`` on the listed ranks (all ranks when ``ranks`` contains -1; rank 0 when
-    ``ranks`` is None, as DeepSpeed does)."""
-    from ds import comm
-
-    rank = comm.get_rank() if comm.is_initialized() else 0
-    wanted = set(ranks) if ranks is not None else {0}
-    if -1 in wanted or rank in wanted:
-        logger.log(level, f"[Rank {rank}] {message}")
 
 
 def set_z3_leaf_modules(
