@@ -153,6 +153,9 @@ def test_precision_and_reduction_checks() -> None:
     assert load_config({"gradient_allreduce_op": "SUM"}).gradient_allreduce_op == "sum"
     with pytest.raises(ConfigError, match="Invalid gradient_allreduce_op 'max'"):
         load_config({"train_batch_size": 8, "gradient_allreduce_op": "max"})
+    with pytest.raises(ConfigError, match="loss_scale must be a number, got list"):
+        load_config({"fp16": {"enabled": True, "loss_scale": []}})
+    assert load_config({"fp16": {"loss_scale": "3"}}).fp16.loss_scale == 3.0
     # DeepSpeed takes fp32, fp16 and bf16 in any case, not the long names.
     with pytest.raises(ConfigError, match="communication_data_type"):
         load_config({"train_batch_size": 8, "communication_data_type": "float32"})

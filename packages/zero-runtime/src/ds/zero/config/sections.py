@@ -33,9 +33,11 @@ from ds.zero.config.sections_zero import (
 from ds.zero.config.types import FloatOrAuto, Int
 
 
-def _not_bool(value: Any, info: Any) -> Any:
+def _plain_number(value: Any, info: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"{info.field_name} must be a number, not {value!r}")
+    if not isinstance(value, (int, float, str)):  # a numeric string is read as its number
+        raise ValueError(f"{info.field_name} must be a number, got {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{info.field_name} must be finite, got {value!r}")
     return value
@@ -55,7 +57,7 @@ class FP16Config(Section):
     fp16_master_weights_and_grads: bool = False
 
     _numbers = field_validator("loss_scale", "loss_scale_window", "min_loss_scale", mode="before")(
-        _not_bool
+        _plain_number
     )
 
     @model_validator(mode="after")
