@@ -6,6 +6,9 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+import torch
+
 from ds.full.compat.deepspeed.runtime import utils
 
 
@@ -17,6 +20,19 @@ def test_prefix_sum_and_balanced_partition_follow_deepspeed() -> None:
     assert utils.partition_balanced([0.0, 1.1, 30, 3.0], 3) == [0, 2, 3, 4]
     assert utils.partition_balanced([1] * 8, 4) == [0, 2, 4, 6, 8]
     assert utils.partition_balanced([1, 1], 4) == [0, 1, 2, 2, 2]  # fewer items than parts
+
+
+def test_count_used_parameters_in_backward() -> None:
+    used, unused = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    params = [*used.parameters(), *unused.parameters()]
+    seen: list[int] = []
+    used.weight.register_hook(
+        lambda g: seen.append(utils.count_used_parameters_in_backward(params))
+    )
+    used(torch.ones(1, 2)).sum().backward()
+    assert seen == [2]  # used's weight and bias; unused is not in this backward
+    with pytest.raises(RuntimeError, match="during a backward"):
+        utils.count_used_parameters_in_backward(params)
 
 
 _RANK = textwrap.dedent(

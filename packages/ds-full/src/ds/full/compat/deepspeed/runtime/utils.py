@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -82,6 +82,23 @@ def partition_balanced(weights: Sequence[float], num_parts: int) -> list[int]:
     return bounds[::-1]
 
 
+def count_used_parameters_in_backward(parameters: Iterable[Any]) -> int:
+    """How many of ``parameters`` the running backward pass reaches (their gradient accumulators
+    will run). Call it from a backward hook; outside a backward it raises RuntimeError."""
+    from torch.autograd.graph import _get_grad_fn_or_grad_acc
+
+    if torch._C._current_graph_task_id() == -1:
+        raise RuntimeError("count_used_parameters_in_backward must be called during a backward")
+    nodes = set()
+    for p in parameters:
+        if isinstance(p, torch.Tensor) and p.requires_grad:
+            with torch.enable_grad():  # hooks run without grad mode; the lookup needs it
+                node = _get_grad_fn_or_grad_acc(p)
+            if node is not None:
+                nodes.add(node)  # shared (tied) parameters count once
+    return sum(1 for node in nodes if torch._C._will_engine_execute_node(node))
+
+
 def call_to_str(base: str, *args: Any, **kwargs: Any) -> str:
     """``"base(arg, key=value)"`` (DeepSpeed's rendering of a call in logs)."""
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
@@ -100,6 +117,7 @@ def see_memory_usage(message: str, force: bool = False) -> None:
 __all__ = [
     "PartitionedTensor",
     "call_to_str",
+    "count_used_parameters_in_backward",
     "move_to_device",
     "partition_balanced",
     "partition_uniform",
