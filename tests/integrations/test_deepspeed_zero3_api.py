@@ -3,6 +3,9 @@ function, ``zero.Init``'s DeepSpeed arguments and parameter attributes, tiling, 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from ds.full.compat.deepspeed import utils
@@ -35,3 +38,32 @@ def test_on_device_builds_on_meta_in_half() -> None:
     assert {(p.device.type, p.dtype) for p in m.parameters()} == {("meta", torch.half)}
     assert (steps.device.type, steps.dtype) == ("cpu", torch.long)
     assert torch.empty(1).device.type == "cpu"  # the block ended
+
+
+def test_zero_init_reads_deepspeed_arguments(tmp_path: Path) -> None:
+    from ds.full.compat.deepspeed.runtime.zero import partition_parameters as pp
+    from ds.full.compat.deepspeed.runtime.zero import zero_init
+
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"bf16": {"enabled": True}}))
+    cfg = zero_init._config_dict(str(path))
+    assert zero_init._dtype(cfg, None) is torch.bfloat16
+    assert zero_init._dtype({"zero_optimization": {"stage": 3}}, None) is torch.float32
+    assert zero_init._dtype(None, torch.float32) is torch.float32
+    assert pp.Init is zero_init.Init and pp.partitioned_param_data_shape == [0]
+    assert "WORLD_SIZE=2" in pp._contradicting_single_rank_pg_error(1, None, {"WORLD_SIZE": "2"})
+
+
+def test_multiple_all_gather_handles_waits_on_each() -> None:
+    from ds.full.compat.deepspeed.runtime.zero.partition_parameters import (
+        MultipleAllGatherHandles,
+    )
+
+    seen: list[bool] = []
+
+    class Handle:
+        def wait(self, *, handle_dependency: bool = True) -> None:
+            seen.append(handle_dependency)
+
+    MultipleAllGatherHandles([Handle(), Handle()]).wait(handle_dependency=False)
+    assert seen == [False, False]

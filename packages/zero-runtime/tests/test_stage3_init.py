@@ -164,3 +164,31 @@ def test_meta_model_without_init_is_a_clear_error() -> None:
         model = nn.Linear(3, 3)
     with pytest.raises(ConfigError, match=r"meta device.*ds\.zero\.Init"):
         stage3(model, torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_parameters_carry_deepspeed_attributes() -> None:
+    with ds.zero.Init():
+        lin = nn.Linear(4, 3)
+    w = lin.weight
+    assert (w.ds_numel, tuple(w.ds_shape), w.ds_persist) == (12, (3, 4), False)
+    assert w.ds_id == shard_of(w).ds_id and w.ds_tensor is shard_of(w).shard
+    assert w.ds_status is ds.zero.stage3.ParamStatus.NOT_AVAILABLE
+    with ds.zero.GatheredParameters([w]):
+        assert w.ds_status is ds.zero.stage3.ParamStatus.AVAILABLE
+    assert w.ds_status is ds.zero.stage3.ParamStatus.NOT_AVAILABLE
+
+
+def test_one_rank_group_under_a_multi_rank_launch_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ds.interfaces.errors import ConfigError
+    from ds.zero.init import single_rank_group_contradiction as why
+
+    assert why(1, None, {"WORLD_SIZE": "1"}) is None and why(4, None, {"WORLD_SIZE": "4"}) is None
+    assert (
+        why(1, object(), {"WORLD_SIZE": "4"}) is None and why(1, None, {"WORLD_SIZE": "x"}) is None
+    )
+    assert "WORLD_SIZE=4" in (why(1, None, {"WORLD_SIZE": "4"}) or "")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ConfigError, match="init_distributed"):
+        ds.zero.Init()

@@ -46,6 +46,34 @@ def _default_device() -> torch.device:
     return torch.device(get("ds.accelerators", name)().current_device_name())
 
 
+def single_rank_group_contradiction(
+    dp_world_size: int, explicit_group: Any, env: Mapping[str, Any] | None = None
+) -> str | None:
+    """Why partitioning over a one-rank group is a mistake here, or None when it is not.
+
+    A launcher that started several processes sets ``WORLD_SIZE``; if ``Init`` nevertheless
+    finds a one-rank group (no process group yet, or a one-rank one set up by a library before
+    ``init_distributed``) and the caller named no group, every rank would build the whole model
+    unpartitioned and most likely run out of memory long after the real mistake. An explicitly
+    given one-rank group is taken as intended.
+    """
+    if dp_world_size != 1 or explicit_group is not None:
+        return None
+    env = os.environ if env is None else env
+    try:
+        launched = int(env.get("WORLD_SIZE") or 0)
+    except (TypeError, ValueError):
+        return None
+    if launched <= 1:
+        return None
+    return (
+        f"zero.Init found a data-parallel group of 1 rank but the launcher set WORLD_SIZE="
+        f"{launched}: every rank would build the whole model unpartitioned. Call "
+        "init_distributed() (ds.comm.init_distributed / deepspeed.init_distributed) before "
+        "building the model under zero.Init, or pass data_parallel_group= if one rank is meant"
+    )
+
+
 def _subclasses(cls: type) -> list[type]:
     out, todo = [], [cls]
     while todo:
@@ -104,6 +132,10 @@ class Init:
         # Pinned host shards make the fetch copies asynchronous; only a real CUDA runtime pins.
         self.pin_memory = bool(pin_memory) and offloaded and torch.cuda.is_available()
         self.coll = Collectives(self.comm, data_parallel_group, device=self.device)
+        if enabled and comm is None:
+            why = single_rank_group_contradiction(self.coll.world, data_parallel_group)
+            if why is not None:
+                raise ConfigError(why)
         self.dtype = dtype
         self.threshold = int(param_persistence_threshold or 0)
         self._patched: list[tuple[type, Any]] = []

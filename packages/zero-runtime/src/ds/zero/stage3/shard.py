@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,11 @@ class ParamStatus(enum.Enum):
     NOT_AVAILABLE = "not_available"  # only this rank's shard is resident
     INFLIGHT = "inflight"  # an asynchronous gather is running
     AVAILABLE = "available"  # full data resident in ``param.data``
+
+
+# DeepSpeed's names for a shard's state, kept on the parameter itself where libraries read them
+# (``p.ds_status``, ``p.ds_tensor``, ``p.ds_persist``): field -> attribute.
+_MIRRORED = {"status": "ds_status", "shard": "ds_tensor", "persistent": "ds_persist"}
 
 
 @dataclass(eq=False)
@@ -46,6 +52,23 @@ class ShardState:
     grad: torch.Tensor | None = None  # (shard_numel,) fp32 reduced gradient partition
     swapped: bool = False  # shard lives on NVMe; ``shard`` is empty until swapped in
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        attr = _MIRRORED.get(name)
+        ref = self.__dict__.get("_param") if attr is not None else None
+        param = ref() if ref is not None else None
+        if param is not None:
+            setattr(param, attr, value)
+
+    def bind(self, param: torch.Tensor) -> None:
+        """Make ``param`` the parameter this state describes (``param.ds_shard``) and give it
+        DeepSpeed's attributes, which follow the state from now on."""
+        param.ds_shard = self  # type: ignore[attr-defined]
+        object.__setattr__(self, "_param", weakref.ref(param))
+        param.ds_id, param.ds_numel, param.ds_shape = self.ds_id, self.numel, self.shape  # type: ignore[attr-defined]
+        for name, attr in _MIRRORED.items():
+            setattr(param, attr, getattr(self, name))
 
     @property
     def shard_numel(self) -> int:
@@ -140,7 +163,7 @@ def partition_param(
         state.extra["meta"] = True
         state.extra["device"] = device
         return state
-    param.ds_shard = state  # type: ignore[attr-defined]
+    state.bind(param)
     if state.persistent:
         state.status = ParamStatus.AVAILABLE
         if data.device != device:
@@ -156,5 +179,5 @@ def meta_replacement(param: torch.nn.Parameter, state: ShardState) -> torch.nn.P
         torch.empty(0, dtype=state.dtype, device=state.extra.get("device", state.shard.device)),
         requires_grad=param.requires_grad,
     )
-    new.ds_shard = state  # type: ignore[attr-defined]
+    state.bind(new)
     return new

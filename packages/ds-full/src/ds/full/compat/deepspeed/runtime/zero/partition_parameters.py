@@ -17,8 +17,13 @@ from typing import Any
 import torch
 
 from ds.full.compat.deepspeed.accelerator import get_accelerator
-from ds.full.compat.deepspeed.zero import GatheredParameters, Init
+from ds.full.compat.deepspeed.runtime.zero.zero_init import Init
+from ds.full.compat.deepspeed.zero import GatheredParameters
+from ds.zero.init import single_rank_group_contradiction
 from ds.zero.stage3.shard import ParamStatus as ZeroParamStatus
+
+# A partitioned parameter's own data is empty; its values live in ``param.ds_tensor``.
+partitioned_param_data_shape = [0]
 
 _orig_torch_arange = torch.arange
 _orig_torch_empty = torch.empty
@@ -42,9 +47,30 @@ def zero_wrapper_for_fp_tensor_constructor(
     return wrapped_fn
 
 
+def _contradicting_single_rank_pg_error(
+    dp_world_size: int, explicit_process_group: Any, env: Any = None
+) -> str | None:
+    """The error zero.Init raises when a launcher started several ranks but the group it would
+    partition over has one (None when that is not the case)."""
+    return single_rank_group_contradiction(dp_world_size, explicit_process_group, env)
+
+
+class MultipleAllGatherHandles:
+    """Several pending gathers waited on as one."""
+
+    def __init__(self, handles: list[Any]) -> None:
+        self.handles = handles
+
+    def wait(self, handle_dependency: bool = True) -> None:
+        for handle in self.handles:
+            handle.wait(handle_dependency=handle_dependency)
+
+
 __all__ = [
     "GatheredParameters",
     "Init",
+    "MultipleAllGatherHandles",
+    "partitioned_param_data_shape",
     "ZeroParamStatus",
     "get_accelerator",
     "zero_wrapper_for_fp_tensor_constructor",
