@@ -9,7 +9,7 @@ import torch
 from ds.full.compat.deepspeed._missing import FeatureNotAvailableError, missing_function
 from ds.full.compat.deepspeed.runtime.dataloader import RepeatingLoader
 from ds.full.compat.deepspeed.runtime.utils import set_random_seed
-from ds.full.compat.deepspeed.utils.logging import log_dist, logger
+from ds.full.compat.deepspeed.utils.logging import log_dist, logger, set_log_level_from_string
 from ds.full.compat.deepspeed.utils.tensor_fragment import (
     safe_get_full_fp32_param,
     safe_get_full_optimizer_state,
@@ -111,6 +111,7 @@ __all__ = [
     "safe_set_local_grad",
     "safe_set_local_optimizer_state",
     "safe_update_full_grad_vectorized",
+    "set_log_level_from_string",
     "set_random_seed",
     "apply_zero_leaf_module_config",
     "get_z3_leaf_modules",
