@@ -27,10 +27,9 @@ def test_gating_takes_deepspeeds_argument_order_and_sparse_routes() -> None:
     assert buffer.shape == (3, cap, 6) and gates.shape == (2, 6)
 
 
-def test_autoep_surface_routes_and_refuses_deepspeeds_own_layer() -> None:
+def test_autoep_surface_routes_and_names_the_family_it_lacks() -> None:
     import pytest
 
-    from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
     from ds.full.compat.deepspeed.module_inject.auto_ep import AutoEP, _resolve_route_scale
     from ds.full.compat.deepspeed.module_inject.auto_ep_config import AutoEPConfig
     from ds.full.compat.deepspeed.moe.ep_router import TokenChoiceTopKRouter
@@ -38,5 +37,5 @@ def test_autoep_surface_routes_and_refuses_deepspeeds_own_layer() -> None:
     router = TokenChoiceTopKRouter(4, 4, None, None, 2, "softmax", True, 1.0, False)
     assert router(torch.randn(3, 4))[1].shape == (3, 2)
     assert _resolve_route_scale(AutoEPConfig(routed_scaling_factor=2.0), None) == 2.0
-    with pytest.raises(FeatureNotAvailableError, match="autoep_size"):
-        AutoEP(torch.nn.Linear(2, 2), AutoEPConfig())
+    with pytest.raises(ValueError, match="preset_model"):
+        AutoEP(torch.nn.Linear(2, 2), AutoEPConfig(enabled=True)).ep_parser()

@@ -31,6 +31,8 @@ class MoEFamily:
     unsupported_hf_model_type_notes: dict[str, str] = field(default_factory=dict)
     supports_expert_bias: bool = True
     unsupported_router_bias_names: tuple[str, ...] = ()
+    # The transformers release whose modeling code (fused expert tensors) AutoEP matches.
+    min_transformers_version: str | None = "5.0.0"
 
 
 #: By preset name (``expert_parallel.preset_model``).
@@ -54,6 +56,53 @@ PRESET_MODELS: dict[str, MoEFamily] = {
     ),
     "deepseek_v3": MoEFamily("DeepSeek-V3: sigmoid group-limited routing", ("deepseek_v3",)),
 }
+
+
+class FamilyAdapter:
+    """Checks that a model fits its family before AutoEP touches it: a refused ``model_type``
+    (with its note) and the installed transformers release."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _installed_transformers_version(self) -> str | None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("transformers")
+        except PackageNotFoundError:
+            return None
+
+    def validate_compatibility(self, model_config: Any) -> None:
+        family = PRESET_MODELS[self.name]
+        model_type = getattr(model_config, "model_type", None)
+        note = family.unsupported_hf_model_type_notes.get(str(model_type))
+        if note is not None:
+            raise ValueError(f"AutoEP preset {self.name!r}: {note}")
+        have, need = self._installed_transformers_version(), family.min_transformers_version
+        if have is not None and need is not None and _release(have) < _release(need):
+            raise ValueError(
+                f"AutoEP preset {self.name!r} matches transformers >= {need}'s modeling code; "
+                f"transformers {have} is installed: upgrade it"
+            )
+
+
+def _release(v: str) -> tuple[int, ...]:
+    parts = []
+    for piece in v.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+_ADAPTERS: dict[str, FamilyAdapter] = {}
+
+
+def family_adapter(name: str) -> FamilyAdapter:
+    """The (one) adapter of family ``name``."""
+    if name not in PRESET_MODELS:
+        raise ValueError(f"unknown AutoEP preset {name!r}; use one of {list(PRESET_MODELS)}")
+    return _ADAPTERS.setdefault(name, FamilyAdapter(name))
 
 
 def preset_name_for_hf_model_type(model_type: str) -> str | None:
@@ -364,8 +413,10 @@ __all__ = [
     "PRESET_MODELS",
     "UNSET",
     "AutoEPConfig",
+    "FamilyAdapter",
     "MoEFamily",
     "MoELayerSpec",
+    "family_adapter",
     "fill_autoep_config_from_hf",
     "parse_autoep_config",
     "preset_name_for_hf_model_type",

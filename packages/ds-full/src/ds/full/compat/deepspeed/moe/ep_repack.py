@@ -1,18 +1,29 @@
-"""``deepspeed.moe.ep_repack``: repacking a model's expert weights for DeepSpeed's AutoEP layer.
-
-ds's AutoEP (``expert_parallel.autoep_size``) keeps each rank's experts from the model's fused
-tensors itself (:class:`ds.parallel.moe.autoep.ExpertParallelExperts`); DeepSpeed's repacking
-into its own layer is not provided."""
+"""``deepspeed.moe.ep_repack``: this rank's experts of a MoE block, stacked for
+``GroupedExperts`` (:func:`ds.parallel.moe.autoep_layer.repack_experts`). ZeRO-3 partitioned
+source weights are gathered whole while they are copied (``GatheredParameters``)."""
 
 from __future__ import annotations
 
-from ds.full.compat.deepspeed._missing import missing_function
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
 from ds.full.compat.deepspeed.zero import GatheredParameters
+from ds.parallel.moe.autoep_config import MoELayerSpec
+from ds.parallel.moe.autoep_layer import repack_experts
 
-repack_expert_weights = missing_function(
-    "deepspeed.moe.ep_repack.repack_expert_weights",
-    "DeepSpeed's AutoEP expert repacking",
-    "enable expert_parallel.autoep_size: ds's AutoEP takes each rank's experts from the model",
-)
 
-__all__ = ["GatheredParameters", "repack_expert_weights"]
+def gather(params: list[nn.Parameter]) -> Any:
+    # Looked up on this module at call time, so a replaced GatheredParameters is honoured.
+    return sys.modules[__name__].GatheredParameters(params, modifier_rank=None)
+
+
+def repack_expert_weights(
+    experts_module: nn.Module, spec: MoELayerSpec, ep_rank: int, ep_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return repack_experts(experts_module, spec, ep_rank, ep_size, gather)
+
+
+__all__ = ["GatheredParameters", "gather", "repack_expert_weights"]

@@ -1,20 +1,14 @@
-"""``deepspeed.module_inject.auto_ep_presets.registry``: which AutoEP family a transformers
-``model_type`` belongs to (:mod:`ds.parallel.moe.autoep_config`)."""
+"""``deepspeed.module_inject.auto_ep_presets.registry``: AutoEP's MoE families, which transformers
+``model_type`` each covers and their compatibility checks (:mod:`ds.parallel.moe.autoep_config`)."""
 
 from __future__ import annotations
 
-from ds.full.compat.deepspeed._missing import missing_function
 from ds.parallel.moe.autoep_config import (
     PRESET_MODELS,
     preset_name_for_hf_model_type,
     unsupported_preset_for_hf_model_type,
 )
-
-get_preset_adapter = missing_function(
-    "deepspeed.module_inject.auto_ep_presets.registry.get_preset_adapter",
-    "DeepSpeed's AutoEP preset adapters",
-    "ds's AutoEP (expert_parallel.autoep_size) handles transformers' fused MoE blocks directly",
-)
+from ds.parallel.moe.autoep_config import family_adapter as get_preset_adapter
 
 
 def available_preset_names() -> tuple[str, ...]:
