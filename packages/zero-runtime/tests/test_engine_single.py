@@ -59,7 +59,8 @@ def test_no_sync_accumulates_then_reduces(stage: int) -> None:
     with engine.no_sync():
         engine.backward(torch.nn.functional.mse_loss(engine(x[:4]), y[:4]))
     engine.step()
-    engine.backward(torch.nn.functional.mse_loss(engine(x[4:]), y[4:]))
+    second = torch.nn.functional.mse_loss(engine(x[4:]), y[4:])
+    torch.testing.assert_close(engine.backward(second), second / 2)  # over the 2 micro-steps
     engine.step()
     torch.nn.functional.mse_loss(ref(x), y).backward()
     opt.step()
@@ -77,7 +78,7 @@ def test_accessors_and_telemetry() -> None:
     assert engine.gradient_accumulation_steps() == 1 and engine.zero_optimization_stage() == 1
     assert engine.get_lr() == [1e-2] and engine.gradient_clipping() == 0.5
     loss = engine(torch.randn(4, 6)).pow(2).mean()
-    engine.backward(loss)
+    assert engine.backward(loss) is loss  # the loss over the accumulation steps (here 1)
     engine.step()
     assert len(seen) == 1
     m = seen[0]

@@ -203,10 +203,11 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
 
     def backward(
         self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True
-    ) -> None:
+    ) -> torch.Tensor:
         """``scale_wrt_gas=False`` (DeepSpeed's keyword; transformers passes it when its loss is
         already averaged over the accumulation window) leaves the loss undivided by the
-        accumulation steps."""
+        accumulation steps. Returns the loss divided by the accumulation steps (what the
+        gradients are of, before loss scaling), as DeepSpeed does."""
         self.timers.start("backward")
         self.strategy.begin_micro_step(self.is_gradient_accumulation_boundary(), self._no_sync)
         gas = self.config.gradient_accumulation_steps if scale_wrt_gas else 1
@@ -216,6 +217,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         self.strategy.end_backward()
         self.telemetry.add_loss(loss)
         self.timers.stop("backward")
+        return loss / gas if gas != 1 else loss
 
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
         if not self.is_gradient_accumulation_boundary():
