@@ -1,5 +1,6 @@
 """Tiled compute (ds.parallel.sequence.tiled) under ZeRO 2 and 3 (ds.zero): the engines defer
-reducing a parameter until its last slice, so a step equals the untiled model's."""
+reducing a parameter until its last slice, so the reduced gradients (read back whole with
+``deepspeed.utils.safe_get_full_grad``) and the step equal the untiled model's."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 import torch
 
 import ds.zero
+from ds.full.compat.deepspeed.utils import safe_get_full_grad
+from ds.full.compat.deepspeed.utils.tensor_fragment import register_engine
 from ds.parallel.sequence.tiled import TiledMLP
 from ds.zero.engine import ZeroEngine
 
@@ -38,10 +41,15 @@ def test_tiled_step_equals_untiled(stage: int) -> None:
         "optimizer": {"type": "SGD", "params": {"lr": 0.5}},
         "zero_optimization": {"stage": stage, "reduce_bucket_size": 64},
     }
+    ref = copy.deepcopy(plain)
     x = torch.randn(2, 10, 8, requires_grad=True)
+    ref(x).backward()
     for model in (plain, tiled):
         engine = ZeroEngine(model, cfg)
+        register_engine(engine)  # as deepspeed.initialize does
         engine.backward(engine(x))
+        for p, r in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(safe_get_full_grad(p), r.grad)
         engine.step()
     with ds.zero.GatheredParameters(list(plain.parameters()) + list(tiled.parameters())):
         for a, b in zip(plain.parameters(), tiled.parameters()):

@@ -62,18 +62,19 @@ def __getattr__(name: str) -> Any:
 
 
 def safe_get_full_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
-    """The whole gradient of ``param`` after backward, before step. ds keeps whole gradients on
-    the parameters at ZeRO stages 0-1; at stages 2-3 they live in flat partitions, which this
-    refuses to guess at."""
+    """The whole gradient of ``param`` after backward, before step: on the parameter at ZeRO
+    stages 0-1, gathered from the engine's reduced partitions at stages 2-3."""
     grad = param.grad
     if grad is not None and grad.shape == param.shape:
         return grad.detach().clone()
-    if grad is None and getattr(param, "ds_numel", None) is None and param.numel() > 0:
-        return None  # no gradient yet (before backward, or frozen)
-    raise FeatureNotAvailableError(
-        "deepspeed.utils.safe_get_full_grad: at ZeRO stage 2/3 ds keeps gradients in flat "
-        "partitions; read them at stage 0/1, or register a hook on the module's backward"
-    )
+    from ds.full.compat.deepspeed.utils.tensor_fragment import partitioned_full_grad
+
+    try:
+        return partitioned_full_grad(param)
+    except FeatureNotAvailableError:
+        if grad is None and getattr(param, "ds_numel", None) is None:
+            return None  # no engine trains it (frozen), or no gradient yet
+        raise
 
 
 safe_get_local_grad = missing_function(

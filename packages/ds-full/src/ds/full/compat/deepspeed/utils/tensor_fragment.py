@@ -52,6 +52,7 @@ class _Piece:
     comm: Any
     group: Any
     world: int
+    grad: torch.Tensor | None = None  # the reduced gradient laid out as ``master``, if any
 
     @property
     def local(self) -> torch.Tensor:
@@ -74,7 +75,7 @@ def _piece(param: torch.nn.Parameter, what: str) -> _Piece:
                         strategy, group.master, a - group.lo, a - off, b - off,
                         getattr(strategy, "comm", None),
                         group.replica_pg if group.replica_pg is not None else strategy.ctx.group,
-                        fg.world_size,
+                        fg.world_size, group.master_grad,
                     )  # fmt: skip
         opt = getattr(strategy, "opt", None)
         if hasattr(param, "ds_shard") and opt is not None and hasattr(opt, "_masters"):
@@ -87,7 +88,7 @@ def _piece(param: torch.nn.Parameter, what: str) -> _Piece:
             coll = strategy.partitioner.coll
             return _Piece(
                 strategy, master, 0, s.offset, s.offset + s.valid_numel,
-                coll.comm, coll.group, coll.world,
+                coll.comm, coll.group, coll.world, s.grad,
             )  # fmt: skip
     raise FeatureNotAvailableError(
         f"deepspeed.utils.{what}: the parameter is not trained by an engine that "
@@ -135,6 +136,18 @@ def safe_get_full_fp32_param(param: torch.nn.Parameter) -> torch.Tensor:
         with ds.zero.GatheredParameters([param]):
             return param.detach().float().clone()
     return _full(piece, param, piece.local.float())
+
+
+def partitioned_full_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
+    """The whole gradient of ``param`` from the engine's reduced partitions (ZeRO 2-3), after
+    backward and before step: averaged over the data-parallel ranks and, with fp16, still
+    multiplied by the loss scale (as the optimizer will see it). None before any backward.
+    Collective over the data-parallel ranks."""
+    piece = _piece(param, "safe_get_full_grad")
+    if piece.grad is None:
+        return None
+    local = piece.grad[piece.m0 : piece.m0 + piece.stop - piece.start]
+    return _full(piece, param, local.float())
 
 
 def safe_set_full_fp32_param(param: torch.nn.Parameter, value: torch.Tensor) -> None:
