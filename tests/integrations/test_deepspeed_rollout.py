@@ -19,10 +19,10 @@ from ds.full.compat.deepspeed.runtime.rollout import (
 
 
 class _Counter(torch.nn.Module):
-    """``generate`` appends 7, 2 (EOS), 9, ... : the response after EOS must become padding."""
+    """``generate`` appends 7, 2 (EOS), 9, ... : what follows EOS must become padding."""
 
     def generate(self, ids: torch.Tensor, **kw: Any) -> torch.Tensor:
-        assert kw["eos_token_id"] is None and kw["do_sample"] is False
+        assert kw["eos_token_id"] == 2 and kw["do_sample"] is False
         tail = torch.tensor([7, 2, 9, 9][: kw["max_new_tokens"]]).expand(ids.shape[0], -1)
         return torch.cat([ids, tail], dim=1)
 

@@ -1,10 +1,10 @@
 """``deepspeed.runtime.rollout.hybrid_engine_rollout``: generate with the model the engine is
 training (a transformers causal LM), no second copy of the weights and nothing to sync.
 
-Generation runs the model's own ``generate`` for exactly ``max_new_tokens`` steps: under ZeRO-3
-every decode step gathers parameters collectively, so all data-parallel ranks must take the same
-number of steps, whatever their samples. End-of-sequence is applied afterwards: the first EOS of a
-response is kept, everything after it becomes padding and leaves the attention mask.
+Generation runs the model's own ``generate`` inside ``ds.zero.generation``, which under ZeRO-3
+gathers the parameters once for the call (not once per token) and switches the per-module
+gathers off, so ranks may stop at different lengths. The responses' attention mask is rebuilt
+from the tokens: a response ends at its first EOS, which it keeps; what follows is padding.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ds.full.compat.deepspeed.runtime.rollout.base import (
     RolloutRequest,
     SamplingConfig,
 )
+from ds.zero.generation import generate as generate_gathered
 
 
 @dataclass
@@ -70,14 +71,14 @@ class HybridEngineRollout(RolloutEngine):
             kwargs: dict[str, Any] = {
                 "attention_mask": prompt_mask,
                 "max_new_tokens": sampling.max_new_tokens,
-                "eos_token_id": None,  # every rank takes max_new_tokens steps (see the module doc)
+                "eos_token_id": self.tokenizer.eos_token_id,
                 "pad_token_id": pad,
                 "do_sample": not greedy,
             }
             if not greedy:
                 kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p)
                 kwargs["top_k"] = max(sampling.top_k, 0)
-            out = module.generate(prompt_ids, **kwargs)
+            out = generate_gathered(module, prompt_ids, **kwargs)
         out, response_mask = self._pad_after_eos(out, prompt_len, self.tokenizer.eos_token_id, pad)
         mask = torch.cat([prompt_mask.to(response_mask.dtype), response_mask], dim=1)
         start = torch.full((out.shape[0],), prompt_len, dtype=torch.long, device=out.device)
