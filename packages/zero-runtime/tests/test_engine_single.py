@@ -97,8 +97,11 @@ def test_optimizer_sources_are_exclusive() -> None:
     model = _model()
     with pytest.raises(ConfigError, match="no optimizer"):
         ZeroEngine(model, {"train_batch_size": 4})
-    with pytest.raises(ConfigError, match="remove one"):
-        ZeroEngine(_model(), _cfg(0), optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    # Both: the client's optimizer is stepped and the section ignored, as DeepSpeed does.
+    other = _model()
+    with pytest.warns(UserWarning, match=r"config.optimizer \(adamw\) is ignored"):
+        engine = ZeroEngine(other, _cfg(0), optimizer=torch.optim.SGD(other.parameters(), lr=0.1))
+    assert isinstance(engine.optimizer, torch.optim.SGD)
 
 
 def test_checkpoint_needs_an_engine() -> None:

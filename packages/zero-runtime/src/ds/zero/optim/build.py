@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -41,9 +42,14 @@ class OptimizerFactory:
         kernels: KernelProvider | None,
     ) -> None:
         if config is not None and client is not None:
-            raise ConfigError(
-                "both config.optimizer and an optimizer passed to initialize(); remove one"
+            # DeepSpeed steps the client's optimizer and ignores the section; say so.
+            warnings.warn(
+                f"config.optimizer ({config.type}) is ignored: initialize() was also given an "
+                "optimizer, which is the one stepped; remove one of them to silence this",
+                UserWarning,
+                stacklevel=3,
             )
+            config = None
         if config is None and client is None:
             raise ConfigError(
                 'no optimizer: add an \'optimizer\' section to the config (e.g. {"type": "AdamW", '
