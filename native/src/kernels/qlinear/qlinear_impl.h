@@ -157,12 +157,13 @@ struct Args {
 // whose term scale * z * sum(x of the group) is subtracted once per group, not per element
 // (symmetric int8 has none and skips it). kSigned: int8 codes are signed bytes; 4-bit codes are
 // decoded as code - 8 by the table (int4_sym where kTable4).
-template <int kBits, bool kSigned, bool kZero, int r, int rj>
+template <int kBits, bool kSigned, bool kZero, int r, int rj, int kGs>
 inline void tile(const Args& a, int64_t j) {
-  const int64_t gpr = a.k / a.gs;                        // groups per row of W
-  const int64_t bpg = kBits == 4 ? a.gs / 2 : a.gs;      // bytes per group
-  const int64_t vec_end = kBits == 4 ? bpg / W * W : a.gs / W * W;
-  const int64_t end = kBits == 4 ? bpg : a.gs;
+  const int64_t gs = kGs ? kGs : a.gs;  // a compile-time group size unrolls the loops below
+  const int64_t gpr = a.k / gs;                          // groups per row of W
+  const int64_t bpg = kBits == 4 ? gs / 2 : gs;          // bytes per group
+  const int64_t vec_end = bpg / W * W;
+  const int64_t end = bpg;
   const bool scalar_tail = vec_end < end;  // a group is not a whole number of vectors
   const int64_t half = a.k / 2;
   const V tbl = table4(kSigned ? 8.0f : 0.0f);
@@ -190,7 +191,7 @@ inline void tile(const Args& a, int64_t j) {
     for (int u = 0; u < rj; ++u) c[u] = a.data + ((j + u) * gpr + g) * bpg;
     for (int u = 0; u < rj; ++u) prefetch(c[u], ahead, a.data_end);
     if constexpr (kBits == 8) {
-      const float* xg = a.x + g * a.gs;
+      const float* xg = a.x + g * gs;
       for (int64_t t = 0; t < vec_end; t += W)
         for (int u = 0; u < rj; ++u) {
           const V w = load8<kSigned>(c[u] + t);
@@ -237,12 +238,22 @@ inline void tile(const Args& a, int64_t j) {
     for (int u = 0; u < rj; ++u) a.y[q * a.ldy + j + u] = hsum(acc[q][u]) + corr[q][u];
 }
 
-template <int kBits, bool kSigned, bool kZero, int r>
-void rows(const Args& a, int64_t j0, int64_t j1) {
+template <int kBits, bool kSigned, bool kZero, int r, int kGs>
+void rows_gs(const Args& a, int64_t j0, int64_t j1) {
   constexpr int rj = kRj<r>;
   int64_t j = j0;
-  for (; j + rj <= j1; j += rj) tile<kBits, kSigned, kZero, r, rj>(a, j);
-  for (; j < j1; ++j) tile<kBits, kSigned, kZero, r, 1>(a, j);
+  for (; j + rj <= j1; j += rj) tile<kBits, kSigned, kZero, r, rj, kGs>(a, j);
+  for (; j < j1; ++j) tile<kBits, kSigned, kZero, r, 1, kGs>(a, j);
+}
+
+// Group size 32 (GGUF's Q8_0/Q4_0 blocks, ds's default) gets its own code.
+template <int kBits, bool kSigned, bool kZero, int r>
+void rows(const Args& a, int64_t j0, int64_t j1) {
+  if (a.gs == 32) {
+    rows_gs<kBits, kSigned, kZero, r, 32>(a, j0, j1);
+  } else {
+    rows_gs<kBits, kSigned, kZero, r, 0>(a, j0, j1);
+  }
 }
 
 template <int r>
