@@ -100,3 +100,15 @@ def test_bad_stage_input_is_one_line() -> None:
     assert "num_stages=3 does not divide the world size 4" in str(e.value)
     with pytest.raises(TypeError, match="the class itself"):
         LayerSpec(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def test_without_loss_fn_a_one_element_output_is_the_loss() -> None:
+    from types import SimpleNamespace
+
+    from ds.parallel.pipeline.runner import PipelineRunner
+
+    runner = SimpleNamespace(module=SimpleNamespace(loss_fn=None))
+    out = torch.ones(1, 1, requires_grad=True)
+    assert PipelineRunner._loss(runner, out, None) is out  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="loss_fn"):
+        PipelineRunner._loss(runner, torch.ones(2, 1), None)  # type: ignore[arg-type]

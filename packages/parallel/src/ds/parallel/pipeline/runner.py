@@ -206,7 +206,9 @@ class PipelineRunner:
     def _loss(self, output: Any, labels: Any) -> torch.Tensor:
         fn = self.module.loss_fn
         if fn is None:
-            if not isinstance(output, torch.Tensor) or output.dim() != 0:
+            # a one-element output is the loss as it is (autograd starts from it as from a
+            # scalar), which is what a model ending in Linear(hidden, 1) gives
+            if not isinstance(output, torch.Tensor) or output.numel() != 1:
                 raise ValueError(
                     "the last stage's output is not a scalar loss and the PipelineModule has no "
                     "loss_fn; pass PipelineModule(loss_fn=...) (called as loss_fn(output, labels))"
