@@ -50,3 +50,27 @@ def test_autotp_walks_full_paths_and_keeps_tied_weights_whole() -> None:
     assert isinstance(model.layers[0][0], LinearLayer)
     assert isinstance(model.layers[0][1], LinearAllreduce)
     assert type(model.lm_head) is nn.Linear and model.lm_head.weight is model.embed.weight
+
+
+def test_autotp_splits_an_autoep_layers_shared_expert_only() -> None:
+    from torch import nn
+
+    from ds.full.compat.deepspeed.module_inject.auto_tp import AutoTP
+    from ds.full.compat.deepspeed.module_inject.layers import LinearLayer
+
+    class AutoEPLike(nn.Module):
+        _is_autoep_layer = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.shared_experts = nn.Linear(4, 4, bias=False)
+            self.experts = nn.Linear(4, 4, bias=False)  # expert parallel: never split here
+
+    model = nn.Module()
+    model.moe = AutoEPLike()
+    specs = {"layer_specs": [{"patterns": [r".*\.weight$"], "partition_type": "column"}]}
+    autotp = AutoTP(model, [], "", None, None, None, partition_config=specs)
+    autotp.set_tensor_parallel_config(1, None)
+    autotp._replace_module(model)
+    assert isinstance(model.moe.shared_experts, LinearLayer)
+    assert type(model.moe.experts) is nn.Linear

@@ -1,13 +1,13 @@
 """``deepspeed.module_inject.auto_tp``: DeepSpeed's ``AutoTP`` walker over ds's tensor-parallel
 layers (:mod:`ds.parallel.tp`).
 
-With a ``partition_config`` (layer specs), ``_replace_module`` visits every module with a 2-D
-weight under its full dotted path (``layers.0.self_attn.q_proj``) and swaps in the layer its first
-matching spec asks for; unmatched modules stay whole (``strict_mode`` refuses them). A weight
-shared by several modules (a tied LM head) is left whole: splitting it for one of them would
-untie it. Without layer specs, use ``ds.parallel.tp.autotp`` (the engine does, for
-``tensor_parallel.autotp_size``): it places modules by the model's transformers plan and
-name rules.
+``_replace_module`` visits every module with a 2-D weight under its full dotted path
+(``layers.0.self_attn.q_proj``) and swaps in the layer its first matching layer spec
+(``partition_config``) asks for, unmatched modules staying whole (``strict_mode`` refuses them);
+without layer specs ds's own placement decides (the model's tp_plan, then name rules:
+:func:`ds.parallel.tp.plan_for`). A weight shared by several modules (a tied LM head) is left
+whole: splitting it for one of them would untie it. An AutoEP layer's experts are left to expert
+parallelism; its shared expert is split like any MLP.
 """
 
 from __future__ import annotations
@@ -24,7 +24,15 @@ from ds.full.compat.deepspeed.module_inject.autotp_config import (
 from ds.full.compat.deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, tp_group
 from ds.interfaces.logging import get_logger
 from ds.parallel.tp.autotp import parallel_module
-from ds.parallel.tp.plan import COLWISE, COLWISE_GATHER, ROWWISE, Placement, spec_style
+from ds.parallel.tp.plan import (
+    COLWISE,
+    COLWISE_GATHER,
+    REPLICATE,
+    ROWWISE,
+    Placement,
+    plan_for,
+    spec_style,
+)
 from ds.parallel.tp.specs import as_autotp_config
 
 log = get_logger(__name__)
@@ -64,6 +72,7 @@ class AutoTP:
             if isinstance(w, nn.Parameter):
                 owners[id(w)] = owners.get(id(w), 0) + 1
         self._tied = {k for k, n in owners.items() if n > 1}
+        self._rules: dict[str, Placement] | None = None
 
     def set_tensor_parallel_config(self, mp_size: int, mp_group: Any) -> None:
         self.mp_size, self.mp_group = mp_size, mp_group
@@ -86,41 +95,69 @@ class AutoTP:
             return child
         if spec.partition_type is PartitionType.SKIP and not spec.grad_allreduce:
             return child
-        if id(getattr(child, "weight", None)) in self._tied:
+        style, fused = spec_style(spec)
+        return self._build(child, name, Placement(style, fused, source="partition_config"))
+
+    def _replace_by_rules(self, child: nn.Module, name: str) -> nn.Module:
+        # Without layer specs, ds's own placement: the model's tp_plan, then its name rules.
+        if self._rules is None:
+            self._rules = plan_for(self.module)
+        placement = self._rules.get(name)
+        return child if placement is None else self._build(child, name, placement)
+
+    def _build(self, child: nn.Module, name: str, p: Placement) -> nn.Module:
+        if id(getattr(child, "weight", None)) in self._tied and p.style != REPLICATE:
             log.warning("autotp_tied_weight_kept_whole", module=name)
             return child
-        style, fused = spec_style(spec)
         tp = tp_group(self.mp_group, self.mp_size)
-        if style in (COLWISE, COLWISE_GATHER):
-            return LinearLayer(
-                child, tp, name=name, gather_output=style == COLWISE_GATHER, fused=fused
-            )
-        if style == ROWWISE:
+        if p.style in (COLWISE, COLWISE_GATHER) and not p.transposed:
+            gather = p.style == COLWISE_GATHER
+            return LinearLayer(child, tp, name=name, gather_output=gather, fused=p.fused)
+        if p.style == ROWWISE and not p.transposed:
             return LinearAllreduce(child, tp, name=name)
-        new = parallel_module(child, Placement(style, fused, source="partition_config"), tp)
+        new = parallel_module(child, p, tp)
         return child if new is None else new
+
+    def _replace_child(self, child: nn.Module, name: str) -> nn.Module:
+        if self.partition_config is not None:
+            return self._replace_with_config(child, name)
+        return self._replace_by_rules(child, name)
+
+    def _replace_autoep_shared_experts(self, autoep_layer: nn.Module, autoep_name: str) -> None:
+        """An AutoEP layer's experts are split over the expert-parallel group, not here; its
+        shared expert (and that expert's gate) is an ordinary MLP that tensor parallelism splits."""
+        for child_name in ("shared_experts", "shared_experts_gate"):
+            child = getattr(autoep_layer, child_name, None)
+            if child is None:
+                continue
+            full = f"{autoep_name}.{child_name}" if autoep_name else child_name
+            if _is_2d(child):
+                setattr(autoep_layer, child_name, self._replace_child(child, full))
+            else:
+                self._replace_module(child, child_name, autoep_name)
 
     def _replace_module(
         self, r_module: nn.Module, prev_name: str = "", prev_class_name: str = ""
     ) -> nn.Module:
-        if self.partition_config is None:
-            raise ValueError(
-                "AutoTP._replace_module needs a partition_config (layer specs); for a model "
-                "placed by its tp_plan and name rules use ds.parallel.tp.autotp"
-            )
         path = ".".join(p for p in (prev_class_name, prev_name) if p)
         for name, child in r_module.named_children():
             full = f"{path}.{name}" if path else name
-            weight = getattr(child, "weight", None)
-            if isinstance(child, nn.Embedding | nn.Linear) or (
-                weight is not None and getattr(weight, "dim", lambda: 0)() == 2
-            ):
-                new = self._replace_with_config(child, full)
+            if getattr(child, "_is_autoep_layer", False):
+                self._replace_autoep_shared_experts(child, full)
+            elif _is_2d(child):
+                new = self._replace_child(child, full)
                 if new is not child:
                     setattr(r_module, name, new)
             else:
                 self._replace_module(child, name, path)
         return r_module
+
+
+def _is_2d(module: nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return isinstance(module, nn.Embedding | nn.Linear) or (
+        weight is not None and getattr(weight, "dim", lambda: 0)() == 2
+    )
 
 
 __all__ = ["AutoTP", "AutoTPConfig", "PartitionType", "TPLayerSpec"]
