@@ -61,3 +61,14 @@ def test_initialize_needs_a_model() -> None:
         deepspeed.initialize(model=None, config={"train_batch_size": 1})
     with pytest.raises(AssertionError, match="came as args="):
         deepspeed.initialize(torch.nn.Linear(2, 2), config={"train_batch_size": 1})
+
+
+def test_fp16_wrappers_import_and_refuse() -> None:
+    from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
+    from ds.full.compat.deepspeed.runtime.fp16.fused_optimizer import FP16_Optimizer
+    from ds.full.compat.deepspeed.runtime.fp16.unfused_optimizer import FP16_UnfusedOptimizer
+
+    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    assert not isinstance(opt, (FP16_Optimizer, FP16_UnfusedOptimizer))
+    with pytest.raises(FeatureNotAvailableError, match=r"fp16\.enabled"):
+        FP16_Optimizer(opt)
