@@ -74,3 +74,17 @@ def test_autotp_splits_an_autoep_layers_shared_expert_only() -> None:
     autotp._replace_module(model)
     assert isinstance(model.moe.shared_experts, LinearLayer)
     assert type(model.moe.experts) is nn.Linear
+
+
+def test_model_parallel_parameters_are_the_marked_and_the_sliced() -> None:
+    import torch
+
+    from ds.full.compat.deepspeed.runtime.utils import is_model_parallel_parameter
+    from ds.parallel.tp import TPGroup
+    from ds.parallel.tp.layers import sliced_parameter
+
+    plain = torch.nn.Parameter(torch.ones(4, 2))
+    marked = torch.nn.Parameter(torch.ones(2))
+    marked.tensor_model_parallel = True
+    sliced = sliced_parameter(plain, 0, TPGroup(None, None, 2, 1))
+    assert [is_model_parallel_parameter(p) for p in (plain, marked, sliced)] == [False, True, True]

@@ -99,6 +99,15 @@ def count_used_parameters_in_backward(parameters: Iterable[Any]) -> int:
     return sum(1 for node in nodes if torch._C._will_engine_execute_node(node))
 
 
+def is_model_parallel_parameter(p: Any) -> bool:
+    """Whether ``p`` is one slice of a weight split over the model-parallel ranks: marked so by
+    Megatron-style code (``model_parallel`` / ``tensor_model_parallel``) or sliced by ds's AutoTP."""
+    from ds.interfaces.parallel import tp_dim
+
+    marked = getattr(p, "model_parallel", False) or getattr(p, "tensor_model_parallel", False)
+    return bool(marked) or tp_dim(p) is not None
+
+
 def call_to_str(base: str, *args: Any, **kwargs: Any) -> str:
     """``"base(arg, key=value)"`` (DeepSpeed's rendering of a call in logs)."""
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
@@ -118,6 +127,7 @@ __all__ = [
     "PartitionedTensor",
     "call_to_str",
     "count_used_parameters_in_backward",
+    "is_model_parallel_parameter",
     "move_to_device",
     "partition_balanced",
     "partition_uniform",
