@@ -69,3 +69,10 @@ def test_bf16_optimizer_wrapper_is_refused_with_the_config_to_use() -> None:
 
     with pytest.raises(FeatureNotAvailableError, match=r"bf16\.enabled"):
         BF16_Optimizer(None)
+
+
+def test_runtime_zero_names_the_parameter_status() -> None:
+    from ds.full.compat.deepspeed.runtime import zero
+    from ds.full.compat.deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    assert zero.ZeroParamStatus is ZeroParamStatus
