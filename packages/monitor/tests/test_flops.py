@@ -99,6 +99,10 @@ def test_only_forward_counted_and_backward_by_rule() -> None:
     assert prof.root.flops == 2 * 5 * 6 * 4
     assert prof.training_flops() == 4 * prof.root.flops
     assert prof.forward_passes == 1
+    # DeepSpeed's attributes: the totals of the window just profiled, kept past end_profile
+    assert (prof.flops, prof.macs, prof.params) == (2 * 5 * 6 * 4, 5 * 6 * 4, 6 * 4 + 4)
+    prof.end_profile()
+    assert prof.flops == 2 * 5 * 6 * 4
 
 
 def test_input_shape_and_string_results(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -70,6 +70,10 @@ class FlopsProfiler:
         self._mode: _Counter | None = None
         self.started = False
         self.forward_passes = 0
+        # The totals of the last window profiled (DeepSpeed's attributes), set by stop_profile.
+        self.flops: int | None = None
+        self.macs: int | None = None
+        self.params: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start_profile(self, ignore_list: tuple[type, ...] | list[type] | None = None) -> None:
@@ -100,6 +104,9 @@ class FlopsProfiler:
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
             self._mode = None
+        if self.started and "" in self.stats:
+            root = self.stats[""]
+            self.flops, self.macs, self.params = root.flops, root.macs, root.params
         self.started = False
 
     def reset_profile(self) -> None:
