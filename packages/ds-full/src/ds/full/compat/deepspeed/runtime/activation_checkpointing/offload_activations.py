@@ -151,18 +151,8 @@ def _pin(host: torch.Tensor) -> torch.Tensor:
     return get_accelerator().pin_memory(host, make_copy=False)
 
 
-def get_checkpoint_hidden_states_offloading_ctx_manager(
-    use_pin_memory: bool = True,
-    use_streams: bool = True,
-    min_offload_bytes: int = 1024,
-    max_fwd_stash_count: int = 2,
-    max_cpu_buffer_pool_count: int = 64,
-    keep_last_count: int = 1,
-) -> CheckpointHiddenStatesOffload:
-    return CheckpointHiddenStatesOffload(
-        use_pin_memory, use_streams, min_offload_bytes, max_fwd_stash_count,
-        max_cpu_buffer_pool_count, keep_last_count,
-    )  # fmt: skip
+# Same arguments, same result: a new context manager.
+get_checkpoint_hidden_states_offloading_ctx_manager = CheckpointHiddenStatesOffload
 
 
 __all__ = [
