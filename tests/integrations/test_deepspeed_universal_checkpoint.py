@@ -66,3 +66,15 @@ def test_runtime_zero_names_the_parameter_status() -> None:
     from ds.full.compat.deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
     assert zero.ZeroParamStatus is ZeroParamStatus
+
+
+def test_zero3_elastic_checkpoint_warns_it_has_no_effect(monkeypatch: object) -> None:
+    from ds.full.compat.deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from ds.full.compat.deepspeed.utils import logger
+
+    said: list[str] = []
+    monkeypatch.setattr(logger, "warning", lambda msg, *a, **k: said.append(msg))  # type: ignore[attr-defined]
+    DeepSpeedZeroConfig(stage=2, elastic_checkpoint=True)
+    assert not said
+    DeepSpeedZeroConfig(stage=3, elastic_checkpoint=True)
+    assert len(said) == 1 and "universal checkpoint" in said[0]

@@ -38,6 +38,15 @@ class DeepSpeedZeroConfig(ZeroConfig):
             put("offload_optimizer", DeepSpeedZeroOffloadOptimizerConfig(**fields))
         if self.cpu_offload_param and self.offload_param is None:
             put("offload_param", OffloadParamConfig(device="cpu", pin_memory=pin))
+        if int(self.stage) == 3 and self.elastic_checkpoint:
+            from ds.full.compat.deepspeed.utils import logger
+
+            # the flag changes nothing at stage 3; universal checkpoints are what reshard
+            logger.warning(
+                "zero_optimization.elastic_checkpoint: ZeRO-3 elastic checkpointing is deprecated "
+                "and has no effect; convert the checkpoint to a universal checkpoint "
+                "(deepspeed.checkpoint.ds_to_universal) to resume at another world size"
+            )
         return self
 
 
