@@ -30,6 +30,9 @@ class CPUOptimizerBase(torch.optim.Optimizer):
     #: step count (before the hyperparameters)
     _kernel = ""
     _takes_step = False
+    #: whether a sparse gradient updates just the elements it names (element-wise updates whose
+    #: untouched elements stay as they are, as in torch's sparse Adagrad)
+    _takes_sparse = False
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         self._plans: dict[int, GroupPlan] = {}
@@ -160,7 +163,7 @@ class CPUOptimizerBase(torch.optim.Optimizer):
             if p.grad is None:
                 continue
             grad = p.grad
-            if grad.is_sparse:
+            if grad.is_sparse and not self._takes_sparse:
                 raise KernelError(
                     f"{type(self).__name__} does not take sparse gradients; densify them "
                     "(grad.to_dense()) or use torch.optim.SparseAdam"
@@ -170,6 +173,9 @@ class CPUOptimizerBase(torch.optim.Optimizer):
                 state["step"] = 0
                 self._init_state(p, group, state)
             state["step"] += 1
+            if grad.is_sparse:
+                self._sparse_step(group, p, grad, state)
+                continue
             key = (state["step"], p.dtype, grad.dtype)
             batch = batches.setdefault(key, ([], [], []))
             batch[0].append(p.detach())
@@ -178,6 +184,33 @@ class CPUOptimizerBase(torch.optim.Optimizer):
         for (step, _, _), (params, grads, states) in batches.items():
             per_name = [[s[name] for s in states] for name in self._state_names]
             self._run(group, step, params, grads, per_name)
+
+    def _sparse_step(
+        self, group: dict[str, Any], p: torch.Tensor, grad: torch.Tensor, state: dict[str, Any]
+    ) -> None:
+        """Update only the elements a sparse gradient names (as torch's sparse Adagrad does):
+        gather them and their state, run the element-wise kernel, scatter them back."""
+        if group.get("weight_decay", 0.0):
+            raise KernelError(
+                f"{type(self).__name__}: weight_decay does not apply to sparse gradients (it "
+                "would touch every element); set weight_decay=0 or densify the gradient"
+            )
+        grad = grad.coalesce()
+        rows = grad.indices()  # [sparse_dim, nnz] over the leading dims
+        lead = p.shape[: grad.sparse_dim()]
+        row_size = grad.values()[0].numel() if grad.values().numel() else 1
+        flat_rows = torch.zeros(rows.shape[1], dtype=torch.long)
+        for d, size in enumerate(lead):
+            flat_rows = flat_rows * size + rows[d]
+        idx = (flat_rows[:, None] * row_size + torch.arange(row_size)).reshape(-1)
+        flat_p = p.detach().view(-1)
+        values = flat_p[idx]
+        gathered = [state[name].view(-1)[idx] for name in self._state_names]
+        grad_values = grad.values().reshape(-1).to(p.dtype).contiguous()
+        self._run(group, state["step"], [values], [grad_values], [[t] for t in gathered])
+        flat_p[idx] = values
+        for name, t in zip(self._state_names, gathered, strict=True):
+            state[name].view(-1)[idx] = t
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)

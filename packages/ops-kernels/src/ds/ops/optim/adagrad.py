@@ -14,10 +14,12 @@ from ds.ops.optim._base import CPUOptimizerBase
 
 class CPUAdagrad(CPUOptimizerBase):
     """Adagrad with torch.optim.Adagrad's update (L2 weight decay in the gradient, optional
-    ``lr_decay`` and ``initial_accumulator_value``)."""
+    ``lr_decay`` and ``initial_accumulator_value``). A sparse gradient (an embedding's)
+    updates only the elements it names."""
 
     _state_names = ("sum",)
     _kernel = "adagrad_step"
+    _takes_sparse = True
 
     def __init__(
         self,
