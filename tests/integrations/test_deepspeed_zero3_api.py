@@ -67,3 +67,10 @@ def test_multiple_all_gather_handles_waits_on_each() -> None:
 
     MultipleAllGatherHandles([Handle(), Handle()]).wait(handle_dependency=False)
     assert seen == [False, False]
+
+
+def test_ops_aio_names_the_async_io_builder() -> None:
+    from ds.full.compat.deepspeed.ops.aio import AsyncIOBuilder
+    from ds.full.compat.deepspeed.ops.op_builder import AsyncIOBuilder as from_builders
+
+    assert AsyncIOBuilder is from_builders
