@@ -88,3 +88,30 @@ def test_model_parallel_parameters_are_the_marked_and_the_sliced() -> None:
     marked.tensor_model_parallel = True
     sliced = sliced_parameter(plain, 0, TPGroup(None, None, 2, 1))
     assert [is_model_parallel_parameter(p) for p in (plain, marked, sliced)] == [False, True, True]
+
+
+def test_tp_training_groups_from_rank_lists(monkeypatch) -> None:
+    from ds.full.compat.deepspeed.module_inject import layers
+    from ds.full.compat.deepspeed.utils import groups
+
+    made = []
+    for name in ("_DATA_PARALLEL_GROUP", "_MODEL_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP"):
+        monkeypatch.setattr(groups, name, None)
+    monkeypatch.setattr(groups.dist, "get_world_size", lambda group=None: 6)
+    monkeypatch.setattr(groups.dist, "get_rank", lambda group=None: 4)
+    monkeypatch.setattr(
+        groups.dist, "new_group", lambda ranks: made.append(tuple(ranks)) or tuple(ranks)
+    )
+
+    def no_split(*_: object) -> None:
+        raise RuntimeError(groups._DEVICE_MESH_SPLIT_UNSUPPORTED)
+
+    monkeypatch.setattr(groups.dist, "initialize_mesh_device", no_split)
+    assert groups._init_tp_mesh_device(tensor_model_parallel_size=3) == ((1, 4), (3, 4, 5))
+    assert made == [(0, 3), (1, 4), (2, 5), (0, 1, 2), (3, 4, 5)]
+    assert groups.get_tensor_model_parallel_group() == (3, 4, 5)
+    layers.set_autotp_mode(training=True)
+    try:
+        assert layers.is_autotp_training_mode()
+    finally:
+        layers.set_autotp_mode(training=False)

@@ -67,6 +67,15 @@ def get_world_group() -> object:
     return group.WORLD
 
 
+def initialize_mesh_device(mesh_shape: tuple[int, ...], mesh_dim_names: tuple[str, ...]) -> object:
+    """torch's ``DeviceMesh`` of every rank, shaped ``mesh_shape`` (its groups split from the
+    world's), on the device type of the job's backend (gloo: cpu, otherwise cuda)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    device = "cpu" if get_backend() in ("gloo", "mpi") else "cuda"
+    return init_device_mesh(device, tuple(mesh_shape), mesh_dim_names=tuple(mesh_dim_names))
+
+
 def __getattr__(name: str) -> object:
     if name == "CommsLoggerConfig":  # pydantic model, imported on first use
         from ds.comm.comms_logger_config import CommsLoggerConfig
@@ -104,6 +113,7 @@ __all__ = [
     "gather_object",
     "get_backend",
     "get_world_group",
+    "initialize_mesh_device",
     "get_comms_logger",
     "get_communicator",
     "get_global_rank",

@@ -21,7 +21,12 @@ from ds.full.compat.deepspeed.module_inject.autotp_config import (
     PartitionType,
     TPLayerSpec,
 )
-from ds.full.compat.deepspeed.module_inject.layers import LinearAllreduce, LinearLayer, tp_group
+from ds.full.compat.deepspeed.module_inject.layers import (
+    LinearAllreduce,
+    LinearLayer,
+    is_autotp_training_mode,
+    tp_group,
+)
 from ds.interfaces.logging import get_logger
 from ds.parallel.tp.autotp import parallel_module
 from ds.parallel.tp.plan import (
@@ -75,6 +80,12 @@ class AutoTP:
         self._rules: dict[str, Placement] | None = None
 
     def set_tensor_parallel_config(self, mp_size: int, mp_group: Any) -> None:
+        if is_autotp_training_mode():  # training: the job's tensor-parallel group
+            from ds import comm
+            from ds.full.compat.deepspeed.utils import groups
+
+            mp_group = groups.get_tensor_model_parallel_group()
+            mp_size = comm.get_world_size(mp_group)
         self.mp_size, self.mp_group = mp_size, mp_group
 
     def update_linear_policies(self) -> None:

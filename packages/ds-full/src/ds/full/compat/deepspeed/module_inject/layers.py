@@ -31,6 +31,26 @@ def tp_group(mp_group: Any, mp_size: int | None = None) -> TPGroup:
     return tp_group_of(mp_group, dist.get_communicator())
 
 
+# Whether AutoTP builds layers for training (groups from deepspeed.utils.groups) or for
+# inference (the group handed to it); DeepSpeed's process-wide switch.
+_TRAINING = False
+
+
+def set_autotp_mode(training: bool = False) -> None:
+    global _TRAINING
+    _TRAINING = bool(training)
+
+
+def is_autotp_training_mode() -> bool:
+    return _TRAINING
+
+
+def get_auto_tp_mode() -> Any:
+    from ds.full.compat.deepspeed.runtime.tensor_parallel.config import AUTOTP_MODE
+
+    return AUTOTP_MODE.TRAINING if _TRAINING else AUTOTP_MODE.INFERENCE
+
+
 class LinearLayer(ColumnParallelLinear):
     def __init__(
         self,
@@ -60,4 +80,11 @@ class LinearAllreduce(RowParallelLinear):
         self.name = name
 
 
-__all__ = ["LinearAllreduce", "LinearLayer", "tp_group"]
+__all__ = [
+    "LinearAllreduce",
+    "LinearLayer",
+    "get_auto_tp_mode",
+    "is_autotp_training_mode",
+    "set_autotp_mode",
+    "tp_group",
+]

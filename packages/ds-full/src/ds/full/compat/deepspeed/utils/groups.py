@@ -4,8 +4,12 @@ sequence-parallel worlds have size 1."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
+
+from ds.full.compat.deepspeed import comm as dist
+from ds.full.compat.deepspeed.utils.logging import log_dist
 
 
 def current_mesh() -> Any:
@@ -137,3 +141,88 @@ def _get_expert_parallel_ranks(
             ep_groups += chunks
             edp_groups += strided
     return ep_groups, edp_groups
+
+
+# Tensor- and data-parallel groups made by _init_tp_mesh_device (DeepSpeed's AutoTP training
+# groups); the getters below answer them first, then the mesh ds.initialize built.
+_TENSOR_MODEL_PARALLEL_GROUP: Any = None
+_MODEL_PARALLEL_GROUP: Any = None
+_DATA_PARALLEL_GROUP: Any = None
+_DEVICE_MESH_SPLIT_UNSUPPORTED = (
+    "No backend for the parent process group or its backend does not support splitting"
+)
+
+
+def _init_tp_groups_with_new_group(
+    tensor_model_parallel_size: int = 1, data_parallel_size: int | None = None
+) -> tuple[Any, Any]:
+    """The groups of a ``(data_parallel, tensor_parallel)`` layout from explicit rank lists:
+    data-parallel groups strided by the TP size, TP groups of consecutive ranks."""
+    global _TENSOR_MODEL_PARALLEL_GROUP, _MODEL_PARALLEL_GROUP, _DATA_PARALLEL_GROUP
+    world, tp = dist.get_world_size(), tensor_model_parallel_size
+    if world % tp or (data_parallel_size is not None and data_parallel_size * tp != world):
+        raise ValueError(
+            f"tensor_model_parallel_size={tp} (data_parallel_size={data_parallel_size}) does not "
+            f"tile the world of {world} ranks"
+        )
+    rank = dist.get_rank()
+    dp_group = tp_group = None
+    for lane in range(tp):
+        ranks = list(range(lane, world, tp))
+        made = dist.new_group(ranks)
+        dp_group = made if rank in ranks else dp_group
+    for first in range(0, world, tp):
+        ranks = list(range(first, first + tp))
+        made = dist.new_group(ranks)
+        tp_group = made if rank in ranks else tp_group
+    _DATA_PARALLEL_GROUP, _TENSOR_MODEL_PARALLEL_GROUP = dp_group, tp_group
+    _MODEL_PARALLEL_GROUP = tp_group
+    return dp_group, tp_group
+
+
+def _init_tp_mesh_device(
+    tensor_model_parallel_size: int = 1, data_parallel_size: int | None = None
+) -> tuple[Any, Any]:
+    """Make (once) this rank's data- and tensor-parallel groups: from a device mesh, or from
+    explicit rank lists where a mesh cannot split the world's group (and under
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, whose checks the mesh's split groups do not support)."""
+    global _TENSOR_MODEL_PARALLEL_GROUP, _MODEL_PARALLEL_GROUP, _DATA_PARALLEL_GROUP
+    if _TENSOR_MODEL_PARALLEL_GROUP is not None:
+        return _DATA_PARALLEL_GROUP, _TENSOR_MODEL_PARALLEL_GROUP
+    tp = tensor_model_parallel_size
+    dp = data_parallel_size or dist.get_world_size() // tp
+    if os.environ.get("TORCH_DISTRIBUTED_DEBUG", "").upper() == "DETAIL":
+        log_dist("TORCH_DISTRIBUTED_DEBUG=DETAIL: tensor-parallel groups from rank lists", [0])
+        return _init_tp_groups_with_new_group(tp, dp)
+    try:
+        mesh = dist.initialize_mesh_device((dp, tp), ("data_parallel", "tensor_parallel"))
+    except RuntimeError as e:
+        if _DEVICE_MESH_SPLIT_UNSUPPORTED not in str(e):
+            raise
+        log_dist("the device mesh cannot split groups: tensor-parallel groups from rank lists", [0])
+        return _init_tp_groups_with_new_group(tp, dp)
+    _TENSOR_MODEL_PARALLEL_GROUP = mesh.get_group(mesh_dim="tensor_parallel")
+    _DATA_PARALLEL_GROUP = mesh.get_group(mesh_dim="data_parallel")
+    _MODEL_PARALLEL_GROUP = _TENSOR_MODEL_PARALLEL_GROUP
+    return _DATA_PARALLEL_GROUP, _MODEL_PARALLEL_GROUP
+
+
+def _made_or_mesh(made: Any, dim: str, what: str) -> Any:
+    if made is not None:
+        return made
+    mesh = current_mesh()
+    if mesh is None:
+        raise AssertionError(f"the {what} group is not initialized")
+    return mesh.group(dim)
+
+
+def get_tensor_model_parallel_group() -> Any:
+    return _made_or_mesh(_TENSOR_MODEL_PARALLEL_GROUP, "tp", "tensor model parallel")
+
+
+def get_model_parallel_group() -> Any:
+    return _made_or_mesh(_MODEL_PARALLEL_GROUP, "tp", "model parallel")
+
+
+def get_data_parallel_group() -> Any:
+    return _made_or_mesh(_DATA_PARALLEL_GROUP, "dp", "data parallel")
