@@ -128,6 +128,7 @@ class PartitionedStrategy(ZeroStrategy):
             bucket_dtype=bucket_dtype,
             pool=self.pool,
             timed=self._timed,
+            check_unused=not cfg.zero.ignore_unused_parameters,
         )
         self.gather = ParamGather(
             self.groups,

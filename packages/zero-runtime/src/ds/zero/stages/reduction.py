@@ -28,8 +28,14 @@ from typing import Any
 import torch
 
 from ds.interfaces.comm import ReduceOp
+from ds.interfaces.errors import DsError
 from ds.zero.stages.groups import Bucket, Group
 from ds.zero.stages.pool import BufferPool
+
+
+class UnusedParametersError(DsError, AssertionError):
+    """Trainable parameters got no gradient in an accumulation window while
+    ``zero_optimization.ignore_unused_parameters`` is false."""
 
 
 def _noop() -> None:
@@ -52,7 +58,12 @@ class GradReducer:
     bucket_dtype: torch.dtype
     pool: BufferPool
     timed: Callable[[Callable[[], Any]], Any]
+    # ignore_unused_parameters=false: at each accumulation boundary, every trainable parameter
+    # must have received a gradient since the last one.
+    check_unused: bool = False
     reduce_now: bool = field(default=False, init=False)
+    _boundary: bool = field(default=False, init=False)
+    _used: set[tuple[int, int]] = field(default_factory=set, init=False)
     _pending: list[tuple[Any, Callable[[], None]]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +72,7 @@ class GradReducer:
 
     # -- micro-step ------------------------------------------------------------------------------
     def begin(self, boundary: bool, no_sync: bool) -> None:
+        self._boundary = boundary
         if self.stage >= 2:
             self.reduce_now = not no_sync
         else:
@@ -97,6 +109,8 @@ class GradReducer:
         """Post-accumulate-grad hook of parameter ``pi`` of group ``gi``."""
         if not getattr(param, "ds_grad_is_ready", True):
             return  # more contributions follow in this backward (tiled compute): keep summing
+        if self.check_unused:
+            self._used.add((gi, pi))
         group = self.groups[gi]
         if self.stage <= 1 and not group.grads_are_views:
             # Accumulate in the accumulation dtype (fp32 for bf16 models), not in param.grad.
@@ -126,6 +140,8 @@ class GradReducer:
             self._launch(group, bucket)
 
     def end_backward(self) -> None:
+        if self.check_unused and self._boundary:
+            self._check_all_used()
         if not self.reduce_now:
             return
         for group in self.groups:
@@ -145,6 +161,22 @@ class GradReducer:
                     assert group.flat_grad is not None
                     group.master_grad.copy_(group.flat_grad[group.lo : group.hi])
         self.reduce_now = False
+
+    def _check_all_used(self) -> None:
+        used, self._used = self._used, set()
+        unused = [
+            f"group {gi} parameter {pi} {tuple(p.shape)}"
+            for gi, group in enumerate(self.groups)
+            for pi, p in enumerate(group.flat.params)
+            if p.requires_grad and (gi, pi) not in used
+        ]
+        if unused:
+            raise UnusedParametersError(
+                f"{len(unused)} trainable parameter(s) got no gradient in this accumulation "
+                f"window ({', '.join(unused[:8])}{', ...' if len(unused) > 8 else ''}): make every "
+                "trainable parameter contribute to the loss, freeze the unused ones "
+                "(requires_grad=False), or set zero_optimization.ignore_unused_parameters to true"
+            )
 
     # -- one bucket ------------------------------------------------------------------------------
     def _launch(self, group: Group, bucket: Bucket) -> None:
