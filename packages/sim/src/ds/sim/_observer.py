@@ -4,17 +4,16 @@
 aten op before the fake mode runs it.
 
 * **Memory.** Each op's outputs are charged to their storage's device (``cuda:N`` or ``cpu``): a
-  storage is counted once however many views share it, and released when the last tensor that
-  the observer saw on it dies. Release is noticed through a small token object in the tensor's
-  ``__dict__`` whose ``__del__`` fires with it (weak references would make
-  ``torch.utils.swap_tensors``, hence ``module.to()``, refuse the tensor). Storages are keyed by
-  their address, which the allocator reuses: a tensor re-pointed off a storage (``.data = ...``,
-  as optimizer offload does) keeps that storage's token after the storage died, and the next
-  storage at the address may sit on another device. So a book entry found on another device is
-  a dead storage's and is replaced, and a token releases only the entry it was issued for.
-  Current and peak bytes are kept per device. ``param.data = other`` is not an op;
-  :meth:`Observer.census` (run every few thousand ops and before every memory reading) walks the
-  live fake tensors and corrects the books for such re-pointed tensors.
+  storage is counted once however many views share it, and released when the storage itself
+  dies, which a weak reference to it reports (torch keeps a storage's Python object for as long
+  as the storage lives, and ``torch.utils.swap_tensors``, hence ``module.to()``, refuses only
+  tensors with weak references, not storages). Release is therefore exact whoever held the
+  storage last: a view, a re-pointed tensor (``p.data = ...``), autograd. Current and peak bytes
+  are kept per device. A storage no op made (a real tensor converted on first use) is booked by
+  :meth:`Observer.census`, run every few thousand ops and before every memory reading, which
+  walks the live fake tensors. With ``paged`` set (a CPU rank's host), an uninitialised
+  allocation on that device is charged by the pages written into it instead
+  (:mod:`ds.sim._pages`).
 * **Host syncs.** ``aten._local_scalar_dense`` (``.item()``, ``float(t)``, ``bool(t)``,
   ``.tolist()``) on a device tensor, and a blocking device-to-host copy (``.cpu()``,
   ``.to("cpu")``, ``host.copy_(t)``), are where a real GPU run waits for the device: each is
@@ -30,9 +29,11 @@ aten op before the fake mode runs it.
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import traceback
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,13 +43,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from ds.interfaces.errors import AcceleratorError
+from ds.sim._pages import UNINITIALISED, Pages, extent, written
 
 _aten = torch.ops.aten
 # Under torch.inference_mode ``item`` reaches the dispatch mode whole instead of as
 # ``_local_scalar_dense`` (no autograd key decomposes it first).
 _SCALAR = (_aten._local_scalar_dense.default, _aten.item.default)
 _COPIES = (_aten._to_copy.default, _aten.copy_.default, _aten.copy.default)
-_TOKEN = "_ds_sim_token"
 _PENDING = "_ds_sim_pending"  # on a host tensor a non-blocking copy fills: its queue position
 _CENSUS_EVERY = 4096
 
@@ -91,18 +92,6 @@ class Observations:
         self.completed = max(self.completed, self.issued if upto is None else upto)
 
 
-class _Token:
-    __slots__ = ("entry", "key", "owner")
-
-    def __init__(self, owner: Observer, key: int, entry: list[Any]) -> None:
-        self.owner = owner
-        self.key = key
-        self.entry = entry
-
-    def __del__(self) -> None:
-        self.owner._release(self.key, self.entry)
-
-
 def _call_site() -> str:
     """The innermost frame outside torch and this module: the code that asked for the value."""
     for frame in reversed(traceback.extract_stack(sys._getframe(2), limit=40)):
@@ -114,11 +103,12 @@ def _call_site() -> str:
 
 
 class Observer(TorchDispatchMode):
-    def __init__(self, obs: Observations, fake_mode: Any) -> None:
+    def __init__(self, obs: Observations, fake_mode: Any, paged: str | None = None) -> None:
         super().__init__()
         self.obs = obs
         self.fake_mode = fake_mode
-        # storage key -> [device, bytes, live tensors]
+        self.paged = paged  # the device whose uninitialised allocations cost their written pages
+        # storage key -> [device, bytes charged, storage bytes, Pages or None, weak reference]
         self._storages: dict[int, list[Any]] = {}
         self._ops = 0
         # The fake mode memoises every tensor it makes (meta id -> fake) in a weak-valued dict,
@@ -129,22 +119,15 @@ class Observer(TorchDispatchMode):
         fake_mode.fake_tensor_converter.meta_converter.tensor_memo = self._memo
 
     def census(self) -> None:
-        """Recount from the live fake tensors of this mode (exact, costs one heap walk)."""
+        """Book the storages of live fake tensors of this mode that no op made (one heap walk)."""
         from torch._subclasses.fake_tensor import FakeTensor
 
-        live: set[int] = set()
         for obj in gc.get_objects():
             if type(obj) is FakeTensor and obj.fake_mode is self.fake_mode:
                 self._charge(obj)
-                token = obj.__dict__.get(_TOKEN)
-                if token is not None:
-                    live.add(token.key)
-        for key in [k for k in self._storages if k not in live]:
-            entry = self._storages.pop(key)
-            self._add(entry[0], -entry[1])
 
     # -- memory ---------------------------------------------------------------------------------
-    def _charge(self, t: torch.Tensor) -> None:
+    def _charge(self, t: torch.Tensor, uninitialised: bool = False) -> None:
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
@@ -152,21 +135,34 @@ class Observer(TorchDispatchMode):
         key = storage._cdata
         nbytes = int(storage.nbytes())
         entry = self._storages.get(key)
-        device = str(t.device)
-        if entry is not None and entry[0] != device:  # a dead storage's address, reused
-            del self._storages[key]
-            self._add(entry[0], -entry[1])
-            entry = None
         if entry is None:
-            entry = [device, 0, 0]
+            device = str(t.device)
+            paged = uninitialised and device == self.paged
+            # A paged storage starts with nothing charged: its size is known, no page written.
+            entry = [device, 0, nbytes if paged else -1, Pages(nbytes) if paged else None, None]
+            # The callback runs when the storage dies, before its address can be reused.
+            entry[4] = weakref.ref(storage, functools.partial(self._release, key, entry))
             self._storages[key] = entry
-        if nbytes != entry[1]:  # new, or resized in place
+        if nbytes != entry[2]:  # new, or resized in place: charged in full from here
             self._add(entry[0], nbytes - entry[1])
-            entry[1] = nbytes
-        token = t.__dict__.get(_TOKEN)
-        if token is None or token.entry is not entry or token.owner is not self:
-            t.__dict__[_TOKEN] = _Token(self, key, entry)
-            entry[2] += 1
+            entry[1] = entry[2] = nbytes
+            entry[3] = None
+
+    def touch(self, t: torch.Tensor) -> None:
+        """``t``'s elements were written: charge the pages of a paged storage they fill."""
+        try:
+            entry = self._storages.get(t.untyped_storage()._cdata)
+        except (RuntimeError, NotImplementedError):
+            return
+        if entry is None or entry[3] is None:
+            return
+        pages: Pages = entry[3]
+        pages.write(*extent(t))
+        resident = pages.resident()
+        self._add(entry[0], resident - entry[1])
+        entry[1] = resident
+        if pages.full:
+            entry[3] = None  # every page written: an ordinary storage from here
 
     def _add(self, device: str, delta: int) -> None:
         stats = self.obs.memory[device]
@@ -174,11 +170,8 @@ class Observer(TorchDispatchMode):
         if stats.current > stats.peak:
             stats.peak = stats.current
 
-    def _release(self, key: int, entry: list[Any]) -> None:
-        if self._storages.get(key) is not entry:
-            return  # that storage's entry is gone (census, or its address was reused)
-        entry[2] -= 1
-        if entry[2] <= 0:
+    def _release(self, key: int, entry: list[Any], _ref: Any) -> None:
+        if self._storages.get(key) is entry:
             del self._storages[key]
             self._add(entry[0], -entry[1])
 
@@ -206,9 +199,13 @@ class Observer(TorchDispatchMode):
             self.census()
         if func in _COPIES:
             self._count_copy(func, args, kwargs, out)
+        fresh = self.paged is not None and func in UNINITIALISED
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
-                self._charge(t)
+                self._charge(t, fresh)
+        if self.paged is not None:
+            for t in written(func, args, kwargs):
+                self.touch(t)
         return out
 
     def _count_copy(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:

@@ -90,10 +90,18 @@ class SimDevice:
     Re-entering a device after leaving it keeps its books (memory, syncs) but makes new fake
     tensors; tensors from an earlier entry must not be used in a later one. ``selected=False``
     starts with ``cuda:0`` current, as a new process does, until ``set_device(index)``.
+
+    ``host=True`` simulates a CPU rank (:mod:`ds.sim.cpu_rank`): its compute device is the host
+    itself, ``cpu``, so the rank's "device" and host allocations are one memory, booked once.
     """
 
     def __init__(
-        self, index: int = 0, total_bytes: int = DEFAULT_DEVICE_BYTES, *, selected: bool = True
+        self,
+        index: int = 0,
+        total_bytes: int = DEFAULT_DEVICE_BYTES,
+        *,
+        selected: bool = True,
+        host: bool = False,
     ) -> None:
         if not 0 <= index < MAX_DEVICES:
             raise AcceleratorError(
@@ -101,7 +109,8 @@ class SimDevice:
                 f"{MAX_DEVICES} GPUs (cuda:0..cuda:{MAX_DEVICES - 1}); map ranks by local rank"
             )
         self.index = index
-        self.device = torch.device("cuda", index)
+        self.host = host
+        self.device = torch.device("cpu") if host else torch.device("cuda", index)
         self.total_bytes = total_bytes
         self.current = index if selected else 0  # the process's current device (set_device)
         self.obs = Observations()
@@ -119,7 +128,9 @@ class SimDevice:
         stack.enter_context(autograd_context())
         stack.enter_context(data_follows_device())
         mode = _sim_fake_mode()
-        observer = Observer(self.obs, mode)  # replaces the mode's memo (see Observer)
+        # A CPU rank's memory is its process's: charged by the pages written (ds.sim._pages).
+        paged = "cpu" if self.host else None
+        observer = Observer(self.obs, mode, paged)  # replaces the mode's memo (see Observer)
         stack.enter_context(mode)
         stack.enter_context(observer)
         self.fake_mode, self._observer, self._stack = mode, observer, stack
@@ -150,6 +161,11 @@ class SimDevice:
 
     def host_bytes(self) -> DeviceStats:
         return self.memory().get("cpu", DeviceStats())
+
+    def touch(self, t: torch.Tensor) -> None:
+        """Something no aten op shows (a file read, a collective's receive) wrote ``t``."""
+        if self._observer is not None:
+            self._observer.touch(t)
 
     def reset_peak(self) -> None:
         if self._observer is not None:

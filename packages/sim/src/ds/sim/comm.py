@@ -127,6 +127,8 @@ class SimWorld:
 
     ``capabilities`` is what the communicators report to runtimes that choose by capability
     (NCCL's by default; pass ``GLOO_CAPABILITIES`` to run the gloo choices under the same checks).
+    ``host_ranks``: the ranks are CPU ranks (gloo), whose communicator's device is the host, so
+    every collective takes host tensors and none a GPU's (:mod:`ds.sim.cpu_rank`).
     """
 
     def __init__(
@@ -134,6 +136,8 @@ class SimWorld:
         world_size: int,
         local_size: int | None = None,
         capabilities: CommCapabilities = NCCL_CAPABILITIES,
+        *,
+        host_ranks: bool = False,
     ) -> None:
         if world_size < 1:
             raise CommError(f"a simulated world needs at least one rank, got {world_size}")
@@ -145,6 +149,8 @@ class SimWorld:
         self.world_size = world_size
         self.local_size = local
         self.capabilities = capabilities
+        self.host_ranks = host_ranks
+        self.backend = "gloo" if host_ranks else "nccl"
         self._ranks = [_Rank() for _ in range(world_size)]
         self._active: int | None = None
         # Host-side values a sender posts beside a p2p message (see StrictCommunicator.post_values).
@@ -154,6 +160,8 @@ class SimWorld:
         return rank % self.local_size
 
     def device(self, rank: int) -> torch.device:
+        if self.host_ranks:
+            return torch.device("cpu")
         return torch.device("cuda", self.local_rank(rank))
 
     @contextlib.contextmanager
@@ -319,11 +327,11 @@ class StrictCommunicator(TorchCommunicator):
         self.world = world
         self.rank = rank
         self.device = world.device(rank)
-        self._backend = "nccl"
+        self._backend = world.backend
 
     # -- identity (SimWorld.rank created the process group, so init_process_group does nothing) -
     def get_backend(self, group: Any = None) -> str:
-        return "nccl"
+        return self.world.backend
 
     def get_local_rank(self) -> int:
         return self.world.local_rank(self.rank)
@@ -342,6 +350,8 @@ class StrictCommunicator(TorchCommunicator):
 
     def _require_selected(self, name: str, where: str) -> None:
         dev = active_device()
+        if self.world.host_ranks:
+            return  # a CPU rank's communicator has no device to select
         if dev is not None and dev.current != self.device.index:
             raise CommError(
                 f"{name} on rank {self.rank} at {where} while cuda:{dev.current} is the current "
@@ -357,8 +367,8 @@ class StrictCommunicator(TorchCommunicator):
                 kind = "a host tensor" if t.device.type == "cpu" else f"a tensor on {t.device}"
                 raise CommError(
                     f"{name} on rank {self.rank} got {kind} (argument {i}, {_dtype(t)}"
-                    f"[{t.numel()}]) at {where}; NCCL takes only tensors on the rank's own device "
-                    f"{self.device}: copy host values to it explicitly first"
+                    f"[{t.numel()}]) at {where}; {self.world.backend} takes only tensors on the "
+                    f"rank's own device {self.device}: copy the values to it explicitly first"
                 )
 
     def _require_sizes(
@@ -383,6 +393,10 @@ class StrictCommunicator(TorchCommunicator):
             if peer is None:
                 raise CommError(f"{name} from any source at {where}: NCCL needs the peer rank")
         self._require_device(name, tensors, where)
+        dev = active_device()
+        if dev is not None:
+            for t in tensors:
+                dev.touch(t)  # the fake group moves no data; on a rank, receives fill these
         counted = tensors if call.operation.p2p else call.counted
         self.world.record(
             self.rank,

@@ -1,13 +1,16 @@
-"""Per-rank memory of a training configuration, measured on the simulated GPU world.
+"""Per-rank memory of a training configuration, measured on a simulated world.
 
 ``simulate_memory`` builds the model on chosen ranks of a simulated world of ``world_size`` ranks
-(each on its own fake ``cuda:local_rank``), runs ``ds.initialize`` with the given config and two
-training steps on a batch of token ids, and reads the bytes the simulation saw: the device's
-model-state bytes left after them (parameters, gradients kept, masters, optimizer state,
-persistent buffers), its peak during the steps (plus activations and transient buffers), its peak
-while the model and the engine were built (the whole model is built before it is partitioned;
-``ds.zero.Init`` is not simulated yet) and the host's. Ranks of one world hold the same state up to the partitioning remainder, so measuring
-rank 0 and the last rank bounds the rest; the collectives are not replayed (``check=False``).
+(each on its own fake ``cuda:local_rank``; on a backend for ranks without a GPU, gloo or mpi,
+each a CPU rank whose compute device is the host: :mod:`ds.sim.cpu_rank`), runs
+``ds.initialize`` with the given config and two training steps on a batch of token ids, and reads
+the bytes the simulation saw: the device's model-state bytes left after them (parameters,
+gradients kept, masters, optimizer state, persistent buffers), its peak during the steps (plus
+activations and transient buffers), its peak while the model and the engine were built (the whole
+model is built before it is partitioned; ``ds.zero.Init`` is not simulated yet) and the host's. A
+CPU rank has one memory: its device figures count every byte and its host figures are 0. Ranks of
+one world hold the same state up to the partitioning remainder, so measuring rank 0 and the last
+rank bounds the rest; the collectives are not replayed (``check=False``).
 
 ``initialize`` is the composition root's ``initialize`` (``ds.full.initialize``), passed in by the
 caller: ds-sim builds on ds.accel and ds.comm only and never reaches the composition root itself.
@@ -24,8 +27,10 @@ from typing import Any
 import torch
 
 from ds.interfaces.comm import GLOO_CAPABILITIES, NCCL_CAPABILITIES
+from ds.sim._observer import DeviceStats
 from ds.sim.accelerator import SimDevice, SimGpuAccelerator
 from ds.sim.comm import SimWorld
+from ds.sim.cpu_rank import SimCpuAccelerator, cpu_rank_state
 from ds.sim.world import _process_state, sim_kernels
 
 STEPS = 2  # training steps simulated per rank; the peak is over all of them
@@ -33,6 +38,9 @@ STEPS = 2  # training steps simulated per rank; the peak is over all of them
 
 @dataclass(frozen=True)
 class RankMemory:
+    """One rank's bytes. On a CPU rank the device is the host: ``device_*`` count all of its
+    memory and ``host_*`` are 0, so device + host is the rank's memory on either kind."""
+
     rank: int
     device_states: int  # device bytes held after the step (model states + persistent buffers)
     device_peak: int  # device peak during the training step
@@ -56,16 +64,11 @@ def simulate_memory(
 ) -> list[RankMemory]:
     """Memory of ``ranks`` (default: the first and the last) training ``build_model(device)``
     with ``config``. ``build_model`` makes the model on the given (fake) device; ``initialize``
-    builds the engine (``ds.full.initialize``)."""
+    builds the engine (``ds.full.initialize``). ``backend``: ``nccl`` simulates GPU ranks;
+    ``gloo`` and ``mpi`` (ds's backends for ranks without a GPU) simulate CPU ranks."""
     host = backend in ("gloo", "mpi")
     caps = GLOO_CAPABILITIES if host else NCCL_CAPABILITIES
-    if host:
-        # A gloo run trains host tensors, for which stage 3 gathers and reduces in place (no
-        # packed bucket copies); the fake devices would take the device route, so it is forced.
-        zero = dict(config.get("zero_optimization") or {})
-        zero.setdefault("use_all_reduce_for_fetch_params", True)
-        config = {**config, "zero_optimization": zero}
-    world = SimWorld(world_size, local_size, caps)
+    world = SimWorld(world_size, local_size, caps, host_ranks=host)
     with sim_kernels():  # fake tensors have no memory for the native or Triton kernels to walk
         return _simulate(
             build_model, initialize, config, world, ranks, micro_batch, seq_len, device_bytes
@@ -107,9 +110,9 @@ def _measure_ranks(
     device_bytes: int,
 ) -> None:
     for rank in chosen:
-        sim = SimDevice(world.local_rank(rank), device_bytes, selected=False)
-        accel = SimGpuAccelerator()
-        with world.rank(rank) as comm, sim, _process_state(comm, accel):
+        host = world.host_ranks
+        sim = SimDevice(world.local_rank(rank), device_bytes, selected=False, host=host)
+        with world.rank(rank) as comm, sim, _rank_state(comm, host):
             model = build_model(sim.device)
             engine, *_ = initialize(model=model, config=dict(config))
             init_peak = sim.device_bytes().peak
@@ -124,20 +127,21 @@ def _measure_ranks(
                 engine.step()
                 del result, loss, ids
                 gc.collect()
-            mem = sim.memory()
-            dev, host = mem.get(str(sim.device)), mem.get("cpu")
+            dev = sim.device_bytes()
+            # A CPU rank's host bytes are its device bytes, already counted.
+            apart = DeviceStats() if host else sim.host_bytes()
             out.append(
-                RankMemory(
-                    rank,
-                    dev.current if dev else 0,
-                    dev.peak if dev else 0,
-                    init_peak,
-                    host.current if host else 0,
-                    host.peak if host else 0,
-                )
+                RankMemory(rank, dev.current, dev.peak, init_peak, apart.current, apart.peak)
             )
             release = getattr(engine, "destroy", None)
             if release is not None:
                 release()
             del engine, model
             gc.collect()
+
+
+def _rank_state(comm: Any, host: bool) -> Any:
+    """The process state of a simulated GPU rank, or of a CPU rank when ``host``."""
+    if host:
+        return cpu_rank_state(comm, SimCpuAccelerator())
+    return _process_state(comm, SimGpuAccelerator())

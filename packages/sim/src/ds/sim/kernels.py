@@ -10,7 +10,7 @@ elements whose temporaries are small. Plus the placement rule each real provider
 ``cpu`` provider refuses any tensor that is not on the host (a host kernel handed a device
 tensor is the bug it catches), the ``cuda`` provider any tensor not on the rank's device. NVMe
 I/O handles check that buffers are host tensors and count the bytes each file would receive;
-reads return nothing (no values).
+reads return nothing (no values) but mark the buffer written (a CPU rank pays for written pages).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 
 from ds.interfaces.errors import KernelError
 from ds.interfaces.kernels import AdagradHyper, AdamHyper, LionHyper, QuantizedTensor
+from ds.sim.accelerator import active_device
 
 _CHUNK = 1 << 20  # elements per slice of a real-tensor update: at most 4 MiB of temporaries
 
@@ -68,6 +69,9 @@ class SimAsyncIO:
     def sync_pread(self, buffer: torch.Tensor, path: str, offset: int = 0) -> int:
         n = self._host("read", buffer)
         self.read[path] += n
+        dev = active_device()
+        if dev is not None:
+            dev.touch(buffer)  # the read fills the buffer's pages
         return n
 
     def async_pwrite(self, buffer: torch.Tensor, path: str, offset: int = 0) -> None:

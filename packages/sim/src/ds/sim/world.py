@@ -123,13 +123,15 @@ def sim_checkpoints() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _process_state(comm: StrictCommunicator, accel: SimGpuAccelerator) -> Iterator[None]:
+def _process_state(comm: StrictCommunicator, accel: Any, name: str = "simgpu") -> Iterator[None]:
+    """``comm`` and ``accel`` are the process's communicator and accelerator, and
+    ``DS_ACCELERATOR`` names ``accel`` (``simgpu``, or ``cpu`` for a CPU rank)."""
     from ds import accel as accel_mod
     from ds import comm as comm_mod
 
     previous_comm = comm_mod.get_communicator()
     previous_env = os.environ.get("DS_ACCELERATOR")
-    os.environ["DS_ACCELERATOR"] = "simgpu"
+    os.environ["DS_ACCELERATOR"] = name
     comm_mod.set_communicator(comm)
     accel_mod.set_accelerator(accel)
     try:
