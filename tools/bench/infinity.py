@@ -9,10 +9,11 @@ it is never whole in memory at once; ``ds.initialize`` moves the shards to the s
 masters and Adam moments to theirs (room for both is checked first). One rank, fp32, AdamW, the
 same batch each step (the loss must fall). The run is a fresh process (``--worker``) so its peak
 RSS (VmHWM) is its own: the build's peak (model, engine, swap files written) and the steps' peak
-are read separately. The estimate runs ds's engine on the simulated world with the same config
-(the simulation ``ds estimate`` uses, gloo backend) and adds the runtime's own RSS, measured by
-the worker before the model is built: estimate = runtime + device peak + host peak (as in
-tools/bench/estimate_rss.py). The swap directory is removed afterwards.
+are read separately. The estimate is ``ds estimate``'s (``ds.autotune.estimate``, offload
+``nvme+param``, gloo backend: a simulated CPU rank, whose device and host are one memory) with
+the benchmark's config as the job's, plus the runtime's own RSS, measured by the worker before
+the model is built: estimate = runtime + the larger of the build and step peaks. The swap
+directory is removed afterwards.
 """
 
 from __future__ import annotations
@@ -139,13 +140,15 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def estimated(size: str, nvme_path: str, lr: float, seq_len: int) -> tuple[int, int, int]:
-    """(device build peak, device step peak, host peak) from the simulation ``ds estimate`` runs,
-    for the benchmark's own config."""
+    """(build peak, step peak, host peak) from ``ds estimate --backend gloo --offload nvme+param
+    --dtype fp32 --stages 3 --world 1`` with the benchmark's config as the job's (``--config``):
+    one CPU rank, so the host peak is 0 and the device peaks are its whole memory."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    import ds.full
-    from ds.interfaces import registry
+    from ds.autotune import estimate
+    from ds.autotune.model_spec import from_module_builder
+    from ds.full.training import initialize  # the engine `ds estimate` measures
 
     cfg = hf_config(size)
 
@@ -153,20 +156,10 @@ def estimated(size: str, nvme_path: str, lr: float, seq_len: int) -> tuple[int, 
         with torch.device(device):
             return AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
 
-    simulate = registry.get(registry.SIMULATIONS, "memory")
-    mems = simulate(
-        build,
-        ds_config(nvme_path, lr),
-        1,
-        initialize=ds.full.initialize,
-        seq_len=seq_len,
-        backend="gloo",
-    )
-    return (
-        max(m.device_init_peak for m in mems),
-        max(m.device_peak for m in mems),
-        max(m.host_peak for m in mems),
-    )
+    (row,) = estimate(from_module_builder(f"Llama {size}", build), 1, initialize=initialize,
+                      stages=(3,), offloads=("nvme+param",), seq_len=seq_len, dtype="fp32",
+                      backend="gloo", nvme_path=nvme_path, config=ds_config(nvme_path, lr))  # fmt: skip
+    return row.device_init_peak, row.device_peak, row.host_peak
 
 
 def _available() -> int:
@@ -219,9 +212,6 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         res["estimate_rss"] = res["runtime_rss"] + max(init_peak, step_peak) + host
-        # A simulated GPU rank also keeps host copies of its fp32 gradient partitions for the
-        # optimizer; a CPU rank steps the partitions themselves (one rank: 4 B/parameter).
-        res["estimate_cpu_rank_rss"] = res["estimate_rss"] - 4 * res["params"]
         res["estimate_parts"] = {"device_build_peak": init_peak, "device_step_peak": step_peak,
                                  "host_peak": host}  # fmt: skip
     states = 16 * res["params"]
@@ -238,9 +228,10 @@ def main() -> None:
           f"{res['build_peak_rss'] / gib:.2f} / {res['step_peak_rss'] / gib:.2f} | "
           f"{est / gib if est else float('nan'):.2f} | {err} |")  # fmt: skip
     if est:
-        cpu = res["estimate_cpu_rank_rss"]
-        print(f"estimate, CPU rank (less the host gradient copies): {cpu / gib:.2f} GiB "
-              f"({100 * (cpu - res['peak_rss']) / res['peak_rss']:+.1f}%)")  # fmt: skip
+        parts = res["estimate_parts"]
+        print(f"estimate: runtime {res['runtime_rss'] / gib:.2f} + build peak "
+              f"{parts['device_build_peak'] / gib:.2f} / step peak "
+              f"{parts['device_step_peak'] / gib:.2f} GiB")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
 

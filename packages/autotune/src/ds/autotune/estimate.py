@@ -1,9 +1,10 @@
 """``estimate``: per-rank memory of each ZeRO stage and offload setting, from the simulation.
 
-Each point runs ds's own engine, partitioner and optimizer (``ds.initialize`` and one training
-step) on chosen ranks of a simulated world (fake CUDA devices, ``ds.sim.estimate``), so the
-bytes are what ds allocates, bucket and staging buffers included, not a formula. Beside them:
-ds's closed-form model-state bytes and DeepSpeed's estimator formulae.
+Each point runs ds's own engine, partitioner and optimizer (``ds.initialize`` and two training
+steps) on chosen ranks of a simulated world (``ds.sim.estimate``: fake CUDA devices, or on gloo
+CPU ranks whose device and host are one memory), so the bytes are what ds allocates, bucket and
+staging buffers included, not a formula. Beside them: ds's closed-form model-state bytes and
+DeepSpeed's estimator formulae.
 
 The simulation is ds-sim's, a declared dependency found through the ``ds.simulations`` group it
 advertises. The engine it measures is handed in (``initialize=``): the composition root passes
@@ -21,7 +22,8 @@ from ds.autotune.model_spec import ModelSpec
 from ds.interfaces import registry
 from ds.interfaces.errors import ConfigError
 
-OFFLOADS = ("none", "cpu", "cpu+param")
+# Where the optimizer state goes, and with "+param" the parameter shards too (stage 3 only).
+OFFLOADS = ("none", "cpu", "cpu+param", "nvme", "nvme+param")
 
 
 @dataclass(frozen=True)
@@ -42,27 +44,64 @@ class Estimate:
         return asdict(self)
 
 
-def ds_config(
-    stage: int, offload: str, micro_batch: int, dtype: str, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def check_offload(offload: str) -> str:
+    """``offload`` when it is one of :data:`OFFLOADS`, else a ConfigError naming them."""
     if offload not in OFFLOADS:
         raise ConfigError(f"offload {offload!r}: choose from {', '.join(OFFLOADS)}")
-    if offload == "cpu+param" and stage != 3:
-        raise ConfigError("offload 'cpu+param' (parameter offload) exists at stage 3 only")
-    zero: dict[str, Any] = {"stage": stage}
-    if offload != "none":
-        zero["offload_optimizer"] = {"device": "cpu"}
-    if offload == "cpu+param":
-        zero["offload_param"] = {"device": "cpu"}
+    return offload
+
+
+def applies(stage: int, offload: str) -> bool:
+    """Whether ZeRO ``stage`` can run with ``offload``: optimizer offload needs stage >= 1;
+    parameter offload and NVMe are stage 3's."""
+    if offload == "none":
+        return True
+    if offload == "cpu":
+        return stage >= 1
+    return stage == 3
+
+
+def ds_config(
+    stage: int,
+    offload: str,
+    micro_batch: int,
+    dtype: str,
+    extra: dict[str, Any] | None = None,
+    *,
+    nvme_path: str | None = None,
+) -> dict[str, Any]:
+    """The config of one point: ``extra`` (the job's own config) with this point's stage,
+    offload, micro-batch and precision. ``nvme_path``: where NVMe offload puts its swap files."""
+    device, _, param = check_offload(offload).partition("+")
+    if not applies(stage, offload):
+        what = "parameter offload" if param else f"optimizer offload to {device}"
+        raise ConfigError(f"offload {offload!r} ({what}) does not run at ZeRO stage {stage}")
+    if device == "nvme" and not nvme_path:
+        raise ConfigError(f"offload {offload!r} needs an NVMe path for the swap files")
     cfg: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": micro_batch,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
-        "zero_optimization": zero,
         "steps_per_print": 10**9,  # no step log lines from the simulated ranks
+        **(extra or {}),
+        "train_micro_batch_size_per_gpu": micro_batch,
     }
-    if dtype in ("bf16", "fp16"):
-        cfg[dtype] = {"enabled": True}
-    cfg.update(extra or {})
+    # The job's global batch was for its own world; the point's follows from the micro-batch.
+    cfg.pop("train_batch_size", None)
+    for half in ("bf16", "fp16"):
+        section = cfg.pop(half, None)
+        if half == dtype:  # the job's section for this precision (loss scaling, ...) stays
+            cfg[half] = {**(section or {}), "enabled": True}
+    # The job's own zero settings (buffer counts, live-parameter limits, ...) stay.
+    zero = dict(cfg.get("zero_optimization") or {})
+    zero["stage"] = stage
+    for key, on in (("offload_optimizer", device != "none"), ("offload_param", bool(param))):
+        if not on:
+            zero.pop(key, None)
+            continue
+        section = {**(zero.get(key) or {}), "device": device}
+        if device == "nvme":
+            section["nvme_path"] = nvme_path
+        zero[key] = section
+    cfg["zero_optimization"] = zero
     return cfg
 
 
@@ -79,21 +118,28 @@ def estimate(
     gpus_per_node: int = 8,
     ranks: Sequence[int] | None = None,
     backend: str = "nccl",
+    nvme_path: str | None = None,
+    config: dict[str, Any] | None = None,
 ) -> list[Estimate]:
     """``initialize``: the engine to measure (``ds.initialize``'s signature; ``ds.full`` hands in
-    its own). ``backend``: the collectives' backend (nccl for GPUs, gloo for CPU runs), which
-    decides the bucket and staging buffers ds allocates."""
+    its own). ``backend``: the collectives' backend: nccl simulates GPU ranks; gloo simulates
+    CPU ranks, whose device and host are one memory (the device figures hold all of it).
+    ``nvme_path``: the directory NVMe offload's swap files go to (the engine checks its room
+    first; the simulation writes no bytes to them). ``config``: the job's own DeepSpeed config,
+    whose settings every point keeps except the stage, offload, micro-batch and precision."""
     if world < 1:
         raise ConfigError(f"--world {world}: must be >= 1")
+    for offload in offloads:
+        check_offload(offload)
     simulate = registry.get(registry.SIMULATIONS, "memory")
     out = []
     nodes = max(1, -(-world // gpus_per_node))
     per_node = min(world, gpus_per_node)
     for stage in stages:
         for offload in offloads:
-            if (offload == "cpu+param" and stage != 3) or (offload != "none" and stage == 0):
-                continue  # parameter offload is stage 3's; optimizer offload needs stage >= 1
-            cfg = ds_config(stage, offload, micro_batch, dtype)
+            if not applies(stage, offload):
+                continue
+            cfg = ds_config(stage, offload, micro_batch, dtype, config, nvme_path=nvme_path)
             mems = simulate(
                 spec.build,
                 cfg,
@@ -105,14 +151,19 @@ def estimate(
                 local_size=per_node,
                 backend=backend,
             )
-            ref = deepspeed_estimate(
-                spec.params,
-                spec.largest_layer_params,
-                stage,
-                per_node,
-                nodes,
-                offload_optimizer=offload != "none",
-                offload_param=offload == "cpu+param",
+            # DeepSpeed's estimator has no NVMe case (it counts offloaded states in host RAM).
+            ref = (
+                None
+                if offload.startswith("nvme")
+                else deepspeed_estimate(
+                    spec.params,
+                    spec.largest_layer_params,
+                    stage,
+                    per_node,
+                    nodes,
+                    offload_optimizer=offload != "none",
+                    offload_param=offload.endswith("+param"),
+                )
             )
             out.append(
                 Estimate(
