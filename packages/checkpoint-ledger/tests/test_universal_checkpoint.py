@@ -173,3 +173,12 @@ def test_expert_files_stack_in_global_order_and_folding_is_checked(tmp_path: Pat
         validate_folding_metadata(
             {"folding": folding}, tp_size=2, ep_size=2, zero_partition_count=4
         )
+
+
+def test_a_fused_entry_written_by_the_converter_reads_back_weights_only(tmp_path: Path) -> None:
+    from ds.checkpoint.deepspeed_layout import load_file
+    from ds.checkpoint.universal_tp import SubparamShape
+
+    shape = SubparamShape(["^qkv$"], ((2, 2), 3), 0)
+    torch.save({"param": torch.zeros(4, 3), "sub_param_shape": shape}, tmp_path / "fp32.pt")
+    assert load_file(str(tmp_path / "fp32.pt"))["sub_param_shape"] == shape

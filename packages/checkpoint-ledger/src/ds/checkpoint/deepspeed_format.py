@@ -344,6 +344,8 @@ class DeepSpeedCheckpoint:
         self, names: list[str], shapes: list[dict[str, Any]], module: Mapping[str, Any]
     ) -> None:
         zero = os.path.join(self.path, "zero")
+        # a ZeRO-3 conversion stores each state flat: the recorded shape is the parameter's
+        recorded = {n: tuple(int(d) for d in shape) for g in shapes for n, shape in g.items()}
         if not names:
             names = sorted(d for d in os.listdir(zero) if os.path.isdir(os.path.join(zero, d)))
         for n in names:
@@ -357,6 +359,9 @@ class DeepSpeedCheckpoint:
                 t = sd.get("param") if isinstance(sd, Mapping) else sd
                 if not isinstance(t, torch.Tensor):
                     continue
+                shape = recorded.get(n)
+                if t.dim() == 1 and shape is not None and t.numel() == _numel(shape):
+                    t = t.view(shape)
                 if key == "fp32":
                     self._whole(f"master.{n}", t.float())
                 elif key == "step":

@@ -78,6 +78,11 @@ def load_file(path: str) -> Any:
     aliases: list[Any] = [
         (_standin(name), name) for name in unsafe if name.startswith(("deepspeed.", "__main__."))
     ]
+    if any(name.startswith("ds.checkpoint.universal_tp.") for name in unsafe):
+        # the layout record ds's universal converter writes for a fused parameter
+        from ds.checkpoint.universal_tp import SubparamShape
+
+        aliases.append(SubparamShape)
     return safe_torch_load(path, extra_globals=aliases, mmap=True)
 
 

@@ -39,7 +39,8 @@ def plain(obj: Any) -> Any:
     numbers (enums) or dicts, so that the written file loads without DeepSpeed."""
     if isinstance(obj, InertRecord):
         fields = {k: plain(v) for k, v in vars(obj).items() if k != "args"}
-        return int(obj) if obj.args and not fields else fields
+        # an enum is rebuilt from its value alone; an object from its attributes
+        return int(obj) if getattr(obj, "args", ()) and not fields else fields
     if isinstance(obj, dict):
         return type(obj)((k, plain(v)) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
