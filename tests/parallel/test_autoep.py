@@ -132,3 +132,28 @@ def test_autoep_replaces_qwen_moe_experts_and_keeps_the_forward(family: str) -> 
     torch.testing.assert_close(grads[router].grad, dict(ref.named_parameters())[router].grad)
     expert = grads["model.layers.0.mlp.experts.gate_up_proj.3"].grad
     torch.testing.assert_close(expert, ref.model.layers[0].mlp.experts.gate_up_proj.grad[3])
+
+
+def test_deepspeed_layout_autoep_keeps_mixtrals_loss_router_logits_and_grads() -> None:
+    # DeepSpeed's AutoEP API (ds.parallel.moe.autoep_layer): transformers' router stays the gate,
+    # so output_router_logits (and the auxiliary loss) still see it.
+    import copy
+
+    from ds.parallel.moe.autoep_config import AutoEPConfig
+    from ds.parallel.moe.autoep_layer import detect_moe_layers, replace_moe_layer
+
+    ref = tiny_mixtral()
+    net = copy.deepcopy(ref)
+    config = AutoEPConfig(enabled=True, preset_model="mixtral")
+    for spec in detect_moe_layers(net, config):
+        replace_moe_layer(net, spec, 1, 0, config)
+    ids = batch(0, 2)
+    want = ref(input_ids=ids, labels=ids, output_router_logits=True)
+    got = net(input_ids=ids, labels=ids, output_router_logits=True)
+    torch.testing.assert_close(got.router_logits[0], want.router_logits[0])
+    torch.testing.assert_close(got.loss, want.loss, rtol=1e-5, atol=1e-6)
+    got.loss.backward()
+    want.loss.backward()
+    w1 = net.model.layers[0].mlp.experts.w1.grad
+    inter = w1.shape[1]
+    torch.testing.assert_close(w1, ref.model.layers[0].mlp.experts.gate_up_proj.grad[:, :inter])

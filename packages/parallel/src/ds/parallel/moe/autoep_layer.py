@@ -291,9 +291,15 @@ class AutoEPMoELayer(nn.Module):
             spec.gate_bias,
             spec.group_score_func,
         )
-        self.router.gate.weight = _copy_param(src_router.weight, gather)
-        if spec.gate_bias and getattr(src_router, "bias", None) is not None:
-            self.router.gate.bias = _copy_param(src_router.bias, gather)
+        if isinstance(src_router, nn.Linear):
+            self.router.gate.weight = _copy_param(src_router.weight, gather)
+            if spec.gate_bias and src_router.bias is not None:
+                self.router.gate.bias = _copy_param(src_router.bias, gather)
+        else:
+            # A model's own router module (transformers' routers return their logits first) stays
+            # as the gate, so that the model's output recorders still capture its router logits.
+            src_router.weight = _copy_param(src_router.weight, gather)
+            self.router.gate = src_router
         bias = getattr(src_router, "e_score_correction_bias", None)
         if isinstance(bias, torch.Tensor):
             self.router.e_score_correction_bias = _copy_param(bias, gather)

@@ -81,7 +81,10 @@ class TokenChoiceTopKRouter(nn.Module):
         self, x: torch.Tensor, expert_bias: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(top_scores [T, k], selected_experts [T, k], tokens_per_expert [E])``."""
-        logits = self.gate(x).float()
+        out = self.gate(x)
+        logits = (
+            out[0] if isinstance(out, tuple) else out
+        ).float()  # a model's router: logits first
         scores = torch.sigmoid(logits) if self.score_func == "sigmoid" else logits.softmax(dim=1)
         choice = scores if expert_bias is None else scores + expert_bias
         if self.e_score_correction_bias is not None:
