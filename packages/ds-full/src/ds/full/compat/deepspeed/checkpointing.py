@@ -1,11 +1,8 @@
-"""``deepspeed.checkpointing`` -> ``ds.zero.checkpointing`` (activation checkpointing)."""
+"""``deepspeed.checkpointing`` is ``deepspeed.runtime.activation_checkpointing.checkpointing``
+(one module, as in DeepSpeed), on ds.zero's activation checkpointing."""
 
-from __future__ import annotations
+import sys
 
-from typing import Any
+from ds.full.compat.deepspeed.runtime.activation_checkpointing import checkpointing as _module
 
-
-def __getattr__(name: str) -> Any:
-    import ds.zero.checkpointing as ckpt
-
-    return getattr(ckpt, name)
+sys.modules[__name__] = _module
