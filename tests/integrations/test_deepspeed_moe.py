@@ -39,3 +39,35 @@ def test_autoep_surface_routes_and_names_the_family_it_lacks() -> None:
     assert _resolve_route_scale(AutoEPConfig(routed_scaling_factor=2.0), None) == 2.0
     with pytest.raises(ValueError, match="preset_model"):
         AutoEP(torch.nn.Linear(2, 2), AutoEPConfig(enabled=True)).ep_parser()
+
+
+def test_initialize_binds_and_trains_layers_made_with_deepspeeds_autoep() -> None:
+    from types import SimpleNamespace
+
+    import ds.full as ds
+    from ds.full.compat.deepspeed.module_inject.auto_ep import AutoEP
+    from ds.full.compat.deepspeed.module_inject.auto_ep_config import AutoEPConfig
+
+    block = torch.nn.Module()
+    block.gate = torch.nn.Linear(8, 4, bias=False)
+    block.experts = torch.nn.Module()
+    block.experts.gate_up_proj = torch.nn.Parameter(torch.randn(4, 12, 8) / 3)
+    block.experts.down_proj = torch.nn.Parameter(torch.randn(4, 8, 6) / 3)
+    model = torch.nn.Module()
+    model.config = SimpleNamespace(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)
+    model.layers = torch.nn.ModuleList([torch.nn.Module()])
+    model.layers[0].mlp = block
+    auto = AutoEP(model, AutoEPConfig(enabled=True))
+    for spec in auto.ep_parser():
+        auto.replace_moe_layer(spec, ep_size=1, ep_rank=0)
+    model.forward = lambda x: model.layers[0].mlp(x).pow(2).mean()
+    config = {
+        "train_micro_batch_size_per_gpu": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+        "zero_optimization": {"stage": 1},
+    }
+    engine, *_ = ds.initialize(model=model, config=config)
+    before = model.layers[0].mlp.experts.w1.detach().clone()
+    engine.backward(engine(torch.randn(2, 3, 8)))
+    engine.step()
+    assert not torch.equal(before, model.layers[0].mlp.experts.w1)

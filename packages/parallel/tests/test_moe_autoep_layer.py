@@ -103,7 +103,7 @@ def test_two_expert_ranks_match_the_source_on_their_tokens() -> None:
 
     def run(r: int) -> None:
         comm.rank.value = r
-        layers[r].bind(comm, None)
+        layers[r].bind(comm, ep_group="ep")
         outputs[r] = layers[r](inputs[r])
 
     threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]

@@ -5,7 +5,8 @@ from the shim) gets them bound here, before the engine is built: each layer join
 expert-parallel and expert-data-parallel groups, takes its experts' global indices and marks
 their parameters, so the engine reduces them over their own ranks. The ``expert_parallel``
 section (``{"enabled": true, "autoep_size": N}``) turns on AutoEP for transformers' sparse MoE
-blocks (:mod:`ds.parallel.moe.autoep`).
+blocks (:mod:`ds.parallel.moe.autoep`); layers made with DeepSpeed's AutoEP API
+(``AutoEPMoELayer``) are bound to their expert groups too.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
 
             # save_16bit_model writes transformers' fused expert tensors (from_pretrained loads).
             setattr(model, EXPORT_ATTR, fused_state_dict)
+    from ds.parallel.moe.autoep_layer import iter_autoep_layers
+
+    # Layers made with DeepSpeed's AutoEP API (deepspeed.module_inject.auto_ep) before initialize.
+    for layer in iter_autoep_layers(model):
+        layer.bind(comm)
+        blocks.append(layer)
     layers = moe_layers(model)
     if section is not None and not layers and not blocks:
         raise ConfigError(

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ds.interfaces.errors import ConfigError
+from ds.interfaces.moe import REPLICA_ATTR
 
 from .autoep import _exchange, _VarAllToAll
 from .autoep_config import (
@@ -34,6 +35,7 @@ from .autoep_config import (
     unsupported_preset_for_hf_model_type,
 )
 from .fused_layout import classify_fused_gate_up_layout
+from .groups import expert_groups
 from .routes import combine_from_routed
 from .token_choice import (
     GroupedExperts,
@@ -330,9 +332,41 @@ class AutoEPMoELayer(nn.Module):
         self._comm: Any = None
         self._group: Any = None
 
-    def bind(self, comm: Any, ep_group: Any) -> None:
-        """The communicator and expert-parallel group the forward exchanges routes over."""
+    def bind(self, comm: Any, ep_group: Any = None) -> None:
+        """The communicator and expert-parallel group the forward exchanges routes over. Without
+        ``ep_group`` this rank joins (creating them on first use: collective) the expert groups of
+        ``ep_size`` (:func:`ds.parallel.moe.groups.expert_groups`), which must put it at the
+        position the layer's experts were taken for, and the experts are marked with their
+        expert-data-parallel replicas for the engine."""
+        if ep_group is None and comm is not None:
+            groups = expert_groups(comm, self.ep_size)
+            if groups.ep_rank != self.ep_rank:
+                raise ConfigError(
+                    f"AutoEPMoELayer holds the experts of expert-parallel rank {self.ep_rank} "
+                    f"but this rank is rank {groups.ep_rank} of its group {groups.ep_ranks}; "
+                    "build it with ep_rank set to that position"
+                )
+            ep_group = groups.ep_group
+            for p in self.experts.parameters():
+                setattr(p, REPLICA_ATTR, groups.replicas)
         self._comm, self._group = comm, ep_group
+
+    def set_deepspeed_parallelism(
+        self, comm: Any = None, folding_group_handles: Any = None, **_: Any
+    ) -> None:
+        """DeepSpeed's name of :meth:`bind`. Expert parallelism folded onto tensor parallelism
+        (``folding_group_handles``) is refused: ds's engine does not run it."""
+        if folding_group_handles is not None:
+            raise ConfigError(
+                "AutoEP folded onto AutoTP is not supported by ds's engine; use "
+                "tensor_parallel.autotp_size=1 with expert_parallel"
+            )
+        if comm is None:
+            raise ConfigError(
+                "set_deepspeed_parallelism needs the communicator in ds: ds.initialize binds "
+                "AutoEP layers itself; or pass ds.comm.get_communicator()"
+            )
+        self.bind(comm)
 
     def _run(self, rows: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """Rows sorted by (global) expert -> their expert outputs, same order."""
