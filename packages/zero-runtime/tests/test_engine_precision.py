@@ -49,3 +49,24 @@ def test_log_level_sets_the_library_loggers() -> None:
     finally:
         root.setLevel(saved)
     assert _engine().log_level() is None and _engine().gradient_clipping() == 1.0
+
+
+def test_fp16_steps_assigned_grads_and_the_optimizer_carries_the_scaler() -> None:
+    engine = _engine(
+        optimizer={"type": "SGD", "params": {"lr": 1.0}},
+        fp16={"enabled": True, "initial_scale_power": 4, "loss_scale_window": 2},
+        gradient_clipping=0.0,
+    )
+    scaler = engine.optimizer.loss_scale_config  # DeepSpeed's name for the scaling state
+    assert scaler is engine.loss_scaler and scaler.dynamic_loss_scale and scaler.cur_scale == 16
+    for p in engine.module.parameters():
+        p.grad = torch.full_like(p, float("inf"))  # set by hand, no backward
+    engine.step()
+    assert (scaler.cur_scale, scaler.cur_iter, engine.skipped_steps) == (8, 1, 1)
+    before = engine.module[0].weight.detach().clone()
+    for p in engine.module.parameters():
+        p.grad = torch.full_like(p, 4.0)
+    engine.step()
+    after = engine.module[0].weight.detach()
+    # unscaled, then SGD (fp16 weights: within their rounding)
+    torch.testing.assert_close(after.float(), before.float() - 4.0 / 8, atol=1e-3, rtol=0)

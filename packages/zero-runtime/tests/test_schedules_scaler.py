@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ds.zero.loss_scaler import DynamicLossScaler
+from ds.zero.loss_scaler import DynamicLossScaler, StageZeroLossScaler
 from ds.zero.lr_schedules import LRRangeTest, OneCycle, WarmupCosineLR, WarmupDecayLR, WarmupLR
 
 
@@ -115,6 +115,18 @@ def test_dynamic_scaler_hysteresis_and_growth() -> None:
     for _ in range(4):
         floor.update(True)
     assert floor.loss_scale == 1.0
+
+
+def test_stage_zero_scaler_halves_at_once_and_grows_a_step_later() -> None:
+    # DeepSpeed's unpartitioned fp16 rules: no hysteresis; growth after the window of clean
+    # steps that follow the step after an overflow.
+    s = StageZeroLossScaler(init_scale=2.0**8, scale_window=2, hysteresis=2, min_scale=1.0)
+    assert s.dynamic_loss_scale
+    scales = []
+    for overflow in (True, True, False, False, False, False, True):
+        s.update(overflow)
+        scales.append(s.loss_scale)
+    assert scales == [128.0, 64.0, 64.0, 64.0, 128.0, 128.0, 64.0] and s.cur_iter == 7
 
 
 def test_schedules_refuse_an_lr_that_is_not_finite_and_nonnegative() -> None:

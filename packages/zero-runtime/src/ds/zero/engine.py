@@ -131,6 +131,8 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
 
         self.lr_scheduler = setup.build_scheduler(cfg, lr_scheduler, self.optimizer)
         self.loss_scaler = setup.loss_scaler(cfg)
+        # DeepSpeed's optimizers carry their loss-scaling state as ``loss_scale_config``.
+        self.optimizer.loss_scale_config = self.loss_scaler
         self.training_dataloader = (
             self.deepspeed_io(training_data, collate_fn=collate_fn)
             if training_data is not None

@@ -12,7 +12,7 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.moe import replica_group
 from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.zero.config import DsConfig
-from ds.zero.loss_scaler import DynamicLossScaler, LossScaler
+from ds.zero.loss_scaler import DynamicLossScaler, LossScaler, StageZeroLossScaler
 from ds.zero.lr_schedules import build_schedule
 
 
@@ -107,7 +107,9 @@ def loss_scaler(cfg: DsConfig) -> LossScaler:
         return LossScaler(1.0)
     if fp16.loss_scale > 0:
         return LossScaler(fp16.loss_scale)
-    return DynamicLossScaler(
+    # Without ZeRO partitioning DeepSpeed scales by its FP16_Optimizer's rules.
+    scaler = StageZeroLossScaler if int(cfg.zero_optimization.stage) == 0 else DynamicLossScaler
+    return scaler(
         init_scale=2.0**fp16.initial_scale_power,
         scale_window=fp16.loss_scale_window,
         min_scale=fp16.min_loss_scale,

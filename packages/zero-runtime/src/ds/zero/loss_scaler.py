@@ -18,6 +18,11 @@ class LossScaler:
     def loss_scale(self) -> float:
         return self.cur_scale
 
+    @property
+    def dynamic_loss_scale(self) -> bool:
+        """DeepSpeed's name (its optimizers' ``loss_scale_config`` reads the scaler so)."""
+        return self.dynamic
+
     def update(self, overflow: bool) -> None:
         return None
 
@@ -72,3 +77,20 @@ class DynamicLossScaler(LossScaler):
         self.cur_hysteresis = int(state.get("cur_hysteresis", self.hysteresis))
         self.cur_iter = int(state.get("cur_iter", 0))
         self.last_overflow_iter = int(state.get("last_overflow_iter", -1))
+
+
+@dataclass(eq=False)
+class StageZeroLossScaler(DynamicLossScaler):
+    """DeepSpeed's rules for fp16 without ZeRO partitioning (its FP16_Optimizer): every overflow
+    halves the scale (no hysteresis), and the scale doubles once ``scale_window`` clean steps
+    have followed the step after the last overflow."""
+
+    def update(self, overflow: bool) -> None:
+        if overflow:
+            self.cur_scale = max(self.cur_scale / self.scale_factor, self.min_scale)
+            self.last_overflow_iter = self.cur_iter
+        else:
+            stable = self.cur_iter - self.last_overflow_iter - 1
+            if stable > 0 and stable % self.scale_window == 0:
+                self.cur_scale *= self.scale_factor
+        self.cur_iter += 1

@@ -29,7 +29,7 @@ from ds.interfaces.comm import GLOO_CAPABILITIES, comm_capabilities
 from ds.zero.dtypes import named_dtype
 from ds.zero.param_groups import group_meta, hyper_params
 from ds.zero.stages import sharded_io
-from ds.zero.stages.base import MemoryReport, StrategyContext, ZeroStrategy
+from ds.zero.stages.base import MemoryReport, StepReport, StrategyContext, ZeroStrategy
 from ds.zero.stages.flat import FlatGroup
 from ds.zero.stages.gather import ParamGather
 from ds.zero.stages.groups import Group, build_group
@@ -195,6 +195,29 @@ class PartitionedStrategy(ZeroStrategy):
     # -- step ------------------------------------------------------------------------------------
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         return [g.master_grad for g in self.groups]
+
+    def prepare_step(self, loss_scale: float, clip: float, check_overflow: bool) -> StepReport:
+        if self.stage <= 1:
+            self._adopt_assigned_grads()
+        return super().prepare_step(loss_scale, clip, check_overflow)
+
+    def _adopt_assigned_grads(self) -> None:
+        """Stages 0-1: a gradient assigned to ``param.grad`` after the backward (by hand, as
+        scripts written for DeepSpeed's unpartitioned fp16 optimizer do) replaces what the
+        backward left in the flat gradient, so the step, its norm and the overflow check see it."""
+        for group in self.groups:
+            if group.flat_grad is None:
+                continue
+            adopted = False
+            for p, view in zip(group.flat.params, group.grad_views):
+                grad = p.grad
+                if grad is None or grad is view:
+                    continue
+                view.copy_(grad.reshape(view.shape))
+                p.grad = view if group.grads_are_views else None
+                adopted = True
+            if adopted and not group.master_grad_is_view:
+                group.master_grad.copy_(group.flat_grad[group.lo : group.hi])
 
     def tp_sliced(self) -> Sequence[bool]:
         return self._tp_flags
