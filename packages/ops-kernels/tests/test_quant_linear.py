@@ -14,9 +14,9 @@ from ds.ops.quant.linear import MAX_NATIVE_ROWS, linear, native_applies
 INT_SCHEMES = ["int8_sym", "int8_asym", "int4_sym", "int4_asym"]
 # (rows of x, in, out, group size): odd sizes, groups shorter and longer than one SIMD register,
 # a row count past each block of 4, the largest the native kernel takes; output counts past a
-# whole number of the kernel's blocks of output rows (8, 6, 4 or 3 rows at a time for 1 to 4 rows
-# of x on AVX-512, fewer on AVX2) at every row count, so both the blocks and the rows left after
-# them run.
+# whole number of the kernel's blocks of output rows (4, 4, 4 or 3 rows at a time for 1 to 4 rows
+# of x on AVX-512, 4, 3, 2 or 1 on AVX2) at every row count, so both the blocks and the rows left
+# after them run.
 SHAPES = [(1, 64, 5, 32), (3, 96, 7, 32), (5, 576, 13, 64), (MAX_NATIVE_ROWS, 40, 3, 8),
           (2, 6, 3, 2), (7, 250, 9, 50), (1, 96, 29, 32), (2, 64, 17, 32), (4, 64, 11, 16)]  # fmt: skip
 
