@@ -38,6 +38,10 @@ class UnusedParametersError(DsError, AssertionError):
     ``zero_optimization.ignore_unused_parameters`` is false."""
 
 
+class DirectBackwardError(DsError, RuntimeError):
+    """A gradient arrived from a backward the engine did not run (``loss.backward()``)."""
+
+
 def _noop() -> None:
     return None
 
@@ -63,6 +67,7 @@ class GradReducer:
     check_unused: bool = False
     reduce_now: bool = field(default=False, init=False)
     _boundary: bool = field(default=False, init=False)
+    _in_backward: bool = field(default=False, init=False)
     _used: set[tuple[int, int]] = field(default_factory=set, init=False)
     _pending: list[tuple[Any, Callable[[], None]]] = field(default_factory=list, init=False)
 
@@ -73,6 +78,7 @@ class GradReducer:
     # -- micro-step ------------------------------------------------------------------------------
     def begin(self, boundary: bool, no_sync: bool) -> None:
         self._boundary = boundary
+        self._in_backward = True
         if self.stage >= 2:
             self.reduce_now = not no_sync
         else:
@@ -107,6 +113,15 @@ class GradReducer:
 
     def on_grad(self, gi: int, pi: int, param: torch.Tensor) -> None:
         """Post-accumulate-grad hook of parameter ``pi`` of group ``gi``."""
+        if not self._in_backward:
+            # The engine scales the loss and reduces across ranks around its own backward; a
+            # gradient arriving outside it would be applied unscaled, unreduced or not at all.
+            raise DirectBackwardError(
+                "Direct calls to tensor.backward() on a model the ZeRO engine trains bypass its "
+                "loss scaling and gradient reduction; call engine.backward(loss) instead "
+                "(torch.func transforms, which compute gradients without accumulating them into "
+                "the parameters, work as they are)"
+            )
         if not getattr(param, "ds_grad_is_ready", True):
             return  # more contributions follow in this backward (tiled compute): keep summing
         if self.check_unused:
@@ -140,6 +155,7 @@ class GradReducer:
             self._launch(group, bucket)
 
     def end_backward(self) -> None:
+        self._in_backward = False
         if self.check_unused and self._boundary:
             self._check_all_used()
         if not self.reduce_now:
