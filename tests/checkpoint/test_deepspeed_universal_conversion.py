@@ -32,3 +32,17 @@ def test_deepspeed_checkpoint_converts_to_universal(tmp_path: Path, case: str) -
         assert torch.equal(got[name].float(), value.float()), name
     assert (out / "zero" / "optimizer_state.pt").is_file()
     assert (tmp_path / "latest_universal").read_text() == out.name
+
+
+def test_ds_checkpoint_universal_verb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ds.checkpoint.cli import main as cli
+
+    out = tmp_path / "step5_universal"
+    assert cli(["universal", str(FIXTURES / "stage2_bf16"), str(out)]) == 2
+    assert "--inject-missing-state" in capsys.readouterr().err
+    assert (
+        cli(["universal", str(FIXTURES / "stage3_bf16"), str(out), "--inject-missing-state"]) == 0
+    )
+    got = consolidated_fp32_state_dict(str(tmp_path), out.name)
+    expected = consolidated_fp32_state_dict(str(FIXTURES / "stage3_bf16"))
+    assert all(torch.equal(got[n], v.float()) for n, v in expected.items())

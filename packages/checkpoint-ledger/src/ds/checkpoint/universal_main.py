@@ -22,6 +22,7 @@ from ds.checkpoint.universal_convert import (
     zero3_rank_grid,
 )
 from ds.checkpoint.universal_tp import check_conversion_supported
+from ds.interfaces.errors import CheckpointError
 
 UC_INFO = "universal_checkpoint_info"
 AUTOEP_KEYS = ("ds_autoep_layers", "autoep_layers")
@@ -127,4 +128,44 @@ def convert_zero3(
     _finish(out, temp, keep_temp)
 
 
-__all__ = ["convert_zero12", "convert_zero3", "zero_stage"]
+def convert(
+    tag_dir: str,
+    out: str,
+    *,
+    inject_missing_state: bool = False,
+    strict: bool = True,
+    keep_temp: bool = False,
+) -> None:
+    """A DeepSpeed checkpoint tag folder into a universal tag folder ``out`` (its parent gets
+    ``latest_universal``). A tag whose writer recorded no universal-checkpoint info is refused
+    unless ``inject_missing_state`` (then its parameters are taken as not tensor-parallel)."""
+    from ds.checkpoint.deepspeed_3d import CheckpointLayout
+    from ds.checkpoint.universal_tp import VERSION, VERSION_KEY
+
+    names = sorted(os.listdir(tag_dir))
+    optim = [os.path.join(tag_dir, n) for n in names if n.endswith("_optim_states.pt")]
+    if not optim:
+        raise FileNotFoundError(f"no *_optim_states.pt files in {tag_dir}")
+    zero3 = [
+        f for f in optim if os.path.basename(f).startswith(("zero_pp_rank_", "bf16_zero_pp_rank_"))
+    ]
+    if zero_stage((zero3 or optim)[0]) <= 2:
+        layout = CheckpointLayout(tag_dir)
+        if inject_missing_state and layout.get_checkpoint_info(UC_INFO) is None:
+            layout.global_state[UC_INFO] = {VERSION_KEY: VERSION}
+        if layout.get_checkpoint_info(UC_INFO) is None:
+            raise CheckpointError(
+                f"{tag_dir} records no {UC_INFO}; pass --inject-missing-state "
+                "(inject_missing_state) to take its parameters as not tensor-parallel"
+            )
+        convert_zero12(layout, out, strict=strict, keep_temp=keep_temp)
+        return
+    model = [
+        os.path.join(tag_dir, n)
+        for n in names
+        if n.endswith("_model_states.pt") and not (n.startswith("layer_") and "_expert_" in n)
+    ]
+    convert_zero3(model, zero3 or optim, out, strict=strict, keep_temp=keep_temp)
+
+
+__all__ = ["convert", "convert_zero12", "convert_zero3", "zero_stage"]
