@@ -131,8 +131,11 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
 
         self.lr_scheduler = setup.build_scheduler(cfg, lr_scheduler, self.optimizer)
         self.loss_scaler = setup.loss_scaler(cfg)
-        # DeepSpeed's optimizers carry their loss-scaling state as ``loss_scale_config``.
+        # DeepSpeed's ZeRO optimizers carry their loss-scaling state, the last step's gradient
+        # norm and the per-group norms under these names; code written for them reads them.
         self.optimizer.loss_scale_config = self.loss_scaler
+        self.optimizer._global_grad_norm = None
+        self.optimizer._get_norm_groups = self._grad_norm_groups
         self.training_dataloader = (
             self.deepspeed_io(training_data, collate_fn=collate_fn)
             if training_data is not None
@@ -234,6 +237,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         report = self.strategy.prepare_step(
             self.loss_scaler.loss_scale, self.config.gradient_clipping, check
         )
+        self.optimizer._global_grad_norm = report.grad_norm
         if report.overflow:
             self.skipped_steps += 1
             if self.rank == 0:

@@ -121,6 +121,22 @@ class EngineAccessors:
 
         return EngineOptimizerView(self)
 
+    def _grad_norm_groups(self) -> list[torch.Tensor]:
+        """The L2 norm of each optimizer group's gradient over the data-parallel ranks, as the
+        step will read it (with fp16 still loss-scaled): DeepSpeed's ``_get_norm_groups``,
+        which the engine's optimizer carries. A collective when gradients are partitioned."""
+        strategy = self.strategy
+        device = device_of(self.module)
+        norms = []
+        for shards in strategy.grad_shards_by_group():
+            sq = torch.zeros((), dtype=torch.float64, device=device)
+            for g in shards:
+                sq += g.detach().double().pow(2).sum().to(device)
+            if strategy.grads_partitioned and getattr(strategy.ctx, "comm", None) is not None:
+                strategy.ctx.comm.all_reduce(sq, group=strategy.ctx.group)
+            norms.append(sq.sqrt().float())
+        return norms
+
     def get_global_grad_norm(self) -> float | None:
         return self._last_metrics.grad_norm if self._last_metrics else None
 

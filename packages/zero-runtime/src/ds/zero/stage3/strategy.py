@@ -192,6 +192,13 @@ class Stage3Strategy(ZeroStrategy):
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         return [g for g in (shard_of(p).grad for p in self.partitioner.params) if g is not None]
 
+    def grad_shards_by_group(self) -> list[list[torch.Tensor]]:
+        """This rank's gradient partitions, one list per optimizer parameter group."""
+        return [
+            [g for g in (shard_of(p).grad for p in originals) if g is not None]
+            for _, originals in self.opt._hyper_groups
+        ]
+
     def tp_sliced(self) -> Sequence[bool]:
         return [
             tp_dim(p) is not None for p in self.partitioner.params if shard_of(p).grad is not None

@@ -219,6 +219,10 @@ class PartitionedStrategy(ZeroStrategy):
             if adopted and not group.master_grad_is_view:
                 group.master_grad.copy_(group.flat_grad[group.lo : group.hi])
 
+    def grad_shards_by_group(self) -> list[list[torch.Tensor]]:
+        """This rank's gradient shards, one list per optimizer parameter group."""
+        return [[g.master_grad] for g in self.groups]
+
     def tp_sliced(self) -> Sequence[bool]:
         return self._tp_flags
 

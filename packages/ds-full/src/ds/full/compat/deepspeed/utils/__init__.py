@@ -14,10 +14,12 @@ from ds.full.compat.deepspeed.utils.tensor_fragment import (
     safe_get_full_fp32_param,
     safe_get_full_optimizer_state,
     safe_get_local_fp32_param,
+    safe_get_local_grad,
     safe_get_local_optimizer_state,
     safe_set_full_fp32_param,
     safe_set_full_optimizer_state,
     safe_set_local_fp32_param,
+    safe_set_local_grad,
     safe_set_local_optimizer_state,
 )
 from ds.zero.stage3.leaf import (
@@ -77,14 +79,6 @@ def safe_get_full_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
         raise
 
 
-safe_get_local_grad = missing_function(
-    "deepspeed.utils.safe_get_local_grad", "reading a rank's gradient partition",
-    "read whole gradients at ZeRO stage 0/1 with safe_get_full_grad",
-)  # fmt: skip
-safe_set_local_grad = missing_function(
-    "deepspeed.utils.safe_set_local_grad", "writing a rank's gradient partition",
-    "scale or replace gradients in a backward hook instead",
-)  # fmt: skip
 safe_update_full_grad_vectorized = missing_function(
     "deepspeed.utils.safe_update_full_grad_vectorized",
     "updating several parameters' gradients through the engine",

@@ -150,6 +150,35 @@ def partitioned_full_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
     return _full(piece, param, local.float())
 
 
+def safe_get_local_grad(param: torch.nn.Parameter) -> torch.Tensor | None:
+    """This rank's piece of ``param``'s reduced gradient, flattened, after backward and before
+    step: fp32 (the accumulation dtype) and, with fp16, still multiplied by the loss scale.
+    None before any backward."""
+    piece = _piece(param, "safe_get_local_grad")
+    if piece.grad is None:
+        return None
+    return piece.grad[piece.m0 : piece.m0 + piece.stop - piece.start].detach().clone()
+
+
+def safe_set_local_grad(param: torch.nn.Parameter, value: torch.Tensor) -> None:
+    """Replace this rank's piece of ``param``'s reduced gradient (what the next step reads,
+    norm and clipping included) with ``value``, shaped as :func:`safe_get_local_grad` returns."""
+    piece = _piece(param, "safe_set_local_grad")
+    n = piece.stop - piece.start
+    flat = value.detach().reshape(-1)
+    if piece.grad is None:
+        raise FeatureNotAvailableError(
+            "deepspeed.utils.safe_set_local_grad: the parameter has no gradient yet; call it "
+            "after backward and before step"
+        )
+    if flat.numel() != n:
+        raise ValueError(
+            f"safe_set_local_grad: value has {flat.numel()} elements, this rank's piece {n}"
+        )
+    with torch.no_grad():
+        piece.grad[piece.m0 : piece.m0 + n].copy_(flat)
+
+
 def safe_set_full_fp32_param(param: torch.nn.Parameter, value: torch.Tensor) -> None:
     """Set the whole fp32 master of ``param`` (and the parameter itself) to ``value``; every
     data-parallel rank passes the same value."""
