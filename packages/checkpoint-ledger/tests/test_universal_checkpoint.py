@@ -182,3 +182,55 @@ def test_a_fused_entry_written_by_the_converter_reads_back_weights_only(tmp_path
     shape = SubparamShape(["^qkv$"], ((2, 2), 3), 0)
     torch.save({"param": torch.zeros(4, 3), "sub_param_shape": shape}, tmp_path / "fp32.pt")
     assert load_file(str(tmp_path / "fp32.pt"))["sub_param_shape"] == shape
+
+
+def test_zero2_autoep_experts_are_stacked_over_expert_ranks(tmp_path: Path) -> None:
+    # two ranks, expert-parallel 2: each holds one of the two experts whole and half the dense
+    # weight; the universal entry stacks the experts in expert-rank order
+    from ds.checkpoint.universal_main import convert
+
+    tag = tmp_path / "step1"
+    tag.mkdir()
+    layer = {"moe_layer_id": 0, "module_path": "m", "expert_key_prefix": "m.experts"}
+    layer.update(num_experts=2, num_local_experts=1, ep_size=2)
+    names = [f"m.experts.w{i}" for i in (1, 2, 3)]
+    shapes = [{"dense": (2,)}, {n: (1, 2) for n in names}]
+    model = {
+        "param_shapes": shapes,
+        "ds_autoep_layers": [layer],
+        "ds_config": {},
+        "universal_checkpoint_info": {},
+    }
+    torch.save(model, tag / "mp_rank_00_model_states.pt")
+    experts = torch.arange(12.0).view(2, 6)  # per expert: w1, w2, w3 of two elements each
+    slices = [
+        {"dense": {"start": 0, "numel": 1}},
+        {n: {"start": 2 * i, "numel": 2} for i, n in enumerate(names)},
+    ]
+    for dp in range(2):
+        flat = [torch.tensor([5.0 + dp]), experts[dp].clone()]
+        state = {
+            g: {"exp_avg": t * 2, "exp_avg_sq": t * 3, "step": torch.tensor(4.0)}
+            for g, t in enumerate(flat)
+        }
+        optim = {
+            "base_optimizer_state": {"state": state, "param_groups": [{"lr": 1.0}, {"lr": 1.0}]},
+            "single_partition_of_fp32_groups": flat,
+            "param_slice_mappings": slices,
+            "zero_stage": 2,
+        }
+        torch.save(
+            {"optimizer_state_dict": optim}, tag / f"zero_pp_rank_{dp}_mp_rank_00_optim_states.pt"
+        )
+    out = tmp_path / "step1_universal"
+    convert(str(tag), str(out))
+    expert = load_entry(str(out / "zero" / "m.experts.w2" / "exp_avg.pt"))
+    assert expert["is_expert_param"] and expert["ep_num_experts"] == 2
+    assert torch.equal(expert["param"], experts[:, 2:4] * 2)
+    assert torch.equal(
+        load_entry(str(out / "zero" / "dense" / "fp32.pt"))["param"], torch.tensor([5.0, 6.0])
+    )
+    info = torch.load(out / "mp_rank_00_model_states.pt", weights_only=True)[
+        "universal_checkpoint_info"
+    ]
+    assert info["ds_autoep_layers"][0]["expert_key_prefix"] == "m.experts"

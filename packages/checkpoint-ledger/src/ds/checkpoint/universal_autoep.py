@@ -125,6 +125,42 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def expert_param_info(layers: Any) -> dict[str, dict[str, Any]]:
+    """``<prefix>.w1/w2/w3`` of every AutoEP layer record, with its expert counts (checked:
+    ``num_experts == num_local_experts * ep_size``)."""
+    if not isinstance(layers, list) or not layers:
+        raise RuntimeError(
+            "AutoEP metadata must be a non-empty list for ZeRO-1/2 universal conversion."
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        if not isinstance(layer, Mapping):
+            raise RuntimeError("AutoEP layer metadata must contain dictionaries.")
+        missing = [
+            k for k in (PREFIX, "num_experts", "num_local_experts", "ep_size") if k not in layer
+        ]
+        if missing:
+            raise RuntimeError(f"AutoEP layer metadata is missing fields: {missing}")
+        prefix = layer[PREFIX]
+        counts = [layer[k] for k in ("num_experts", "num_local_experts", "ep_size")]
+        if not all(_positive(c) for c in counts) or counts[0] != counts[1] * counts[2]:
+            raise RuntimeError(
+                f"AutoEP expert count mismatch for {prefix}: num_experts={counts[0]}, "
+                f"num_local_experts={counts[1]}, ep_size={counts[2]}."
+            )
+        for w in ("w1", "w2", "w3"):
+            if f"{prefix}.{w}" in out:
+                raise RuntimeError(f"Duplicate AutoEP expert parameter metadata for {prefix}.{w}.")
+            out[f"{prefix}.{w}"] = dict(
+                zip(("num_experts", "num_local_experts", "ep_size"), counts)
+            )
+    return out
+
+
 def aggregate_zero12_metadata(
     metadata: Sequence[tuple[str, Mapping[str, Any]]],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, bool]:
@@ -178,6 +214,7 @@ def aggregate_zero12_metadata(
 
 __all__ = [
     "aggregate_zero12_metadata",
+    "expert_param_info",
     "consolidate_zero12_expert_states",
     "expert_dp_ranks",
     "fragment_path",

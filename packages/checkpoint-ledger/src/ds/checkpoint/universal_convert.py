@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ds.checkpoint.deepspeed_layout import InertRecord, load_file
+from ds.checkpoint.deepspeed_layout import InertRecord, _attr, load_file
 from ds.checkpoint.universal_tp import PARAM, all_patterns, merge_tp_param
 
 STATES = ("fp32", "exp_avg", "exp_avg_sq")
@@ -78,8 +78,9 @@ def extract_zero12(temp: str, layout: Any, pp: int, tp: int, dp: int) -> None:
         for name, frag in optim["param_slice_mappings"][gid].items():
             if pp > 0 and any(re.match(p, name) for p in tied):
                 continue
+            start, numel = int(_attr(frag, "start")), int(_attr(frag, "numel"))
             for key, value in flat.items():
-                dump_fragment(temp, tp, dp, key, value, name, int(frag.start), int(frag.numel))
+                dump_fragment(temp, tp, dp, key, value, name, start, numel)
 
 
 def _numel(shape: Any) -> int:

@@ -9,13 +9,21 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
+
 from ds.checkpoint.deepspeed_layout import load_file
+from ds.checkpoint.universal_autoep import (
+    aggregate_zero12_metadata,
+    consolidate_zero12_expert_states,
+    expert_param_info,
+)
 from ds.checkpoint.universal_convert import (
     extract_zero3,
     extract_zero12,
     group_per_tp_shapes,
     merge_tp_slices,
     merge_zero3_slices,
+    plain,
     save_optimizer_state_zero3,
     save_optimizer_state_zero12,
     write_missing_fp32,
@@ -27,8 +35,11 @@ from ds.interfaces.errors import CheckpointError
 UC_INFO = "universal_checkpoint_info"
 AUTOEP_KEYS = ("ds_autoep_layers", "autoep_layers")
 _AUTOEP = (
-    "AutoEP expert layers are not converted to a universal checkpoint by ds; load the checkpoint "
-    "at the expert-parallel degree it was saved with"
+    "ZeRO-3 AutoEP expert layers are not converted to a universal checkpoint by ds; load the "
+    "checkpoint at the expert-parallel degree it was saved with"
+)
+_AUTOEP_TP = (
+    "ZeRO-1/2 universal conversion of AutoEP experts with tensor parallelism is not supported"
 )
 
 
@@ -62,29 +73,42 @@ def _finish(out: str, temp: str, keep_temp: bool) -> None:
 
 
 def convert_zero12(layout: Any, out: str, *, strict: bool = True, keep_temp: bool = False) -> None:
-    """A ZeRO-1/2 tag (opened as a :class:`~ds.checkpoint.deepspeed_3d.CheckpointLayout`)."""
+    """A ZeRO-1/2 tag (opened as a :class:`~ds.checkpoint.deepspeed_3d.CheckpointLayout`).
+    AutoEP expert weights (``[local_experts, ...]`` on each expert-parallel position) are
+    stacked over all experts; the copied model-state files then name them in their
+    universal-checkpoint info."""
     uc_info = layout.get_checkpoint_info(UC_INFO) or {}
     check_conversion_supported(uc_info)
-    if any(meta.get("ds_autoep_layers") is not None for _, meta in layout.model_state_metadata):
-        raise NotImplementedError(_AUTOEP)
-    shapes_by_file = []
-    for f, meta in layout.model_state_metadata:
-        if not isinstance(meta.get("param_shapes"), dict):
-            raise RuntimeError(
-                f"DeepSpeed checkpoint param_shapes must contain dictionaries in {f}."
-            )
-        shapes_by_file.append(meta["param_shapes"])
+    shapes_by_file, layers, data_first = aggregate_zero12_metadata(layout.model_state_metadata)
+    experts = expert_param_info(layers) if layers is not None else {}
+    if experts and layout.tp_degree != 1:
+        raise NotImplementedError(_AUTOEP_TP)
     shapes = group_per_tp_shapes(shapes_by_file, layout.pp_degree, layout.tp_degree)
     temp = os.path.join(out, "tmp")
     for pp, tp, dp in itertools.product(
         range(layout.pp_degree), range(layout.tp_degree), range(layout.dp_degree)
     ):
         extract_zero12(temp, layout, pp, tp, dp)
-    _merge_all(uc_info, out, temp, layout.tp_degree, shapes, strict)
+    dense = {n: s for n, s in shapes.items() if n not in experts}
+    _merge_all(uc_info, out, temp, layout.tp_degree, dense, strict)
+    if experts:
+        local = {n: shapes[n][0] for n in experts if n in shapes}
+        consolidate_zero12_expert_states(
+            temp, out, experts, local, layout.dp_degree, layout.tp_degree, data_first
+        )
     write_missing_fp32(out, layout.mp_rank_files)
     save_optimizer_state_zero12(out, layout)
     for f in layout.mp_rank_files:
-        shutil.copy2(f, out)
+        if layers is None:
+            shutil.copy2(f, out)
+            continue
+        state = plain(dict(load_file(f)))
+        info = dict(state.get(UC_INFO) or {})
+        info.update(
+            {"expert_parameter_patterns": [r"\.experts\.w[123]$"], "ds_autoep_layers": layers}
+        )
+        state[UC_INFO] = info
+        torch.save(state, os.path.join(out, os.path.basename(f)))
     _finish(out, temp, keep_temp)
 
 
