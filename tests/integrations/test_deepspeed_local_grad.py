@@ -39,3 +39,22 @@ def test_local_grad_is_what_the_step_reads(stage: int) -> None:
     with pytest.raises(ValueError, match="elements"):
         engine.backward(engine(x).sum())
         U.safe_set_local_grad(params[0], torch.zeros(5))
+
+
+def test_offloaded_host_gradients_accumulate_over_micro_steps() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+           "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}  # fmt: skip
+    engine, optimizer, *_ = deepspeed.initialize(model=model, config=cfg)
+    host = optimizer.accumulated_grads_in_cpu  # DeepSpeed's name: group -> host gradient
+    seen = []
+    for x in (torch.ones(1, 4), 2 * torch.ones(1, 4)):
+        engine.backward(engine(x).sum())
+        (grad,) = host.values()
+        assert grad.device.type == "cpu"
+        seen.append(grad.clone())
+    # d(sum(Wx + b)) over 2 micro-steps, each divided by 2: W by x/2, b by 1/2
+    torch.testing.assert_close(seen[0][:10], torch.full((10,), 0.5))
+    torch.testing.assert_close(seen[1][:10], torch.tensor([1.5] * 8 + [1.0] * 2))

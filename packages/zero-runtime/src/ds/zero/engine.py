@@ -24,7 +24,7 @@ from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.interfaces.parallel import ParallelMesh
 from ds.interfaces.telemetry import EventBus, StepMetrics
-from ds.zero import engine_checkpoint, engine_export
+from ds.zero import engine_checkpoint, engine_export, optimizer_names
 from ds.zero import engine_setup as setup
 from ds.zero.comm_stats import CommStats
 from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
@@ -131,11 +131,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
 
         self.lr_scheduler = setup.build_scheduler(cfg, lr_scheduler, self.optimizer)
         self.loss_scaler = setup.loss_scaler(cfg)
-        # DeepSpeed's ZeRO optimizers carry their loss-scaling state, the last step's gradient
-        # norm and the per-group norms under these names; code written for them reads them.
-        self.optimizer.loss_scale_config = self.loss_scaler
-        self.optimizer._global_grad_norm = None
-        self.optimizer._get_norm_groups = self._grad_norm_groups
+        optimizer_names.attach(self)  # DeepSpeed's names for the optimizer's training state
         self.training_dataloader = (
             self.deepspeed_io(training_data, collate_fn=collate_fn)
             if training_data is not None
