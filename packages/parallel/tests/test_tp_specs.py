@@ -82,3 +82,23 @@ def test_hf_plan_as_specs() -> None:
     assert specs_from_hf_plan({}) is None
     with pytest.raises(ValueError, match="local_colwise"):
         specs_from_hf_plan({"a": "local_colwise", "b": "rowwise"})
+
+
+def test_specs_limited_to_a_model_type_apply_to_that_model_only() -> None:
+    from types import SimpleNamespace
+
+    cfg = {
+        "layer_specs": [
+            {
+                "patterns": [r".*\.q_proj\.weight$"],
+                "partition_type": "row",
+                "model_types": ["llama"],
+            },
+            {"patterns": [r".*\.q_proj\.weight$"], "partition_type": "column"},
+            {"patterns": [r".*\.weight$"], "partition_type": "skip"},
+        ]
+    }
+    model = nn.Sequential(_Block())
+    assert plan_for(model, cfg)["0.q_proj"].style == "colwise"
+    model.config = SimpleNamespace(model_type="llama")
+    assert plan_for(model, cfg)["0.q_proj"].style == "rowwise"

@@ -98,11 +98,12 @@ class _SpecMatcher:
     """A layer spec's patterns matched as it defines them (against the parameter name,
     ``<module>.weight``) or against the module name, whichever the pattern was written for."""
 
-    def __init__(self, spec: Any) -> None:
-        self.spec = spec
+    def __init__(self, spec: Any, model_type: str | None) -> None:
+        self.spec, self.model_type = spec, model_type
 
     def search(self, name: str) -> bool:
-        return self.spec.matches(name + ".weight") or self.spec.matches(name)
+        t = self.model_type
+        return bool(self.spec.matches(name + ".weight", t) or self.spec.matches(name, t))
 
 
 def spec_style(spec: Any) -> tuple[str, int]:
@@ -121,7 +122,9 @@ def spec_style(spec: Any) -> tuple[str, int]:
     return (COLWISE_GATHER if spec.gather_output else COLWISE), fused
 
 
-def normalize_partition_config(config: Any) -> list[tuple[Any, tuple[str, int]]]:
+def normalize_partition_config(
+    config: Any, model_type: str | None = None
+) -> list[tuple[Any, tuple[str, int]]]:
     """``{regex: style}``, a list of pairs, DeepSpeed's ``{"layer_specs": [{"patterns": [...],
     "partition_type": "column"|"row"|"skip"}]}`` or an :class:`~ds.parallel.tp.specs.AutoTPConfig`,
     as (matcher, (style, packed segments)) pairs in priority order."""
@@ -131,7 +134,7 @@ def normalize_partition_config(config: Any) -> list[tuple[Any, tuple[str, int]]]
 
     specs = as_autotp_config(config)
     if specs is not None:
-        return [(_SpecMatcher(s), spec_style(s)) for s in specs.layer_specs]
+        return [(_SpecMatcher(s, model_type), spec_style(s)) for s in specs.layer_specs]
     if isinstance(config, Mapping):
         pairs = [(str(k), v) for k, v in config.items()]
     else:
@@ -183,7 +186,8 @@ def _rule(name: str, module: nn.Module, vocab: int | None) -> tuple[str, int] | 
 def plan_for(model: nn.Module, partition_config: Any = None) -> dict[str, Placement]:
     """The placement of every linear and embedding module (and of modules the model's plan marks
     replicated-with-gradient-all-reduce), keyed by module name. Pure: changes nothing."""
-    user = normalize_partition_config(partition_config)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    user = normalize_partition_config(partition_config, model_type)
     hf = [(k, _hf_pattern(k), v) for k, v in _model_tp_plan(model).items()]
     vocab = _vocab_size(model)
     plan: dict[str, Placement] = {}
