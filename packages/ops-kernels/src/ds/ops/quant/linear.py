@@ -20,10 +20,12 @@ from ds.interfaces.kernels import QuantizedTensor
 from ds.ops.quant._schemes import get_scheme
 
 # Rows of x up to which the native kernel is used. Each block of 4 rows reads the codes once;
-# past this a GEMM on the dequantized weight (read once, multiplied at GEMM speed) wins: on the
-# SmolLM2-135M layers, one thread, AVX-512, int8 crossed over at about 13 rows and int4 past 16
-# (tools/bench/quant_linear.py).
-MAX_NATIVE_ROWS = 12
+# past this a GEMM on the dequantized weight (read once, multiplied at GEMM speed) wins. On the
+# SmolLM2-135M layers, one thread, AVX-512, CPU time (tools/bench/quant_linear.py): at 32 rows
+# the kernel took 0.84x (int8) and 0.59x (int4) of dequantize + F.linear on cache-resident
+# weights and 0.90x / 0.67x with 30 layers' weights streamed from L3; at 48 rows, cache-resident,
+# still 0.92x / 0.74x.
+MAX_NATIVE_ROWS = 32
 
 
 # Per quantized weight (by id, dropped when the weight is collected): the kernel's prepared form,
