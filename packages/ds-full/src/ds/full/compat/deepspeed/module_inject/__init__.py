@@ -8,5 +8,19 @@ from ds.full.compat.deepspeed.module_inject.autotp_config import (
     TPLayerSpec,
     merge_autotp_configs,
 )
+from ds.full.compat.deepspeed.module_inject.layers import (
+    LinearAllreduce,
+    LinearLayer,
+    set_autotp_mode,
+)
 
-__all__ = ["AutoTPConfig", "AutoTPPresets", "PartitionType", "TPLayerSpec", "merge_autotp_configs"]
+__all__ = [
+    "AutoTPConfig",
+    "AutoTPPresets",
+    "LinearAllreduce",
+    "LinearLayer",
+    "PartitionType",
+    "TPLayerSpec",
+    "merge_autotp_configs",
+    "set_autotp_mode",
+]
