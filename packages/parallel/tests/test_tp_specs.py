@@ -102,3 +102,9 @@ def test_specs_limited_to_a_model_type_apply_to_that_model_only() -> None:
     assert plan_for(model, cfg)["0.q_proj"].style == "colwise"
     model.config = SimpleNamespace(model_type="llama")
     assert plan_for(model, cfg)["0.q_proj"].style == "rowwise"
+
+
+def test_a_bad_layer_spec_is_one_config_error() -> None:
+    bad = {"layer_specs": [{"patterns": ["x"], "partition_type": "diagonal"}]}
+    with pytest.raises(ConfigError, match=r"partition_config.*'diagonal'"):
+        plan_for(nn.Sequential(_Block()), bad)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 
 log = get_logger(__name__)
@@ -234,7 +235,13 @@ def as_autotp_config(config: Any) -> AutoTPConfig | None:
     if isinstance(config, AutoTPConfig):
         return config
     if isinstance(config, Mapping) and "layer_specs" in config:
-        return AutoTPConfig.from_dict(config)
+        try:
+            return AutoTPConfig.from_dict(config)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ConfigError(
+                f"tensor_parallel.partition_config: {e}; each layer spec is {{'patterns': "
+                "[regex, ...], 'partition_type': 'column'|'row'|'skip'}"
+            ) from e
     return None
 
 
