@@ -4,7 +4,8 @@ Code written for DeepSpeed reads its engine's optimizer for training state: ``lo
 (the loss scaler: ``cur_scale``, ``cur_iter``, ``scale_window``, ...), ``_global_grad_norm`` (the
 last step's gradient norm), ``_get_norm_groups()`` (per-group gradient norms before the step) and,
 with the optimizer offloaded at stages 1-2, ``accumulated_grads_in_cpu`` (the host gradients the
-micro-steps accumulate into). Each is backed by the engine's own state.
+micro-steps accumulate into); at stages 1-2 ``bit16_groups_flat`` (each group's flat parameter
+buffer). Each is backed by the engine's own state.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def attach(engine: Any) -> None:
     opt._get_norm_groups = engine._grad_norm_groups
     if engine.config.zero.offload_optimizer_device == "cpu" and engine.config.stage in (1, 2):
         opt.accumulated_grads_in_cpu = HostGrads(engine.strategy)
+    if engine.config.stage in (1, 2):
+        # The flat buffers the parameters of each group are views into (one per group).
+        opt.bit16_groups_flat = [g.flat.flat for g in engine.strategy.groups]
 
 
 __all__ = ["HostGrads", "attach"]
