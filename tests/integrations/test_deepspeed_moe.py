@@ -44,9 +44,12 @@ def test_autoep_surface_routes_and_names_the_family_it_lacks() -> None:
 def test_initialize_binds_and_trains_layers_made_with_deepspeeds_autoep() -> None:
     from types import SimpleNamespace
 
+    import pytest
+
     import ds.full as ds
     from ds.full.compat.deepspeed.module_inject.auto_ep import AutoEP
     from ds.full.compat.deepspeed.module_inject.auto_ep_config import AutoEPConfig
+    from ds.interfaces.errors import ConfigError
 
     block = torch.nn.Module()
     block.gate = torch.nn.Linear(8, 4, bias=False)
@@ -58,14 +61,19 @@ def test_initialize_binds_and_trains_layers_made_with_deepspeeds_autoep() -> Non
     model.layers = torch.nn.ModuleList([torch.nn.Module()])
     model.layers[0].mlp = block
     auto = AutoEP(model, AutoEPConfig(enabled=True))
-    for spec in auto.ep_parser():
-        auto.replace_moe_layer(spec, ep_size=1, ep_rank=0)
+    (spec,) = auto.ep_parser()
     model.forward = lambda x: model.layers[0].mlp(x).pow(2).mean()
     config = {
         "train_micro_batch_size_per_gpu": 2,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
         "zero_optimization": {"stage": 1},
     }
+    source = model.layers[0].mlp
+    auto.replace_moe_layer(spec, ep_size=2, ep_rank=0)
+    with pytest.raises(ConfigError, match="autoep_size"):  # its experts could not be saved whole
+        ds.initialize(model=model, config=config)
+    model.layers[0].mlp = source
+    auto.replace_moe_layer(spec, ep_size=1, ep_rank=0)
     engine, *_ = ds.initialize(model=model, config=config)
     before = model.layers[0].mlp.experts.w1.detach().clone()
     engine.backward(engine(torch.randn(2, 3, 8)))

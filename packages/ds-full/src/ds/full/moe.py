@@ -51,6 +51,15 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
 
     # Layers made with DeepSpeed's AutoEP API (deepspeed.module_inject.auto_ep) before initialize.
     for layer in iter_autoep_layers(model):
+        if layer.ep_size > 1:
+            # Every rank's stacked experts carry the same names (experts.w1, ...): checkpoints
+            # and the 16-bit export, which key parameters by name, would keep one rank's.
+            raise ConfigError(
+                f"an AutoEPMoELayer with ep_size={layer.ep_size} (DeepSpeed's AutoEP API) under "
+                "ds.initialize: its experts cannot be saved whole; leave the model's MoE blocks "
+                "as they are and set expert_parallel.autoep_size (ds's AutoEP names experts by "
+                "global index), or build the layers with ep_size=1"
+            )
         layer.bind(comm)
         blocks.append(layer)
     layers = moe_layers(model)
