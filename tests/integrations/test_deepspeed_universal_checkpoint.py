@@ -35,7 +35,7 @@ def test_parallel_degrees_recorded_from_the_mpu() -> None:
 
 
 def test_universal_entry_loads_into_a_row_parallel_fragment(tmp_path: Path) -> None:
-    from ds.full.compat.deepspeed.checkpoint.universal_checkpoint import enable_universal_checkpoint
+    from ds.full.compat.deepspeed.checkpoint import enable_universal_checkpoint
 
     full = torch.arange(32.0).view(4, 8)
     torch.save({"param": full, "cat_dim": 1}, tmp_path / "fp32.pt")

@@ -9,6 +9,10 @@ from ds.full.compat.deepspeed.checkpoint.reshape_3d_utils import (
 )
 from ds.full.compat.deepspeed.checkpoint.reshape_meg_2d import reshape_meg_2d_parallel
 from ds.full.compat.deepspeed.checkpoint.reshape_utils import merge_state
+from ds.full.compat.deepspeed.checkpoint.universal_checkpoint import (
+    SubparamShape,
+    enable_universal_checkpoint,
+)
 from ds.full.compat.deepspeed.checkpoint.utils import (
     get_layer_ckpt_name_for_rank,
     get_model_ckpt_name_for_rank,
@@ -18,8 +22,10 @@ from ds.full.compat.deepspeed.checkpoint.zero_checkpoint import ZeROCheckpoint
 
 __all__ = [
     "DeepSpeedCheckpoint",
+    "SubparamShape",
     "ZeROCheckpoint",
     "constants",
+    "enable_universal_checkpoint",
     "get_layer_ckpt_name_for_rank",
     "get_model_3d_descriptor",
     "get_model_ckpt_name_for_rank",
