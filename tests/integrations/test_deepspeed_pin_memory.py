@@ -6,6 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ds.accel.locked_host import lock_failure
+
+
+@pytest.fixture(autouse=True)
+def _can_lock() -> None:
+    if (why := lock_failure()) is not None:  # a memlock limit too low for the test
+        pytest.skip(why)
+
 
 def test_accelerator_pins_natively_when_selected(monkeypatch: pytest.MonkeyPatch) -> None:
     from ds.full.compat.deepspeed.accelerator import get_accelerator

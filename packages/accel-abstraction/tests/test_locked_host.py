@@ -7,9 +7,16 @@ import gc
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
-from ds.accel.locked_host import LockedHostMemory
+from ds.accel.locked_host import LockedHostMemory, lock_failure
+
+
+@pytest.fixture(autouse=True)
+def _can_lock() -> None:
+    if (why := lock_failure()) is not None:  # a memlock limit too low for the test
+        pytest.skip(why)
 
 
 def _locked_kib() -> int:

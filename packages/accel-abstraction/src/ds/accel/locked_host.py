@@ -113,6 +113,16 @@ class LockedHostMemory:
             return next((b for b, e in self.ranges.items() if b <= ptr < max(e, b + 1)), None)
 
 
+def lock_failure(nbytes: int = 16 * 1024) -> str | None:
+    """Why locking ``nbytes`` of host memory fails in this process (the memlock limit, most
+    often), or None when it works."""
+    try:
+        LockedHostMemory().alloc(nbytes, torch.uint8)
+    except AcceleratorError as e:
+        return str(e)
+    return None
+
+
 def _storageless(tensor: torch.Tensor) -> bool:
     """Fake (tracing) tensors have no memory to look at."""
     try:
@@ -122,4 +132,4 @@ def _storageless(tensor: torch.Tensor) -> bool:
     return bool(is_fake(tensor))
 
 
-__all__ = ["LockedHostMemory"]
+__all__ = ["LockedHostMemory", "lock_failure"]
