@@ -74,3 +74,14 @@ def test_ops_aio_names_the_async_io_builder() -> None:
     from ds.full.compat.deepspeed.ops.op_builder import AsyncIOBuilder as from_builders
 
     assert AsyncIOBuilder is from_builders
+
+
+def test_parameter_offload_names_the_parameter_container() -> None:
+    from ds.full.compat.deepspeed.runtime.zero.parameter_offload import (
+        ZeROOrderedDict,
+        ensure_zero_ordered_dict,
+    )
+
+    lin = torch.nn.Linear(2, 2)
+    ensure_zero_ordered_dict(lin)
+    assert isinstance(lin._parameters, ZeROOrderedDict) and "weight" in lin._parameters

@@ -22,6 +22,7 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.external import external_parameters, register_external_parameter
+from ds.zero.stage3.external_access import ExternalAccess, uninstall
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.heap import release_free_heap
 from ds.zero.stage3.leaf import z3_leaf_module
@@ -54,7 +55,7 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     return []
 
 
-class Stage3Partitioner:
+class Stage3Partitioner(ExternalAccess):
     """Partitions ``module``'s parameters across ranks and manages their gathered lifetime."""
 
     def __init__(
@@ -117,6 +118,7 @@ class Stage3Partitioner:
         self._pos = 0
         self._direct: dict[int, list[torch.nn.Parameter]] = {}
         self._hooks: list[Any] = []
+        self._hooked: set[int] = set()
         self.acct.total_bytes = sum(shard_of(p).full_bytes for p in self.params)
         for p in self.params:
             s = shard_of(p)
@@ -177,12 +179,12 @@ class Stage3Partitioner:
             if not own:
                 continue
             self._direct[id(m)] = list(dict.fromkeys(own))
-            self._hooks.append(m.register_forward_pre_hook(self._pre_forward))
-            self._hooks.append(m.register_forward_hook(self._post_forward))
+            self._hook(m)
         for p in self.params:
             if p.requires_grad:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
         self._hooks.append(self.module._register_state_dict_hook(self._full_state_dict))
+        self._watch()
 
     def _full_state_dict(
         self, module: torch.nn.Module, state: dict[str, Any], prefix: str, meta: Any
@@ -206,15 +208,18 @@ class Stage3Partitioner:
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
+        uninstall(self.module)
         unpatch_linears(self._patched)
         self.module.__dict__.pop("_ds_stage3", None)
 
     def _pre_forward(self, module: torch.nn.Module, args: Any) -> None:
+        self._enter(module)
         self.fetch(module, "forward")
         for p in self._direct[id(module)]:
             self._in_use[id(p)] = self._in_use.get(id(p), 0) + 1
 
     def _post_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self._leave(module)
         for p in self._direct[id(module)]:
             self._in_use[id(p)] -= 1
         if not self._reused_soon(module):

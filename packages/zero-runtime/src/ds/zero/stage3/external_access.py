@@ -1,0 +1,135 @@
+"""Parameters a forward reads from another module, found as they are read.
+
+Stage 3 gathers a module's own parameters around its forward; a forward that reads another
+module's weight (``F.linear(x, self.other.weight)``, a tied head) would find it released.
+:func:`register_external_parameter` declares such reads up front; this finds them without it.
+Every module under the engine reads its parameters through a :class:`ZeroParamDict` (its
+``_parameters``, which is where ``module.weight`` looks); reading a released, partitioned
+parameter while a module runs forward gathers it there and then, and makes it one of that
+module's parameters from now on: released after the module's forward, gathered again for its
+backward and, on later steps, before its forward.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Any, Protocol
+
+import torch
+
+
+class _Owner(Protocol):
+    def on_param_access(self, param: torch.nn.Parameter) -> None: ...
+
+
+class ZeroParamDict(OrderedDict[str, Any]):
+    """A module's ``_parameters`` that reports reads to the stage-3 engine owning it."""
+
+    def __init__(self, parent_module: Any = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parent_module = parent_module
+        self._in_forward = False
+        self._owner: weakref.ref[Any] | None = None
+
+    def __reduce__(self) -> Any:
+        # The engine reference stays behind (a copy or pickle belongs to no engine).
+        cls, args, state, items, mapping = super().__reduce__()
+        state = {k: v for k, v in (state or {}).items() if k != "_owner"}
+        return cls, args, state, items, mapping
+
+    def __getitem__(self, key: str) -> Any:
+        param = super().__getitem__(key)
+        owner = self._owner() if self._owner is not None else None
+        if owner is not None and param is not None:
+            owner.on_param_access(param)
+        return param
+
+
+def ensure_param_dict(module: Any, owner: _Owner | None = None) -> None:
+    """Give ``module`` a :class:`ZeroParamDict` (keeping the first container it replaces as
+    ``module._original_parameters``), reporting to ``owner`` when given. Objects without
+    ``_parameters`` are left alone."""
+    params = getattr(module, "_parameters", None)
+    if params is None:
+        return
+    if not isinstance(params, ZeroParamDict):
+        if not hasattr(module, "_original_parameters"):
+            module._original_parameters = params
+        converted = ZeroParamDict(parent_module=module)
+        converted.update(params)
+        module._parameters = params = converted
+    if owner is not None:
+        params._owner = weakref.ref(owner)
+
+
+def install(root: torch.nn.Module, owner: _Owner) -> None:
+    for m in root.modules():
+        ensure_param_dict(m, owner)
+
+
+def uninstall(root: torch.nn.Module) -> None:
+    for m in root.modules():
+        params = m.__dict__.get("_parameters")
+        if isinstance(params, ZeroParamDict):
+            params._owner = None
+
+
+class ExternalAccess:
+    """The stage-3 partitioner's side: which module is running forward, and adopting a released
+    parameter read there. Mixed into ``Stage3Partitioner`` (whose state it uses)."""
+
+    module: torch.nn.Module
+    _direct: dict[int, list[torch.nn.Parameter]]
+    _in_use: dict[int, int]
+    _hooks: list[Any]
+    _held: int
+    coll: Any
+
+    def _hook(self, m: torch.nn.Module) -> None:
+        self._hooked.add(id(m))
+        self._hooks.append(m.register_forward_pre_hook(self._pre_forward))  # type: ignore[attr-defined]
+        self._hooks.append(m.register_forward_hook(self._post_forward))  # type: ignore[attr-defined]
+
+    def _watch(self) -> None:
+        """Install the parameter dicts; the root always tracks its forward (a forward without
+        own parameters may still read others')."""
+        self._running: list[torch.nn.Module] = []
+        install(self.module, self)
+        if id(self.module) not in self._hooked:
+            root = self.module
+            self._hooks.append(root.register_forward_pre_hook(lambda m, a: self._enter(m)))
+            self._hooks.append(root.register_forward_hook(lambda m, a, o: self._leave(m)))
+
+    def _enter(self, m: torch.nn.Module) -> None:
+        if m is self.module:
+            install(m, self)  # submodules attached after the engine was built
+        self._running.append(m)
+
+    def _leave(self, m: torch.nn.Module) -> None:
+        if self._running and self._running[-1] is m:
+            self._running.pop()
+
+    def on_param_access(self, param: torch.nn.Parameter) -> None:
+        from ds.zero.stage3.shard import ParamStatus
+
+        s = getattr(param, "ds_shard", None)
+        if (
+            not self._running
+            or self._held
+            or s is None
+            or s.status is not ParamStatus.NOT_AVAILABLE
+        ):
+            return
+        m = self._running[-1]
+        own = self._direct.setdefault(id(m), [])
+        if id(m) not in self._hooked:
+            self._hook(m)
+        if all(q is not param for q in own):
+            own.append(param)
+        self.coll.context = f"forward of {type(m).__name__} (reads {s.name or s.ds_id})"
+        self._gather([param]).wait()  # type: ignore[attr-defined]
+        self._in_use[id(param)] = self._in_use.get(id(param), 0) + 1
+
+
+__all__ = ["ExternalAccess", "ZeroParamDict", "ensure_param_dict", "install", "uninstall"]

@@ -1,0 +1,58 @@
+"""Stage 3 finds parameters a forward reads from another module as they are read: the first
+step gathers them there, later steps fetch them with the reading module, and the gradients equal
+the unpartitioned model's."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from _stage3 import stage3
+from torch import nn
+
+from ds.zero.stage3 import ParamStatus, shard_of
+from ds.zero.stage3.external_access import ZeroParamDict, ensure_param_dict
+
+
+class ReadsOther(nn.Module):
+    def __init__(self, d: int = 6) -> None:
+        super().__init__()
+        self.a = nn.Linear(d, d)
+        self.b = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.b(self.a(x))
+        return nn.functional.linear(h, self.a.weight).sum()  # a's weight, after a released it
+
+
+def test_forward_reading_another_modules_weight() -> None:
+    torch.manual_seed(0)
+    model = ReadsOther()
+    ref = copy.deepcopy(model)
+    eng = stage3(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), stage3_param_persistence_threshold=0
+    )
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):
+        x = torch.randn(2, 6)
+        loss = eng(x)
+        eng.backward(loss)
+        eng.step()
+        ref_opt.zero_grad()
+        want = ref(x)
+        want.backward()
+        ref_opt.step()
+        torch.testing.assert_close(loss, want)
+    assert all(shard_of(p).status is ParamStatus.NOT_AVAILABLE for p in model.parameters())
+    assert isinstance(model.a._parameters, ZeroParamDict)
+
+
+def test_param_dict_conversion_keeps_the_original() -> None:
+    lin = nn.Linear(2, 2)
+    first = lin._parameters
+    ensure_param_dict(lin)
+    converted = lin._parameters
+    ensure_param_dict(lin)
+    assert lin._parameters is converted and lin._original_parameters is first
+    assert list(converted) == ["weight", "bias"] and converted["weight"] is lin.weight
+    ensure_param_dict(object())  # nothing to convert
