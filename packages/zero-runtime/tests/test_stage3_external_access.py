@@ -56,3 +56,39 @@ def test_param_dict_conversion_keeps_the_original() -> None:
     assert lin._parameters is converted and lin._original_parameters is first
     assert list(converted) == ["weight", "bias"] and converted["weight"] is lin.weight
     ensure_param_dict(object())  # nothing to convert
+
+
+class ReturnsBias(nn.Linear):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        return nn.functional.linear(x, self.weight), self.bias
+
+
+class AddsReturnedBias(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ReturnsBias(4, 4)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, bias = self.inner(x)
+        return self.head(torch.tanh(out + bias)).sum()
+
+
+def test_parameter_returned_by_a_module_stays_whole_for_its_caller() -> None:
+    torch.manual_seed(0)
+    model = AddsReturnedBias()
+    ref = copy.deepcopy(model)
+    eng = stage3(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), stage3_param_persistence_threshold=0
+    )
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        x = torch.randn(3, 4)
+        loss = eng(x)
+        eng.backward(loss)
+        eng.step()
+        ref_opt.zero_grad()
+        want = ref(x)
+        want.backward()
+        ref_opt.step()
+        torch.testing.assert_close(loss, want)

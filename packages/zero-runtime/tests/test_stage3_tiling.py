@@ -50,3 +50,15 @@ def test_tiles_under_stage3() -> None:
     stage3(model, torch.optim.SGD(model.parameters(), lr=0.0), stage3_param_persistence_threshold=0)
     assert model.linears[0][0].weight.numel() == 0  # partitioned
     torch.testing.assert_close(model(x), want)
+
+
+def test_return_bias_tiles_under_stage3() -> None:
+    torch.manual_seed(0)
+    base = torch.nn.Linear(6, 4)
+    model = TiledLinearReturnBias(6, 4, in_splits=2, out_splits=2, linear_cls=_WithBias)
+    model.copy_params_from(base)
+    x = torch.randn(3, 6)
+    stage3(model, torch.optim.SGD(model.parameters(), lr=0.0), stage3_param_persistence_threshold=0)
+    out, bias = model(x)  # each tile hands its bias back to the tiled layer
+    torch.testing.assert_close(out, x @ base.weight.t())
+    torch.testing.assert_close(bias, base.bias)

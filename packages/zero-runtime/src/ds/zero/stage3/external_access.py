@@ -122,14 +122,38 @@ class ExternalAccess:
         ):
             return
         m = self._running[-1]
+        self._adopt(m, param)
+        self.coll.context = f"forward of {type(m).__name__} (reads {s.name or s.ds_id})"
+        self._gather([param]).wait()  # type: ignore[attr-defined]
+
+    def adopt_returned(self, module: torch.nn.Module, output: Any) -> None:
+        """A module that returns one of its own parameters (a linear handing back its bias for
+        the caller to add) hands it to the module that called it: it stays gathered until that
+        module's forward ends, and is gathered again for its backward."""
+        if not self._running or self._held:
+            return
+        own = self._direct.get(id(module), [])
+        for t in _tensors_in(output):
+            if any(t is p for p in own):
+                self._adopt(self._running[-1], t)  # type: ignore[arg-type]
+
+    def _adopt(self, m: torch.nn.Module, param: torch.nn.Parameter) -> None:
         own = self._direct.setdefault(id(m), [])
         if id(m) not in self._hooked:
             self._hook(m)
         if all(q is not param for q in own):
             own.append(param)
-        self.coll.context = f"forward of {type(m).__name__} (reads {s.name or s.ds_id})"
-        self._gather([param]).wait()  # type: ignore[attr-defined]
         self._in_use[id(param)] = self._in_use.get(id(param), 0) + 1
+
+
+def _tensors_in(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_in(v)]
+    return []
 
 
 __all__ = ["ExternalAccess", "ZeroParamDict", "ensure_param_dict", "install", "uninstall"]

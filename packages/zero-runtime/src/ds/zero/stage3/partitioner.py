@@ -220,6 +220,7 @@ class Stage3Partitioner(ExternalAccess):
 
     def _post_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._leave(module)
+        self.adopt_returned(module, output)
         for p in self._direct[id(module)]:
             self._in_use[id(p)] -= 1
         if not self._reused_soon(module):
