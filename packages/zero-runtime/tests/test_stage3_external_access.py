@@ -5,6 +5,7 @@ the unpartitioned model's."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from _stage3 import stage3
@@ -25,16 +26,17 @@ class ReadsOther(nn.Module):
         return nn.functional.linear(h, self.a.weight).sum()  # a's weight, after a released it
 
 
-def test_forward_reading_another_modules_weight() -> None:
+def _matches_torch(model: nn.Module, steps: int, make_x: Any) -> None:
+    """Train ``model`` under stage 3 and a copy with plain torch on the same batches; the
+    losses must agree step by step."""
     torch.manual_seed(0)
-    model = ReadsOther()
     ref = copy.deepcopy(model)
     eng = stage3(
         model, torch.optim.SGD(model.parameters(), lr=0.1), stage3_param_persistence_threshold=0
     )
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for _ in range(3):
-        x = torch.randn(2, 6)
+    for _ in range(steps):
+        x = make_x()
         loss = eng(x)
         eng.backward(loss)
         eng.step()
@@ -43,6 +45,12 @@ def test_forward_reading_another_modules_weight() -> None:
         want.backward()
         ref_opt.step()
         torch.testing.assert_close(loss, want)
+
+
+def test_forward_reading_another_modules_weight() -> None:
+    torch.manual_seed(0)
+    model = ReadsOther()
+    _matches_torch(model, 3, lambda: torch.randn(2, 6))
     assert all(shard_of(p).status is ParamStatus.NOT_AVAILABLE for p in model.parameters())
     assert isinstance(model.a._parameters, ZeroParamDict)
 
@@ -76,19 +84,4 @@ class AddsReturnedBias(nn.Module):
 
 def test_parameter_returned_by_a_module_stays_whole_for_its_caller() -> None:
     torch.manual_seed(0)
-    model = AddsReturnedBias()
-    ref = copy.deepcopy(model)
-    eng = stage3(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), stage3_param_persistence_threshold=0
-    )
-    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    for _ in range(2):
-        x = torch.randn(3, 4)
-        loss = eng(x)
-        eng.backward(loss)
-        eng.step()
-        ref_opt.zero_grad()
-        want = ref(x)
-        want.backward()
-        ref_opt.step()
-        torch.testing.assert_close(loss, want)
+    _matches_torch(AddsReturnedBias(), 2, lambda: torch.randn(3, 4))

@@ -133,7 +133,7 @@ class ExternalAccess:
         if not self._running or self._held:
             return
         own = self._direct.get(id(module), [])
-        for t in _tensors_in(output):
+        for t in tensors_in(output):
             if any(t is p for p in own):
                 self._adopt(self._running[-1], t)  # type: ignore[arg-type]
 
@@ -146,14 +146,22 @@ class ExternalAccess:
         self._in_use[id(param)] = self._in_use.get(id(param), 0) + 1
 
 
-def _tensors_in(value: Any) -> list[torch.Tensor]:
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors in a module's output (nested tuples, lists and dicts)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors_in(v)]
+        return [t for v in value for t in tensors_in(v)]
     if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors_in(v)]
+        return [t for v in value.values() for t in tensors_in(v)]
     return []
 
 
-__all__ = ["ExternalAccess", "ZeroParamDict", "ensure_param_dict", "install", "uninstall"]
+__all__ = [
+    "ExternalAccess",
+    "ZeroParamDict",
+    "ensure_param_dict",
+    "install",
+    "tensors_in",
+    "uninstall",
+]

@@ -22,7 +22,7 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.external import external_parameters, register_external_parameter
-from ds.zero.stage3.external_access import ExternalAccess, uninstall
+from ds.zero.stage3.external_access import ExternalAccess, tensors_in, uninstall
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.heap import release_free_heap
 from ds.zero.stage3.leaf import z3_leaf_module
@@ -43,16 +43,6 @@ __all__ = [
     "external_parameters",
     "register_external_parameter",
 ]
-
-
-def _tensors(obj: Any) -> list[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
 
 
 class Stage3Partitioner(ExternalAccess):
@@ -226,7 +216,7 @@ class Stage3Partitioner(ExternalAccess):
         if not self._reused_soon(module):
             self.release(self._direct[id(module)])
         if torch.is_grad_enabled():
-            outs = [t for t in _tensors(output) if t.requires_grad]
+            outs = [t for t in tensors_in(output) if t.requires_grad]
             if outs:
                 torch.autograd.graph.register_multi_grad_hook(
                     outs, lambda _grads: self.fetch(module, "backward"), mode="any"
