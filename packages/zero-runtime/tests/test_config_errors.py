@@ -309,3 +309,12 @@ def test_json_string_and_path_and_dict_agree(tmp_path: Any) -> None:
     a, b, c = load_config(data), load_config(json.dumps(data)), load_config(str(path))
     assert a == b == c
     assert a.zero_optimization.reduce_bucket_size == 500_000_000
+
+
+def test_a_key_given_twice_is_refused_in_a_file_and_a_string(tmp_path: Any) -> None:
+    text = '{"train_batch_size": 8, "zero_optimization": {"stage": 1, "stage": 3}}'
+    path = tmp_path / "c.json"
+    path.write_text(text)
+    for source in (text, str(path)):
+        with pytest.raises(ConfigError, match="'stage' is given twice"):
+            load_config(source)

@@ -98,7 +98,7 @@ def _read(source: ConfigSource) -> dict[str, Any]:
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"config JSON string is malformed: {exc}") from None
     else:
@@ -114,12 +114,23 @@ def _read(source: ConfigSource) -> dict[str, Any]:
     return data
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A key given twice silently keeps the last value in plain JSON; DeepSpeed refuses it, and a
+    # duplicated section is almost always an edit that went wrong.
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"config key {key!r} is given twice; keep one")
+        out[key] = value
+    return out
+
+
 def _read_file(path: Path) -> Any:
     """JSON, or HJSON (DeepSpeed reads config files with hjson: comments, unquoted keys) when the
     file is not JSON and the hjson package is installed."""
     text = path.read_text()
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         error = exc
     try:
@@ -130,7 +141,7 @@ def _read_file(path: Path) -> Any:
             "hjson package: pip install hjson)"
         ) from None
     try:
-        return hjson.loads(text, object_pairs_hook=dict)
+        return hjson.loads(text, object_pairs_hook=_unique_keys)
     except hjson.HjsonDecodeError as exc:
         raise ConfigError(f"config file {str(path)!r} is neither JSON nor HJSON: {exc}") from None
 
