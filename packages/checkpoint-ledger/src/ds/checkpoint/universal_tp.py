@@ -19,8 +19,17 @@ from typing import Any
 
 import torch
 
-VERSION_KEY = "universal_checkpoint_version"
-VERSION = 0.4
+from ds.interfaces.tp_layout import (
+    REPLICATED,
+    ROW_PARALLEL,
+    SHARD_WIDTHS,
+    UNSUPPORTED,
+    VERSION,
+    VERSION_KEY,
+    VOCABULARY,
+    WITH_SUB_PARAMS,
+)
+
 # the version from which fused parameters record their per-rank widths
 WIDTHS_VERSION = 0.4
 PARAM = "param"
@@ -28,14 +37,8 @@ CAT_DIM = "cat_dim"
 VOCAB_TENSOR = "vocab_tensor"
 PARAM_N_SUB_PARAMS = "param_n_sub_params"
 SUB_PARAM_SHAPE = "sub_param_shape"
-REPLICATED = "tp_replicated_parameter_patterns"
 AVERAGED = "parameter_to_average_patterns"
-ROW_PARALLEL = "parameter_with_row_parallelism_patterns"
-VOCABULARY = "vocabulary_parameter_patterns"
 TWO_SUB_PARAMS_DIM0 = "parameter_with_2_sub_params_cat_dim_0"
-WITH_SUB_PARAMS = "parameter_with_sub_params"
-SHARD_WIDTHS = "sub_param_shard_widths"
-UNSUPPORTED = "autotp_unsupported_parameter_patterns"
 AFFINE_MAP = "affine_map"
 
 
@@ -247,6 +250,8 @@ def merge_tp_param(
 
 
 __all__ = [
+    "VERSION",
+    "VERSION_KEY",
     "SubparamShape",
     "all_patterns",
     "check_conversion_supported",

@@ -24,6 +24,7 @@ from torch import nn
 from ds.interfaces.parallel import TP_DIM_ATTR, TP_FUSED_ATTR, split_slice
 
 from ._collectives import TPGroup, copy_to_tp, gather_from_tp, reduce_from_tp
+from .uc_layout import full_shape
 
 
 def shard(t: torch.Tensor, dim: int, tp: TPGroup, fused: int = 1) -> torch.Tensor:
@@ -85,9 +86,10 @@ class ColumnParallelLinear(_SlicedLinear):
         self.gather_output = gather_output
         self.fused = fused
         out_dim = 1 if transposed else 0
-        self.in_features = weight.shape[0 if transposed else 1]
-        self.out_features = weight.shape[out_dim] * tp.size  # the full width
-        self.local_out_features = weight.shape[out_dim]
+        shape = full_shape(weight)
+        self.in_features = shape[0 if transposed else 1]
+        self.out_features = shape[out_dim] * tp.size  # the full width
+        self.local_out_features = shape[out_dim]
 
     @classmethod
     def from_module(
@@ -135,9 +137,10 @@ class RowParallelLinear(_SlicedLinear):
     ) -> None:
         super().__init__(weight, bias, tp, transposed)
         in_dim = 0 if transposed else 1
-        self.in_features = weight.shape[in_dim] * tp.size
-        self.local_in_features = weight.shape[in_dim]
-        self.out_features = weight.shape[1 if transposed else 0]
+        shape = full_shape(weight)
+        self.in_features = shape[in_dim] * tp.size
+        self.local_in_features = shape[in_dim]
+        self.out_features = shape[1 if transposed else 0]
 
     @classmethod
     def from_module(

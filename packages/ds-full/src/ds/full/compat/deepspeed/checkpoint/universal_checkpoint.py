@@ -17,8 +17,8 @@ from ds.checkpoint.universal_slice import autotp_rank_slice, layout_rank_slice, 
 from ds.checkpoint.universal_slice import narrow_sub_params as _narrow_sub_params  # noqa: F401
 from ds.checkpoint.universal_tp import PARAM, VOCAB_TENSOR, SubparamShape
 from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
+from ds.interfaces.tp_layout import UC_META_ATTR as DS_AUTOTP_UC_META
 
-DS_AUTOTP_UC_META = "ds_autotp_universal_checkpoint_meta"
 DS_AUTOEP_UC_META = "ds_autoep_uc_meta"
 EP_IS_EXPERT_PARAM = "is_expert_param"
 EP_NUM_EXPERTS = "ep_num_experts"

@@ -1,7 +1,10 @@
 """``deepspeed.module_inject.layers``: tensor-parallel linear layers built from a module and the
 TP group (:mod:`ds.parallel.tp.layers`). ``LinearLayer`` splits the output features (column
 parallel; ``gather_output`` all-gathers the result), ``LinearAllreduce`` the input features (row
-parallel, output all-reduced)."""
+parallel, output all-reduced); the fused-weight layers cut per sub-parameter. Every parameter
+carries its universal-checkpoint record (:mod:`ds.parallel.tp.uc_layout`), and
+``collect_autotp_universal_checkpoint_info`` gathers the model's ``universal_checkpoint_info``
+from them."""
 
 from __future__ import annotations
 
@@ -9,26 +12,35 @@ from typing import Any
 
 from torch import nn
 
-from ds.parallel.tp import ColumnParallelLinear, RowParallelLinear, TPGroup, tp_group_of
+from ds.full.compat.deepspeed.module_inject.sub_param_layers import (
+    GateUpPack_LinearLayer,
+    SubParamLinearAllreduce,
+    SubParamLinearLayer,
+    _subparam_shard_widths,
+    fused_LinearLayer,
+)
+from ds.full.compat.deepspeed.module_inject.tp_linear import (
+    LinearAllreduce,
+    LinearLayer,
+    LmHeadLinearAllreduce,
+    TensorParallel_Layer,
+    Yuan_LinearAllreduce,
+    Yuan_LinearLayer,
+    tp_group,
+)
+from ds.parallel.tp.uc_layout import collect_universal_info
+from ds.parallel.tp.uc_layout import conversion_view as _get_param_uc_conversion_meta
+from ds.parallel.tp.uc_layout import layout_record as _build_param_uc_restore_meta
 
 
-def tp_group(mp_group: Any, mp_size: int | None = None) -> TPGroup:
-    """The TP group as ds's layers see it: ``mp_group`` on the job's communicator (None: the
-    whole world); a group of one for ``mp_size=1``, or when no group is named and the job has
-    no communicator."""
-    if isinstance(mp_group, TPGroup):
-        return mp_group
-    from ds import comm as dist
-
-    alone = mp_group is None and mp_size is None and not dist.is_initialized()
-    if mp_size == 1 or alone:
-        return TPGroup(None, mp_group, 1, 0)
-    if not dist.is_initialized():
-        raise RuntimeError(
-            f"a tensor-parallel size of {mp_size} needs the job's communicator; call "
-            "deepspeed.init_distributed() first"
-        )
-    return tp_group_of(mp_group, dist.get_communicator())
+def collect_autotp_universal_checkpoint_info(model: nn.Module) -> dict[str, Any]:
+    """The model's ``universal_checkpoint_info``: each TP layer first records its parameters
+    again (their slices may have changed since it was built), then the records are gathered."""
+    for module in model.modules():
+        refresh = getattr(module, "_mark_uc_metadata", None)
+        if refresh is not None:
+            refresh()
+    return collect_universal_info(model)
 
 
 # Whether AutoTP builds layers for training (groups from deepspeed.utils.groups) or for
@@ -51,38 +63,21 @@ def get_auto_tp_mode() -> Any:
     return AUTOTP_MODE.TRAINING if _TRAINING else AUTOTP_MODE.INFERENCE
 
 
-class LinearLayer(ColumnParallelLinear):
-    def __init__(
-        self,
-        module: nn.Module,
-        mp_group: Any = None,
-        *,
-        name: str | None = None,
-        gather_output: bool = False,
-        fused: int = 1,
-        **_: Any,
-    ) -> None:
-        tp = tp_group(mp_group)
-        built = ColumnParallelLinear.from_module(
-            module, tp, gather_output=gather_output, fused=fused
-        )
-        super().__init__(built.weight, built.bias, tp, gather_output=gather_output, fused=fused)
-        self.name = name
-
-
-class LinearAllreduce(RowParallelLinear):
-    def __init__(
-        self, module: nn.Module, mp_group: Any = None, *, name: str | None = None, **_: Any
-    ) -> None:
-        tp = tp_group(mp_group)
-        built = RowParallelLinear.from_module(module, tp)
-        super().__init__(built.weight, built.bias, tp, transposed=False)
-        self.name = name
-
-
 __all__ = [
+    "GateUpPack_LinearLayer",
     "LinearAllreduce",
     "LinearLayer",
+    "LmHeadLinearAllreduce",
+    "SubParamLinearAllreduce",
+    "SubParamLinearLayer",
+    "TensorParallel_Layer",
+    "Yuan_LinearAllreduce",
+    "Yuan_LinearLayer",
+    "_build_param_uc_restore_meta",
+    "_get_param_uc_conversion_meta",
+    "_subparam_shard_widths",
+    "collect_autotp_universal_checkpoint_info",
+    "fused_LinearLayer",
     "get_auto_tp_mode",
     "is_autotp_training_mode",
     "set_autotp_mode",
