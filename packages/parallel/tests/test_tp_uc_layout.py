@@ -15,7 +15,7 @@ from ds.interfaces.tp_layout import (
     VOCABULARY,
     WITH_SUB_PARAMS,
 )
-from ds.parallel.tp import sub_params, uc_layout
+from ds.parallel.tp import TPGroup, sub_params, uc_layout
 from ds.parallel.tp.fused_qkv import fused_kind, fused_sub_param_sizes
 
 
@@ -129,3 +129,21 @@ def test_fused_qkv_packings() -> None:
     assert fused_sub_param_sizes(fused_kind(GLMBlock()), (12, 4)) == (4, 4, 4)
     assert fused_sub_param_sizes("glm", (16, 8), num_kv_heads=2, n_embd=8) == (8, 4, 4)
     assert fused_sub_param_sizes("phi3", (16, 8), 2, None, 4) == (8, 4, 4)
+
+
+def test_gather_pads_uneven_pieces_and_trims_them() -> None:
+    sizes, tp = (5, 3), 2
+    widths = sub_params.shard_widths(sizes, tp)  # [[3, 2], [2, 1]]: 5 rows on rank 0, 3 on 1
+    whole = torch.arange(8 * 2.0).view(8, 2)
+    pieces = [sub_params.cut(whole, 0, sizes, widths, r) for r in range(tp)]
+
+    class Comm:
+        # every rank sends its piece padded to the widest, as the all-gather receives them
+        def all_gather(self, parts: list, t: torch.Tensor, group: object = None) -> None:
+            for r, part in enumerate(parts):
+                part.zero_()
+                part[: pieces[r].shape[0]] = pieces[r]
+                assert part.shape == t.shape
+
+    gathered = sub_params.gather(pieces[1], 0, widths, TPGroup(Comm(), None, tp, 1))
+    assert torch.equal(gathered, whole)
