@@ -53,7 +53,7 @@ def test_names_map_onto_ds() -> None:
     assert deepspeed._ds_initialize is ds.full.initialize
     assert deepspeed.init_distributed is ds.full.init_distributed
     assert deepspeed.DeepSpeedEngine is ZeroEngine
-    assert deepspeed.zero.Init is ds.zero.Init
+    assert issubclass(deepspeed.zero.Init, ds.zero.Init)  # with DeepSpeed's argument order
     assert deepspeed.zero.GatheredParameters is ds.zero.GatheredParameters
     assert deepspeed.comm.all_reduce is ds.comm.all_reduce
     assert deepspeed.checkpointing.checkpoint is ds.zero.checkpointing.checkpoint

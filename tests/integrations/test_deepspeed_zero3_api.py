@@ -50,6 +50,7 @@ def test_zero_init_reads_deepspeed_arguments(tmp_path: Path) -> None:
     assert zero_init._dtype(cfg, None) is torch.bfloat16
     assert zero_init._dtype({"zero_optimization": {"stage": 3}}, None) is torch.float32
     assert zero_init._dtype(None, torch.float32) is torch.float32
+    assert zero_init._dtype(None, None) is None  # no config: parameters keep their dtype
     assert pp.Init is zero_init.Init and pp.partitioned_param_data_shape == [0]
     assert "WORLD_SIZE=2" in pp._contradicting_single_rank_pg_error(1, None, {"WORLD_SIZE": "2"})
 

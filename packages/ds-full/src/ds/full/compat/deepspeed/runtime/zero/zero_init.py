@@ -3,8 +3,8 @@
 What DeepSpeed's Init decides from its arguments, this decides the same way before handing over
 to ds.zero.Init: the config may come as ``config_dict_or_path`` or the older ``config``, as a
 dict or a JSON file; the parameters' dtype is the given one, else the config's precision (bf16,
-fp16, else fp32), else, with no config at all, fp16 where the accelerator has it (DeepSpeed's
-default); the process group is set up from the launcher's environment when nothing set it up
+fp16, else fp32), else, with no config at all, the dtype they are built in (DeepSpeed would
+make them fp16); the process group is set up from the launcher's environment when nothing set it up
 yet. Parameters built inside carry DeepSpeed's attributes (``ds_id``, ``ds_status``,
 ``ds_tensor``, ``ds_numel``, ``ds_shape``, ``ds_persist``).
 """
@@ -39,16 +39,11 @@ def _enabled(cfg: Mapping[str, Any], key: str) -> bool:
     return isinstance(section, Mapping) and bool(section.get("enabled", False))
 
 
-def _dtype(cfg: Mapping[str, Any] | None, dtype: torch.dtype | None) -> torch.dtype:
-    if dtype is not None:
+def _dtype(cfg: Mapping[str, Any] | None, dtype: torch.dtype | None) -> torch.dtype | None:
+    # Without a config (and no dtype) the parameters keep the dtype they are built in; DeepSpeed
+    # would make them fp16, which an fp32 engine config then cannot train.
+    if dtype is not None or cfg is None:
         return dtype
-    if cfg is None:
-        from ds.full.compat.deepspeed.accelerator import get_accelerator
-
-        acc = get_accelerator()
-        if acc.is_fp16_supported():
-            return torch.float16
-        return torch.bfloat16 if acc.is_bf16_supported() else torch.float32
     if _enabled(cfg, "bf16") and _enabled(cfg, "fp16"):
         raise ValueError("zero.Init: the config enables both bf16 and fp16; keep one")
     if _enabled(cfg, "bf16"):
