@@ -153,6 +153,8 @@ class SubParamLinearLayer(_SpecLayer, ColumnParallelLinear):
         tp = self._build_spec(module, mp_group, shape, partition_dim, kw)
         ColumnParallelLinear.__init__(self, module.weight, module.bias, tp)
         self._finish(module)
+        self.out_features, self.in_features = self._orig_weight_shape
+        self.local_out_features = self.weight.shape[0]
 
 
 class SubParamLinearAllreduce(_SpecLayer, RowParallelLinear):
@@ -166,6 +168,8 @@ class SubParamLinearAllreduce(_SpecLayer, RowParallelLinear):
         tp = self._build_spec(module, mp_group, shape, partition_dim, kw)
         RowParallelLinear.__init__(self, module.weight, module.bias, tp, transposed=False)
         self._finish(module)
+        self.out_features, self.in_features = self._orig_weight_shape
+        self.local_in_features = self.weight.shape[-1]
 
 
 class GateUpPack_LinearLayer(LinearLayer):
