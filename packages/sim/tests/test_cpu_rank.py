@@ -58,6 +58,7 @@ def _measured(tmp_path: Path) -> dict[str, int]:
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow  # a real training run of a 21M model with its NVMe swap files, then its simulation
 @pytest.mark.timeout(300)
 def test_a_cpu_rank_is_simulated_within_10_percent_of_its_measured_peak_rss(
     tmp_path: Path,
