@@ -9,13 +9,13 @@ import torch
 
 from ds.full.compat.deepspeed import comm as dist
 from ds.parallel.moe import tp_dispatch as _tp
+from ds.parallel.moe.tp_dispatch import RestoreContext as RestoreContext
+from ds.parallel.moe.tp_dispatch import RoutedAssignmentPayload as RoutedAssignmentPayload
 from ds.parallel.moe.tp_dispatch import (
-    RestoreContext,
-    RoutedAssignmentPayload,
-    assignment_ordinals_by_expert,
-    dispatch_counters,
-    partition_assignments,
+    assignment_ordinals_by_expert as assignment_ordinals_by_expert,
 )
+from ds.parallel.moe.tp_dispatch import dispatch_counters as dispatch_counters
+from ds.parallel.moe.tp_dispatch import partition_assignments as partition_assignments
 
 
 def restore_combined(
@@ -36,12 +36,5 @@ def assert_tp_payload_consistent(
     _tp.assert_tp_payload_consistent(payload, comm=dist, tp_group=tp_group, tp_size=tp_size)
 
 
-__all__ = [
-    "RestoreContext",
-    "RoutedAssignmentPayload",
-    "assert_tp_payload_consistent",
-    "assignment_ordinals_by_expert",
-    "dispatch_counters",
-    "partition_assignments",
-    "restore_combined",
-]
+# The owner's names: its collectives are bound to ``deepspeed.comm`` above, the rest re-exported.
+__all__ = list(_tp.__all__)
