@@ -25,19 +25,25 @@ from ds.parallel.moe.routes import sparse_decode as _sparse_decode
 from ds.parallel.moe.routes import sparse_encode as _sparse_encode
 
 
-def _agree(ep_group: Any) -> Callable[[torch.Tensor], None] | None:
-    if ep_group is None:
-        return None
-    from ds import comm as dist
+def _route(
+    gating: Callable[..., tuple[torch.Tensor, ...]],
+    k: int,
+    ep_group: Any,
+    sparse_routes: bool,
+    *args: Any,
+    **kwargs: Any,
+) -> tuple[Any, ...]:
+    """ds's ``gating(*args)`` with the capacity agreed over ``ep_group`` (its maximum), in
+    DeepSpeed's dense form or, with ``sparse_routes``, as ``[k, S]`` route tensors."""
+    agree = None
+    if ep_group is not None:
+        from ds import comm as dist
 
-    def agree(t: torch.Tensor) -> None:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ep_group)
+        def agree(t: torch.Tensor) -> None:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ep_group)
 
-    return agree
-
-
-def _out(result: tuple[torch.Tensor, ...], k: int, sparse: bool) -> tuple[Any, ...]:
-    if not sparse:
+    result = gating(*args, agree=agree, **kwargs)
+    if not sparse_routes:
         return result
     l_aux, combine, _, counts = result
     indices, locations, gates = routes_from_combine(combine, k)
@@ -56,17 +62,8 @@ def top1gating(
     sparse_routes: bool = False,
     use_tutel: bool = False,
 ) -> tuple[Any, ...]:
-    result = _gate.top1gating(
-        logits,
-        capacity_factor,
-        min_capacity,
-        noisy_gate_policy,
-        drop_tokens,
-        use_rts,
-        _agree(ep_group),
-        used_token,
-    )
-    return _out(result, 1, sparse_routes)
+    args = (logits, capacity_factor, min_capacity, noisy_gate_policy, drop_tokens, use_rts)
+    return _route(_gate.top1gating, 1, ep_group, sparse_routes, *args, used_token=used_token)
 
 
 def top2gating(
@@ -78,15 +75,8 @@ def top2gating(
     top2_2nd_expert_sampling: bool = True,
     sparse_routes: bool = False,
 ) -> tuple[Any, ...]:
-    result = _gate.top2gating(
-        logits,
-        capacity_factor,
-        min_capacity,
-        drop_tokens,
-        top2_2nd_expert_sampling,
-        _agree(ep_group),
-    )
-    return _out(result, 2, sparse_routes)
+    args = (logits, capacity_factor, min_capacity, drop_tokens, top2_2nd_expert_sampling)
+    return _route(_gate.top2gating, 2, ep_group, sparse_routes, *args)
 
 
 def topkgating(
@@ -99,10 +89,8 @@ def topkgating(
     drop_policy: str = "probs",
     sparse_routes: bool = False,
 ) -> tuple[Any, ...]:
-    result = _gate.topkgating(
-        logits, k, capacity_factor, min_capacity, drop_tokens, drop_policy, _agree(ep_group)
-    )
-    return _out(result, k, sparse_routes)
+    args = (logits, k, capacity_factor, min_capacity, drop_tokens, drop_policy)
+    return _route(_gate.topkgating, k, ep_group, sparse_routes, *args)
 
 
 __all__ = [
