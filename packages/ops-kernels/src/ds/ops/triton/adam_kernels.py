@@ -5,7 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ds.ops.triton.store_kernels import block_offsets, store_rounded
+from ds.ops.triton.store_kernels import load_step, store_rounded, store_step
 
 
 @triton.jit
@@ -29,10 +29,7 @@ def adam_kernel(
     HAS_LP: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    offs, mask = block_offsets(n, BLOCK)
-    p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    offs, mask, p, g, m = load_step(p_ptr, g_ptr, m_ptr, n, BLOCK)
     v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     if not ADAMW:
         g = g + weight_decay * p
@@ -42,8 +39,5 @@ def adam_kernel(
     if ADAMW:
         p = p * decay
     p = p - step_size * (m / denom)
-    store_rounded(p_ptr, offs, p, mask)
-    store_rounded(m_ptr, offs, m, mask)
     store_rounded(v_ptr, offs, v, mask)
-    if HAS_LP:
-        store_rounded(lp_ptr, offs, p, mask)
+    store_step(p_ptr, m_ptr, lp_ptr, offs, p, m, mask, HAS_LP)
