@@ -39,6 +39,15 @@ HERE = Path(__file__).resolve().parent
 SIZES: dict[str, dict[str, int]] = {
     # ~0.32B: 65.5M in the two embeddings, 12.8M in each of 20 layers.
     "300m": llama_shape(1024, 2816, layers=20, heads=16, kv_heads=16, vocab=32000, positions=256),
+    # ~0.61B: 98.3M in the two embeddings, 28.3M in each of 18 layers.
+    "0.6b": llama_shape(1536, 4096, layers=18, heads=12, kv_heads=12, vocab=32000, positions=256),
+    # ~0.80B, ~1.06B, ~1.21B, ~1.52B: 131M in the two embeddings, 51.4M in each of 13, 18, 21, 27
+    # layers (the steps between a 16 B/parameter run that fits this machine's RAM and one that
+    # does not).
+    "0.8b": llama_shape(2048, 5632, layers=13, heads=16, kv_heads=16, vocab=32000, positions=256),
+    "1b": llama_shape(2048, 5632, layers=18, heads=16, kv_heads=16, vocab=32000, positions=256),
+    "1.2b": llama_shape(2048, 5632, layers=21, heads=16, kv_heads=16, vocab=32000, positions=256),
+    "1.5b": llama_shape(2048, 5632, layers=27, heads=16, kv_heads=16, vocab=32000, positions=256),
     # ~2.54B: 164M in the two embeddings, 79.3M in each of 30 layers; 40.6 GB of model states.
     "2.5b": llama_shape(2560, 6912, layers=30, heads=20, kv_heads=20, vocab=32000, positions=256),
     # CI-sized: the same route in seconds.
@@ -76,7 +85,7 @@ def ds_config(nvme_path: str, lr: float, max_live: int = MAX_LIVE) -> dict[str, 
     }
 
 
-def _vm(key: str) -> int:
+def vm(key: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(key + ":"):
@@ -84,7 +93,7 @@ def _vm(key: str) -> int:
     return 0
 
 
-def _reset_peak() -> None:
+def reset_peak() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
 
@@ -100,7 +109,7 @@ def worker(args: argparse.Namespace) -> None:
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     ds.init_distributed()
     torch.manual_seed(0)
-    runtime = _vm("VmRSS")
+    runtime = vm("VmRSS")
     config = ds_config(args.nvme_path, args.lr)
     t0 = time.perf_counter()
     with Init(config_dict_or_path=config):
@@ -108,8 +117,8 @@ def worker(args: argparse.Namespace) -> None:
     params = sum(p.ds_shard.numel for p in model.parameters())
     engine, *_ = ds.initialize(model=model, config=config)
     build_s = time.perf_counter() - t0
-    build_peak = _vm("VmHWM")
-    _reset_peak()
+    build_peak = vm("VmHWM")
+    reset_peak()
     ids = torch.randint(0, SIZES[args.size]["vocab_size"], (1, args.seq_len))
     losses, times = [], []
     for _ in range(args.steps):
@@ -120,7 +129,7 @@ def worker(args: argparse.Namespace) -> None:
         times.append(time.perf_counter() - t)
         losses.append(loss.item())
         print(f"step {len(times)}: loss {losses[-1]:.4f} in {times[-1]:.1f} s", flush=True)
-    step_peak = _vm("VmHWM")
+    step_peak = vm("VmHWM")
     swap = sum(f.stat().st_size for f in Path(args.nvme_path).glob("*.swp"))
     out = {
         "size": args.size,
@@ -162,23 +171,44 @@ def estimated(size: str, nvme_path: str, lr: float, seq_len: int) -> tuple[int, 
     return row.device_init_peak, row.device_peak, row.host_peak
 
 
-def _available() -> int:
+def available() -> int:
     with open("/proc/meminfo") as f:
         info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in f}
     return info["MemAvailable"]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", choices=sorted(SIZES), default="2.5b")
+def worker_env() -> dict[str, str]:
+    """The environment of a one-rank worker (world 1 on gloo, 2 threads, MALLOC_ENV)."""
+    return dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
+                DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
+                LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                **MALLOC_ENV)  # fmt: skip
+
+
+def run_args(doc: str, size: str) -> argparse.ArgumentParser:
+    """The options of this run that the peer's (infinity_fsdp2.py) shares."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--size", choices=sorted(SIZES), default=size)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--seq-len", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-4)
-    ap.add_argument("--nvme-path", default="/work/ds-infinity-swap")
     ap.add_argument("--json", help="write the result here too")
-    ap.add_argument("--no-estimate", action="store_true", help="skip the simulated estimate")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    return ap
+
+
+def worker_cmd(script: str, args: argparse.Namespace, out: Path, *extra: str) -> list[str]:
+    """The command line of ``script``'s worker process for the run ``args`` asks for."""
+    return [sys.executable, script, "--worker", "--size", args.size, "--steps", str(args.steps),
+            "--seq-len", str(args.seq_len), "--lr", str(args.lr), "--out", str(out),
+            *extra]  # fmt: skip
+
+
+def main() -> None:
+    ap = run_args(__doc__, "2.5b")
+    ap.add_argument("--nvme-path", default="/work/ds-infinity-swap")
+    ap.add_argument("--no-estimate", action="store_true", help="skip the simulated estimate")
     ap.add_argument("--estimate-only", action="store_true", help="print the simulated parts only")
     args = ap.parse_args()
     if args.worker:
@@ -189,16 +219,11 @@ def main() -> None:
         print(json.dumps(dict(zip(("device_build_peak", "device_step_peak", "host_peak"), parts))))
         return
     gib = 2**30
-    print(f"memory available: {_available() / gib:.1f} GiB", flush=True)
+    print(f"memory available: {available() / gib:.1f} GiB", flush=True)
     work = Path(args.nvme_path)
     out = work.with_name(work.name + "-result.json")
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"),
-               DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               **MALLOC_ENV)  # fmt: skip
-    cmd = [sys.executable, __file__, "--worker", "--size", args.size, "--steps", str(args.steps),
-           "--seq-len", str(args.seq_len), "--lr", str(args.lr), "--nvme-path", str(work),
-           "--out", str(out)]  # fmt: skip
+    env = worker_env()
+    cmd = worker_cmd(__file__, args, out, "--nvme-path", str(work))
     try:
         subprocess.run(cmd, check=True, env=env, timeout=3 * 3600)
         res = json.loads(out.read_text())
