@@ -129,6 +129,14 @@ class MerkleTree:
         return [*self._subproof(m - k, lo + k, hi, False), self._mth(lo, lo + k)]
 
 
+def _to_right_child(fn: int, sn: int) -> tuple[int, int]:
+    # RFC 9162 (2.1.3.2, 2.1.4.2): after hashing a left sibling, climb both node numbers until
+    # ``fn`` is a right child (its lowest bit set) or the root (0).
+    while not fn & 1 and fn != 0:
+        fn, sn = fn >> 1, sn >> 1
+    return fn, sn
+
+
 def verify_inclusion(
     leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes
 ) -> bool:
@@ -141,14 +149,10 @@ def verify_inclusion(
             return False
         if fn & 1 or fn == sn:
             r = node_hash(p, r)
-            if not fn & 1:
-                while not fn & 1 and fn != 0:
-                    fn >>= 1
-                    sn >>= 1
+            fn, sn = _to_right_child(fn, sn)
         else:
             r = node_hash(r, p)
-        fn >>= 1
-        sn >>= 1
+        fn, sn = fn >> 1, sn >> 1
     return sn == 0 and r == root
 
 
@@ -176,13 +180,9 @@ def verify_consistency(
         if sn == 0:
             return False
         if fn & 1 or fn == sn:
-            fr = node_hash(c, fr)
-            sr = node_hash(c, sr)
-            while not fn & 1 and fn != 0:
-                fn >>= 1
-                sn >>= 1
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
+            fn, sn = _to_right_child(fn, sn)
         else:
             sr = node_hash(sr, c)
-        fn >>= 1
-        sn >>= 1
+        fn, sn = fn >> 1, sn >> 1
     return fr == old_root and sr == new_root and sn == 0
