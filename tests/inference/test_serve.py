@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,6 +17,9 @@ import pytest
 import torch
 from tiny_models import tiny_model
 from world import free_port
+
+sys.path.insert(0, str(Path(__file__).parent))
+from serve_model import serve_command
 
 VOCAB = 512
 
@@ -35,13 +37,6 @@ def _tiny_model_dir(root: Path) -> Path:
     return out
 
 
-def _serve_command() -> list[str]:
-    ds = shutil.which("ds", path=str(Path(sys.executable).parent))
-    if ds:
-        return [ds, "serve"]
-    return [sys.executable, "-m", "ds.inference.cli"]  # launcher not installed
-
-
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.timeout(240)
@@ -55,7 +50,7 @@ def test_streaming_requests_equal_offline_generation(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
         [
-            *_serve_command(),
+            *serve_command(),
             str(model_dir),
             "--port",
             str(port),
