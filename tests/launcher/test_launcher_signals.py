@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -21,16 +22,21 @@ def _ds() -> list[str]:
 
 
 def _start(
-    tmp_path: Path, scripts: Path, env: dict[str, str], *extra: str
-) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*_ds(), "run", "--nproc", "2", *extra, str(scripts / "tree.py")],
+    tmp_path: Path, env_for: Any, script: Path, *extra: str, **env: str
+) -> tuple[Path, subprocess.Popen[str]]:
+    """``ds run --nproc 2 script`` in ``tmp_path``; the ranks write their pids into the returned
+    folder (``PID_DIR``)."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = subprocess.Popen(
+        [*_ds(), "run", "--nproc", "2", *extra, str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=env_for(PID_DIR=str(pid_dir), **env),
         cwd=tmp_path,
     )
+    return pid_dir, proc
 
 
 def _wait_pids(pid_dir: Path, proc: subprocess.Popen[str], n: int = 2) -> list[int]:
@@ -70,9 +76,7 @@ def test_signal_to_launcher_leaves_no_orphans(
     env_for,
     sig: signal.Signals,  # type: ignore[no-untyped-def]
 ) -> None:
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    proc = _start(tmp_path, scripts, env_for(PID_DIR=str(pid_dir)))
+    pid_dir, proc = _start(tmp_path, env_for, scripts / "tree.py")
     pids = _wait_pids(pid_dir, proc)
     assert len(pids) == 6  # 2 ranks x (rank, child in its group, grandchild that left it)
     assert all(psutil.pid_exists(p) for p in pids)
@@ -87,14 +91,8 @@ def test_signal_to_launcher_leaves_no_orphans(
 def test_rank_ignoring_sigterm_is_killed_after_grace(
     tmp_path: Path, scripts: Path, env_for
 ) -> None:  # type: ignore[no-untyped-def]
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    proc = _start(
-        tmp_path,
-        scripts,
-        env_for(PID_DIR=str(pid_dir), IGNORE_TERM="1"),
-        "--terminate_timeout",
-        "1",
+    pid_dir, proc = _start(
+        tmp_path, env_for, scripts / "tree.py", "--terminate_timeout", "1", IGNORE_TERM="1"
     )
     pids = _wait_pids(pid_dir, proc)
     proc.send_signal(signal.SIGTERM)
@@ -105,9 +103,7 @@ def test_rank_ignoring_sigterm_is_killed_after_grace(
 
 @pytest.mark.timeout(90)
 def test_failure_of_one_rank_kills_other_trees(tmp_path: Path, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    proc = _start(tmp_path, scripts, env_for(PID_DIR=str(pid_dir)))
+    pid_dir, proc = _start(tmp_path, env_for, scripts / "tree.py")
     pids = _wait_pids(pid_dir, proc)
     rank1 = int((pid_dir / "rank1.pids").read_text().split()[0])
     psutil.Process(rank1).kill()
@@ -119,9 +115,7 @@ def test_failure_of_one_rank_kills_other_trees(tmp_path: Path, scripts: Path, en
 
 @pytest.mark.timeout(90)
 def test_ranks_die_with_a_killed_launcher(tmp_path: Path, scripts: Path, env_for) -> None:  # type: ignore[no-untyped-def]
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    proc = _start(tmp_path, scripts, env_for(PID_DIR=str(pid_dir)))
+    pid_dir, proc = _start(tmp_path, env_for, scripts / "tree.py")
     _wait_pids(pid_dir, proc)
     ranks = [int(f.read_text().split()[0]) for f in pid_dir.glob("rank*.pids")]
     proc.kill()  # SIGKILL: the launcher gets no chance to stop anything
@@ -137,6 +131,7 @@ def test_ranks_die_with_a_killed_launcher(tmp_path: Path, scripts: Path, env_for
 _STUBBORN = """
 import os, signal, subprocess, sys, time
 from pathlib import Path
+from typing import Any
 # A grandchild that left the rank's session, ignores SIGTERM and holds the rank's stdout open.
 code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
 g = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
@@ -158,18 +153,9 @@ while True:
 def test_teardown_with_sigterm_ignoring_setsid_grandchildren_within_5_s(
     tmp_path: Path, env_for
 ) -> None:  # type: ignore[no-untyped-def]
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
     script = tmp_path / "stubborn.py"
     script.write_text(_STUBBORN)
-    proc = subprocess.Popen(
-        [*_ds(), "run", "--nproc", "2", str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env_for(PID_DIR=str(pid_dir)),
-        cwd=tmp_path,
-    )
+    pid_dir, proc = _start(tmp_path, env_for, script)
     pids = _wait_pids(pid_dir, proc, n=2)
     _out, err = proc.communicate(timeout=60)
     ended = time.time()
