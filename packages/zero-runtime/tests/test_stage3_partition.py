@@ -89,13 +89,17 @@ def _assert_state_matches(ref: nn.Module, rt: ZeroEngine, key_bias: bool = True)
         torch.testing.assert_close(got, t, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def _all_released(model: nn.Module, **zero: Any) -> ZeroEngine:
+    """Stage 3 with a default AdamW and no persistent parameters: every weight is released
+    outside its module's use."""
+    return stage3(
+        model, torch.optim.AdamW(model.parameters()), stage3_param_persistence_threshold=0, **zero
+    )
+
+
 def test_params_released_outside_use() -> None:
     model = TinyLM()
-    rt = stage3(
-        model,
-        torch.optim.AdamW(model.parameters()),
-        stage3_param_persistence_threshold=0,
-    )
+    rt = _all_released(model)
     for p in model.parameters():
         assert p.numel() == 0 and shard_of(p).status is ParamStatus.NOT_AVAILABLE
     seen: list[int] = []
@@ -121,12 +125,7 @@ def test_persistent_params_stay_whole() -> None:
 
 def test_trace_prefetches_and_invalidates() -> None:
     model = TinyLM()
-    rt = stage3(
-        model,
-        torch.optim.AdamW(model.parameters()),
-        stage3_param_persistence_threshold=0,
-        stage3_prefetch_bucket_size=10_000,
-    )
+    rt = _all_released(model, stage3_prefetch_bucket_size=10_000)
     part = rt.strategy.partitioner
     idx = _batches(1)[0]
     rt.backward(_loss(model, idx))
@@ -180,11 +179,7 @@ def test_generation_gathers_once() -> None:
     torch.manual_seed(0)
     ref = TinyLM()
     model = copy.deepcopy(ref)
-    rt = stage3(
-        model,
-        torch.optim.AdamW(model.parameters()),
-        stage3_param_persistence_threshold=0,
-    )
+    rt = _all_released(model)
     prompt = torch.randint(0, 37, (2, 3))
     expect = _greedy(ref, prompt, 6)
     before = rt.strategy.coll.gathers
