@@ -31,12 +31,18 @@ def test_limit_files_read_as_the_kernel_writes_them(tmp_path: Path) -> None:
         memory_limit.read_limit(f)
 
 
+def _limit_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int) -> Path:
+    """A memory.max-style file holding ``limit``, named by the override variable."""
+    f = tmp_path / "memory.max"
+    f.write_text(f"{limit}\n")
+    monkeypatch.setenv(memory_limit.ENV, str(f))
+    return f
+
+
 def test_the_limit_file_override_and_the_effective_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    f = tmp_path / "memory.max"
-    f.write_text(f"{3 * GIB}\n")
-    monkeypatch.setenv(memory_limit.ENV, str(f))
+    f = _limit_file(tmp_path, monkeypatch, 3 * GIB)
     assert memory_limit.cgroup_limit() == 3 * GIB
     assert memory_limit.host_memory_limit(64 * GIB) == 3 * GIB  # the container's, not the RAM
     assert memory_limit.host_memory_limit(2 * GIB) == 2 * GIB
@@ -120,9 +126,7 @@ def test_on_the_cpu_memory_is_held_against_the_container_limit(
     from ds.accel.cpu import CpuAccelerator
     from ds.checkpoint.gate import ProductionDebtZeROGate
 
-    f = tmp_path / "memory.max"
-    f.write_text(f"{GIB}\n")
-    monkeypatch.setenv(memory_limit.ENV, str(f))
+    _limit_file(tmp_path, monkeypatch, GIB)
     bus = SignalBus(accelerator=CpuAccelerator())
     rss = 512 << 20
     m = bus.enrich(StepMetrics(step=1, loss=None, lr=0.1, step_time_s=0.1, peak_host_rss_bytes=rss))
