@@ -186,14 +186,21 @@ def _join(lines: list[bytes]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
+def _lines_and_one(
+    base: tuple[bytes, bytes], data: st.DataObject
+) -> tuple[list[bytes], bytes, int]:
+    """The base ledger's record lines, its heads and the index of one drawn record."""
+    led, heads = base
+    lines = _lines(led)
+    return lines, heads, data.draw(st.integers(0, len(lines) - 1))
+
+
 @_on_drawn_data(40)
 def test_deleted_inserted_reordered_truncated_records_are_detected(
     base: tuple[bytes, bytes], data: st.DataObject
 ) -> None:
-    led, heads = base
-    lines = _lines(led)
+    lines, heads, i = _lines_and_one(base, data)
     op = data.draw(st.sampled_from(["delete", "insert", "swap", "truncate"]))
-    i = data.draw(st.integers(0, len(lines) - 1))
     if op == "delete":
         lines.pop(i)
     elif op == "insert":
@@ -214,9 +221,7 @@ def test_rewritten_history_with_a_valid_chain_is_caught_by_the_head(
 ) -> None:
     # An attacker re-encodes the whole chain after changing one payload: the chain verifies, the
     # signed head does not.
-    led, heads = base
-    lines = _lines(led)
-    i = data.draw(st.integers(0, len(lines) - 1))
+    lines, heads, i = _lines_and_one(base, data)
     prev = _records.GENESIS
     out = []
     for k, line in enumerate(lines):
