@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,14 +33,20 @@ def _elapsed_since(stamp: Path) -> float:
     return time.time() - float(stamp.read_text())
 
 
+def _hang_env(env_for: Any, tmp_path: Path, api: str, **extra: str) -> tuple[Path, dict[str, str]]:
+    """hang.py's environment: the API whose collective hangs, and the file rank 0 stamps on
+    entering it (returned first)."""
+    stamp = tmp_path / "entered"
+    return stamp, env_for(HANG_API=api, HANG_STAMP=str(stamp), **extra)
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("exit_how", ["raise", "sys_exit"])
 def test_ds_comm_watchdog_timeout_ends_the_job(
     run_ds, scripts: Path, env_for, tmp_path: Path, exit_how: str
 ) -> None:  # type: ignore[no-untyped-def]
-    stamp = tmp_path / "entered"
-    env = env_for(
-        HANG_API="ds", HANG_WATCHDOG=str(TIMEOUT_S), HANG_EXIT=exit_how, HANG_STAMP=str(stamp)
+    stamp, env = _hang_env(
+        env_for, tmp_path, "ds", HANG_WATCHDOG=str(TIMEOUT_S), HANG_EXIT=exit_how
     )
     proc = run_ds("--nproc", "2", str(scripts / "hang.py"), env=env, timeout=150)
     elapsed = _elapsed_since(stamp)
@@ -60,8 +67,7 @@ def test_ds_comm_watchdog_timeout_ends_the_job(
 def test_launcher_collective_timeout_ends_a_raw_torch_hang(
     run_ds, scripts: Path, env_for, tmp_path: Path, how: str
 ) -> None:  # type: ignore[no-untyped-def]
-    stamp = tmp_path / "entered"
-    env = env_for(HANG_API="torch", HANG_STAMP=str(stamp))
+    stamp, env = _hang_env(env_for, tmp_path, "torch")
     flags = ["--collective_timeout", f"{TIMEOUT_S:g}"]
     if how == "env":
         env["DS_COLLECTIVE_TIMEOUT"] = f"{TIMEOUT_S:g}"
@@ -95,8 +101,7 @@ def test_launcher_collective_timeout_ends_a_hang_at_interpreter_exit(
     run_ds, scripts: Path, env_for, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     # Rank 0 bounds its own wait with torch (2 s), raises, and its interpreter then hangs at exit.
-    stamp = tmp_path / "entered"
-    env = env_for(HANG_API="torch", HANG_WAIT_S="2", HANG_STAMP=str(stamp))
+    stamp, env = _hang_env(env_for, tmp_path, "torch", HANG_WAIT_S="2")
     proc = run_ds("--nproc", "2", "--collective_timeout", "3", str(scripts / "hang.py"), env=env)
     elapsed = _elapsed_since(stamp)
     assert proc.returncode == 124, proc.stderr[-3000:]
