@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +49,11 @@ def _autotune(tmp_path: Path, *opts: str, steps: int = 1000) -> subprocess.Compl
     return subprocess.run(cmd, capture_output=True, text=True, timeout=560)
 
 
+def _trials(test: Any) -> Any:
+    """The marks of a test that runs real 2-rank trials."""
+    return pytest.mark.slow(pytest.mark.multiprocess(pytest.mark.timeout(600)(test)))
+
+
 def test_search_space_keeps_the_global_batch() -> None:
     pts, skipped = tune.points(BASE, 2, [0, 2], [1, 2, 3, 4], ["none", "cpu"])
     assert {(p.micro_batch, p.gradient_accumulation_steps) for p in pts} == {(1, 4), (2, 2), (4, 1)}
@@ -70,9 +76,7 @@ def test_bad_search_spaces_are_one_line() -> None:
         tune.points({"optimizer": {}}, 2, [0], [1], ["none"])
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_autotune_picks_the_fastest_point_it_timed(tmp_path: Path) -> None:
     # Two points (one per stage) make a choice; each more point is one more 2-rank trial.
     proc = _autotune(tmp_path, "--stages", "0,2", "--micro", "2", "--offload", "none",
@@ -92,9 +96,7 @@ def test_autotune_picks_the_fastest_point_it_timed(tmp_path: Path) -> None:
     assert "samples/s" in out and "best:" in out
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_pruned_points_are_not_run_and_no_fit_names_the_smallest(tmp_path: Path) -> None:
     proc = _autotune(tmp_path, "--stages", "0,3", "--micro", "4", "--offload", "none",
                      "--model", "MODEL", "--seq-len", "32", "--memory-limit", "1KiB")  # fmt: skip
@@ -105,9 +107,7 @@ def test_pruned_points_are_not_run_and_no_fit_names_the_smallest(tmp_path: Path)
     assert not list((tmp_path / "out").glob("trial*.json"))
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_a_script_that_stops_early_is_reported(tmp_path: Path) -> None:
     proc = _autotune(tmp_path, "--stages", "0", "--micro", "4", "--offload", "none", steps=3)
     assert proc.returncode == 1
