@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -38,6 +39,11 @@ def compat_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return py
 
 
+def _trials(test: Any) -> Any:
+    """The marks of a test that runs a real example end to end."""
+    return pytest.mark.slow(pytest.mark.multiprocess(pytest.mark.timeout(600)(test)))
+
+
 def _ds_run(py: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     cmd = [str(py), "-m", "ds.launcher", "run", "--nproc", "2", *args]
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
@@ -47,9 +53,7 @@ def _ds_run(py: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) 
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_cifar10_deepspeed_example_runs_unchanged(compat_python: Path, tmp_path: Path) -> None:
     result = tmp_path / "result.json"
     out = _ds_run(
@@ -64,9 +68,7 @@ def test_cifar10_deepspeed_example_runs_unchanged(compat_python: Path, tmp_path:
     assert "Finished Training" in out
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_stock_transformers_trainer_runs_on_ds(compat_python: Path, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     out = _ds_run(
@@ -104,9 +106,7 @@ def _plain_torch_losses() -> list[float]:
     return losses
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_stock_accelerate_deepspeed_plugin_runs_on_ds(compat_python: Path, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     out = _ds_run(
@@ -121,9 +121,7 @@ def test_stock_accelerate_deepspeed_plugin_runs_on_ds(compat_python: Path, tmp_p
     assert got["losses"] == pytest.approx(_plain_torch_losses(), abs=1e-5)
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.timeout(600)
+@_trials
 def test_accelerate_launch_use_deepspeed_runs_on_ds(compat_python: Path, tmp_path: Path) -> None:
     # `accelerate launch --use_deepspeed` on one machine starts its ranks with torchrun in-process
     # (DeepSpeed's own launcher only for several machines), after checking that a deepspeed
