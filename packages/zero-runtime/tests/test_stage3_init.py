@@ -36,12 +36,18 @@ class Custom(nn.Linear):
             self.weight.fill_(0.5)
 
 
-def test_init_partitions_as_created() -> None:
-    torch.manual_seed(0)
+def _plain_and_partitioned(seed: int) -> tuple[Tied, Tied]:
+    """The same model built from ``seed`` twice: plainly, then partitioned by ``ds.zero.Init``."""
+    torch.manual_seed(seed)
     ref = Tied()
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     with ds.zero.Init():
-        model = Tied()
+        return ref, Tied()
+
+
+def test_init_partitions_as_created() -> None:
+    ref, model = _plain_and_partitioned(0)
+    with ds.zero.Init():
         custom = Custom()
     assert all(p.numel() == 0 for p in model.parameters())
     assert model.head.weight is model.emb.weight
@@ -84,11 +90,7 @@ def test_meta_construction_then_load_like_from_pretrained() -> None:
 
 
 def test_engine_trains_init_model_like_plain() -> None:
-    torch.manual_seed(2)
-    ref = Tied()
-    torch.manual_seed(2)
-    with ds.zero.Init():
-        model = Tied()
+    ref, model = _plain_and_partitioned(2)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     rt = stage3(
         model,
