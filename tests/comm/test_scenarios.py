@@ -13,32 +13,27 @@ def _read(tmp, world):
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(world)]
 
 
-def _openmpi(rank, world):
-    return {
-        "OMPI_COMM_WORLD_RANK": str(rank),
-        "OMPI_COMM_WORLD_SIZE": str(world),
-        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank),
-        "OMPI_COMM_WORLD_LOCAL_SIZE": str(world),
-    }
+def _rank_env(*names, **fixed):
+    """A launcher's per-rank environment: ``names`` receive the rank, the world size, the local
+    rank and the local world size, in that order; ``fixed`` is the same on every rank."""
+
+    def make(rank, world):
+        return {**dict(zip(names, map(str, (rank, world, rank, world)))), **fixed}
+
+    return make
 
 
-def _mpich(rank, world):
-    return {
-        "PMI_RANK": str(rank),
-        "PMI_SIZE": str(world),
-        "MPI_LOCALRANKID": str(rank),
-        "MPI_LOCALNRANKS": str(world),
-    }
-
-
-def _slurm(rank, world):
-    # The bracketed list's first host (127.0.0.1) is where rank 0 listens.
-    return {
-        "SLURM_PROCID": str(rank),
-        "SLURM_NTASKS": str(world),
-        "SLURM_LOCALID": str(rank),
-        "SLURM_JOB_NODELIST": "127.0.0.[1-4],gpu7",
-    }
+_openmpi = _rank_env(
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+)
+_mpich = _rank_env("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+# The bracketed list's first host (127.0.0.1) is where rank 0 listens.
+_slurm = _rank_env(
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", SLURM_JOB_NODELIST="127.0.0.[1-4],gpu7"
+)
 
 
 @pytest.mark.multiprocess
@@ -46,6 +41,7 @@ def _slurm(rank, world):
 @pytest.mark.parametrize(
     ("style", "make", "world"),
     [("openmpi", _openmpi, 2), ("mpich", _mpich, 2), ("slurm", _slurm, 3)],
+    ids=["openmpi", "mpich", "slurm"],
 )
 def test_rank_discovery_from_launcher_env(tmp_path, style, make, world):
     port = free_port()
