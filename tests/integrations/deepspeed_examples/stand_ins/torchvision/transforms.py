@@ -31,8 +31,8 @@ class ToTensor:
         return _chw(x).float().div(255.0)
 
 
-class Resize:
-    """Scale the shorter side to ``size`` (bilinear)."""
+class _ToSize:
+    """A transform of a CHW image to ``size`` that depends on the image's height and width."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -40,6 +40,16 @@ class Resize:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = _chw(x)
         h, w = x.shape[-2:]
+        return self._apply(x, h, w)
+
+    def _apply(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class Resize(_ToSize):
+    """Scale the shorter side to ``size`` (bilinear)."""
+
+    def _apply(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
         scale = self.size / min(h, w)
         out = F.interpolate(
             x[None].float(), size=(round(h * scale), round(w * scale)), mode="bilinear"
@@ -47,13 +57,8 @@ class Resize:
         return out[0] if x.is_floating_point() else out[0].round().clamp(0, 255).to(x.dtype)
 
 
-class CenterCrop:
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = _chw(x)
-        h, w = x.shape[-2:]
+class CenterCrop(_ToSize):
+    def _apply(self, x: torch.Tensor, h: int, w: int) -> torch.Tensor:
         top, left = (h - self.size) // 2, (w - self.size) // 2
         return x[..., top : top + self.size, left : left + self.size]
 
