@@ -128,7 +128,8 @@ class OpenMPIRunner(MultiNodeRunner):
 
     @property
     def name(self) -> str:
-        return "openmpi"
+        # The MPI-family builders and SLURM are named as the ds runner behind them.
+        return str(self._runner().name())
 
     def _launcher_args(self) -> list[str]:
         extra = super()._launcher_args()
@@ -147,10 +148,6 @@ class MPICHRunner(OpenMPIRunner):
     def _runner(self) -> _mpi._HydraRunner:
         return _MpirunHydra()
 
-    @property
-    def name(self) -> str:
-        return "mpich"
-
     def _launcher_args(self) -> list[str]:
         return MultiNodeRunner._launcher_args(self)
 
@@ -159,18 +156,10 @@ class IMPIRunner(MPICHRunner):
     def _runner(self) -> _mpi._HydraRunner:
         return _mpi.IMPIRunner()
 
-    @property
-    def name(self) -> str:
-        return "impi"
-
 
 class SlurmRunner(MPICHRunner):
     def _runner(self) -> _slurm.SlurmRunner:
         return _slurm.SlurmRunner()
-
-    @property
-    def name(self) -> str:
-        return "slurm"
 
 
 class _MvapichHydra(_mpi._HydraRunner):
@@ -190,10 +179,6 @@ class _MvapichHydra(_mpi._HydraRunner):
 class MVAPICHRunner(MPICHRunner):
     def _runner(self) -> _mpi._HydraRunner:
         return _MvapichHydra()
-
-    @property
-    def name(self) -> str:
-        return "mvapich"
 
 
 __all__ = [
