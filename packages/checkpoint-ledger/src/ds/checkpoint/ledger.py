@@ -433,12 +433,8 @@ class RunLedger:
             # Every rank's events were acknowledged before this barrier: rank 0 may then stop.
             self._comm.barrier()
         self._closed = True
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
+        self._end("_client", "close")
+        self._end("_server", "stop")
         if self._fd is not None and self._broken is None:
             self.tree_head()  # the final head: truncating any suffix is now detectable
         self.close_local()
@@ -451,12 +447,15 @@ class RunLedger:
                 finally:
                     os.close(self._fd)
                     self._fd = None
-            if self._seal is not None:
-                self._seal.close()
-                self._seal = None
-            if self._writer_lock is not None:
-                self._writer_lock.release()
-                self._writer_lock = None
+            self._end("_seal", "close")
+            self._end("_writer_lock", "release")
+
+    def _end(self, attr: str, method: str) -> None:
+        # The network ends, the seal and the writer lock are each ended once, by the first close.
+        held = getattr(self, attr)
+        if held is not None:
+            getattr(held, method)()
+            setattr(self, attr, None)
 
     def __enter__(self) -> RunLedger:
         return self
