@@ -74,6 +74,15 @@ def check_input(x: object) -> torch.Tensor:
     return x
 
 
+def check_quantize_args(x: object, scheme: str, group_size: object) -> Scheme:
+    """What every quantizer checks of its arguments, in one order (so all of them refuse the
+    same call with the same error); returns the scheme."""
+    s = get_scheme(scheme)
+    check_group_size(group_size)
+    check_input(x)
+    return s
+
+
 def num_groups(n: int, group_size: int) -> int:
     return (n + group_size - 1) // group_size
 

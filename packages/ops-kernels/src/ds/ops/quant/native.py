@@ -11,9 +11,7 @@ from ds.interfaces.kernels import QuantizedTensor
 from ds.ops._native import native
 from ds.ops.quant._schemes import (
     bytes_per_group,
-    check_group_size,
-    check_input,
-    get_scheme,
+    check_quantize_args,
     num_groups,
 )
 from ds.ops.quant._validate import check_out, check_quantized
@@ -30,9 +28,7 @@ def _require_cpu(t: torch.Tensor, what: str) -> None:
 
 
 def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
-    s = get_scheme(scheme)
-    check_group_size(group_size)
-    check_input(x)
+    s = check_quantize_args(x, scheme, group_size)
     _require_cpu(x, "the input")
     flat = x.detach().reshape(-1)
     if flat.dtype not in _NATIVE_INPUTS:

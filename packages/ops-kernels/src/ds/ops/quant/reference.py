@@ -19,9 +19,7 @@ from ds.interfaces.kernels import QuantizedTensor
 from ds.ops.quant._schemes import (
     Scheme,
     bytes_per_group,
-    check_group_size,
-    check_input,
-    get_scheme,
+    check_quantize_args,
     num_groups,
 )
 from ds.ops.quant._validate import check_out, check_quantized
@@ -94,9 +92,7 @@ def _quantize_fp8(xg: torch.Tensor, s: Scheme) -> tuple[torch.Tensor, torch.Tens
 
 
 def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
-    s = get_scheme(scheme)
-    check_group_size(group_size)
-    check_input(x)
+    s = check_quantize_args(x, scheme, group_size)
     xg, mask = _grouped(x, group_size)
     if s.kind == "int":
         data, scale, zp = _quantize_int(xg, mask, s)

@@ -16,9 +16,7 @@ from ds.interfaces.kernels import QuantizedTensor
 from ds.ops.quant._schemes import (
     Scheme,
     bytes_per_group,
-    check_group_size,
-    check_input,
-    get_scheme,
+    check_quantize_args,
     num_groups,
 )
 from ds.ops.quant._validate import check_out, check_quantized
@@ -80,9 +78,7 @@ def quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
 
 
 def _quantize(x: torch.Tensor, scheme: str, group_size: int) -> QuantizedTensor:
-    s = get_scheme(scheme)
-    check_group_size(group_size)
-    check_input(x)
+    s = check_quantize_args(x, scheme, group_size)
     _check_device(x)
     k = _kernels()
     flat = x.detach().reshape(-1)
