@@ -8,11 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ds.parallel.moe.autoep_config import (
-    AutoEPConfig,
-    preset_name_for_hf_model_type,
-    unsupported_preset_for_hf_model_type,
-)
+from ds.parallel.moe import autoep_config
 from ds.parallel.moe.token_choice import (
     GroupedExperts,
     TokenChoiceTopKRouter,
@@ -53,17 +49,17 @@ def test_route_scale_and_score_application() -> None:
     class HF:
         routed_scaling_factor = 2.5
 
-    assert resolve_route_scale(AutoEPConfig(route_scale=3.0), None) == 3.0
-    assert resolve_route_scale(AutoEPConfig(), HF()) == 2.5
-    assert resolve_route_scale(AutoEPConfig(routed_scaling_factor=4), HF()) == 4.0
+    assert resolve_route_scale(autoep_config.AutoEPConfig(route_scale=3.0), None) == 3.0
+    assert resolve_route_scale(autoep_config.AutoEPConfig(), HF()) == 2.5
+    assert resolve_route_scale(autoep_config.AutoEPConfig(routed_scaling_factor=4), HF()) == 4.0
     for bad in ("2.5", True, math.inf):
         with pytest.raises(ValueError, match="routed_scaling_factor"):
-            resolve_route_scale(AutoEPConfig(routed_scaling_factor=bad), None)
+            resolve_route_scale(autoep_config.AutoEPConfig(routed_scaling_factor=bad), None)
     rows = torch.ones(2, 3)
     assert torch.equal(
         apply_scores_before_experts(rows, torch.tensor([2.0, 3.0]), "pre")[:, 0],
         torch.tensor([2.0, 3.0]),
     )
     assert apply_scores_before_experts(rows, torch.tensor([2.0, 3.0]), "post") is rows
-    assert preset_name_for_hf_model_type("qwen2_moe") == "qwen3_moe"
-    assert unsupported_preset_for_hf_model_type("qwen3_5_moe")[0] == "qwen3_5_moe"
+    assert autoep_config.preset_name_for_hf_model_type("qwen2_moe") == "qwen3_moe"
+    assert autoep_config.unsupported_preset_for_hf_model_type("qwen3_5_moe")[0] == "qwen3_5_moe"
