@@ -41,11 +41,13 @@ SIZES: dict[str, dict[str, int]] = {
     "300m": llama_shape(1024, 2816, layers=20, heads=16, kv_heads=16, vocab=32000, positions=256),
     # ~0.61B: 98.3M in the two embeddings, 28.3M in each of 18 layers.
     "0.6b": llama_shape(1536, 4096, layers=18, heads=12, kv_heads=12, vocab=32000, positions=256),
-    # ~0.80B, ~1.06B, ~1.21B, ~1.52B: 131M in the two embeddings, 51.4M in each of 13, 18, 21, 27
-    # layers (the steps between a 16 B/parameter run that fits this machine's RAM and one that
-    # does not).
+    # ~0.80B, ~1.06B, ~1.11B, ~1.16B, ~1.21B, ~1.52B: 131M in the two embeddings, 51.4M in each
+    # of 13, 18, 19, 20, 21, 27 layers (the steps between a 16 B/parameter run that fits this
+    # machine's RAM and one that does not).
     "0.8b": llama_shape(2048, 5632, layers=13, heads=16, kv_heads=16, vocab=32000, positions=256),
     "1b": llama_shape(2048, 5632, layers=18, heads=16, kv_heads=16, vocab=32000, positions=256),
+    "1.1b": llama_shape(2048, 5632, layers=19, heads=16, kv_heads=16, vocab=32000, positions=256),
+    "1.15b": llama_shape(2048, 5632, layers=20, heads=16, kv_heads=16, vocab=32000, positions=256),
     "1.2b": llama_shape(2048, 5632, layers=21, heads=16, kv_heads=16, vocab=32000, positions=256),
     "1.5b": llama_shape(2048, 5632, layers=27, heads=16, kv_heads=16, vocab=32000, positions=256),
     # ~2.54B: 164M in the two embeddings, 79.3M in each of 30 layers; 40.6 GB of model states.
