@@ -154,6 +154,15 @@ def test_ssh_and_pdsh_launch_over_loopback(  # type: ignore[no-untyped-def]
     assert proc.stdout.count("envfile=yes") == 2
 
 
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:  # a process can end between any two looks at it
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("runner", "sig"), [("ssh", "SIGKILL"), ("pdsh", "SIGTERM")])
 def test_remote_ranks_stop_when_launcher_goes(  # type: ignore[no-untyped-def]
@@ -198,11 +207,7 @@ def test_remote_ranks_stop_when_launcher_goes(  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + 15
     left = pids + clients
     while left and time.monotonic() < deadline:
-        left = [
-            p
-            for p in left
-            if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-        ]
+        left = [p for p in left if _running(p)]
         time.sleep(0.1)
     assert left == [], f"still running after the launcher went: {left}"
 
