@@ -40,6 +40,10 @@ def test_ds_checkpoint_universal_verb(tmp_path: Path, capsys: pytest.CaptureFixt
     out = tmp_path / "step5_universal"
     assert cli(["universal", str(FIXTURES / "stage2_bf16"), str(out)]) == 2
     assert "--inject-missing-state" in capsys.readouterr().err
+    assert not out.exists()  # a refused conversion leaves no half-written checkpoint
+    out.mkdir()  # a directory the user made stays, with a warning
+    assert cli(["universal", str(FIXTURES / "stage2_bf16"), str(out)]) == 2
+    assert out.is_dir() and "may hold a partial conversion" in capsys.readouterr().err
     assert (
         cli(["universal", str(FIXTURES / "stage3_bf16"), str(out), "--inject-missing-state"]) == 0
     )

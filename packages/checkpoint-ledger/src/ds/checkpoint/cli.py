@@ -117,6 +117,7 @@ def _universal(args: argparse.Namespace) -> int:
     if tag_dir is None:
         print(f"error: no checkpoint tag {args.tag!r} in {args.directory}", file=sys.stderr)
         return 2
+    made = not os.path.exists(args.output_dir)
     try:
         convert(
             tag_dir,
@@ -126,8 +127,14 @@ def _universal(args: argparse.Namespace) -> int:
             keep_temp=args.keep_temp,
         )
     except (AssertionError, NotImplementedError, RuntimeError, ValueError, OSError) as exc:
-        # a layout the converter refuses: said in one line, nothing half-written kept as done
+        # A layout the converter refuses, said in one line. The files written before it stopped
+        # are no universal checkpoint: a directory this command made goes; one that was there
+        # before is left to its owner, with a warning.
         print(f"error: {exc}", file=sys.stderr)
+        if made:
+            shutil.rmtree(args.output_dir, ignore_errors=True)
+        else:
+            print(f"error: {args.output_dir} may hold a partial conversion", file=sys.stderr)
         return 2
     print(f"universal checkpoint written to {args.output_dir}")
     return 0
