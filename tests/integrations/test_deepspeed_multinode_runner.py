@@ -58,3 +58,28 @@ def test_slot_lists_and_what_the_runners_refuse() -> None:
     for bad in ({"a": 2, "b": 3}, {"a": [0, 2]}):
         with pytest.raises(LaunchError):
             mn.SlurmRunner(_args(), "", bad).get_cmd({}, bad)
+
+
+def test_add_export_keeps_shell_words_and_the_remote_line_gives_back_the_values() -> None:
+    import subprocess
+
+    runner = mn.PDSHRunner(_args(), encode_world_info(POOL))
+    odd = 'a "b" $HOME `id`'
+    runner.add_export("SLURM_JOB_CPUS_PER_NODE", " 64(x2) ")
+    runner.add_export("PYTHONPATH", "/usr/lib/python3/site-packages")
+    runner.add_export("ODD", odd)
+    # DeepSpeed's form: a plain value bare, one with shell syntax double-quoted.
+    assert runner.exports["SLURM_JOB_CPUS_PER_NODE"] == '"64(x2)"'
+    assert runner.exports["PYTHONPATH"] == "/usr/lib/python3/site-packages"
+    for word, value in [(runner.exports["ODD"], odd), ('"64(x2)"', "64(x2)")]:
+        assert mn.export_value(word) == value
+        echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True,
+                                text=True, timeout=30).stdout  # fmt: skip
+        assert echoed == value
+    cmd, _, _ = runner.get_cmd(dict(os.environ), POOL)
+    exports = cmd[-1].split("; ")[1:-1]
+    show = "; ".join(
+        [*exports, 'printf "%s|%s|%s" "$SLURM_JOB_CPUS_PER_NODE" "$ODD" "$PYTHONPATH"']
+    )
+    out = subprocess.run(["bash", "-c", show], capture_output=True, text=True, timeout=30).stdout
+    assert out == f"64(x2)|{odd}|/usr/lib/python3/site-packages"

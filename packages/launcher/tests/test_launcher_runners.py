@@ -189,3 +189,26 @@ def test_mpi_like_runners_reject_uneven_or_picked_slots(cls: type) -> None:
         cls(python=PY).get_cmd(spec(hosts={"n0": [0, 1], "n1": [0]}))
     with pytest.raises(LaunchError, match="cannot select individual slots"):
         cls(python=PY).get_cmd(spec(hosts={"n0": [1, 3], "n1": [0, 1]}))
+
+
+def test_remote_shell_line_keeps_exported_values_through_bash() -> None:
+    # The line pdsh and ssh hand to the remote shell: values with shell syntax in them (SLURM's
+    # "64(x2)", spaces, quotes, $ and backticks) must arrive as they were, plain ones bare.
+    import json
+    import subprocess
+    import sys
+
+    from ds.launcher.runners.base import remote_shell
+
+    env = {
+        "SLURM_JOB_CPUS_PER_NODE": "64(x2)",
+        "ODD": "a b \"c\" 'd' $HOME `id` \\n;|&<>*",
+        "PYTHONPATH": "/usr/local/lib/python3.11/site-packages",
+    }
+    keys = sorted(env)
+    show = f"import json, os; print(json.dumps({{k: os.environ[k] for k in {keys!r}}}))"
+    line = remote_shell(env, [sys.executable, "-c", show], cwd="/")
+    assert "export PYTHONPATH=/usr/local/lib/python3.11/site-packages;" in line
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == env

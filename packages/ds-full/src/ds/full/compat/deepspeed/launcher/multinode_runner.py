@@ -11,6 +11,7 @@ indices or to a slot count, as DeepSpeed's resource pool does.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -25,6 +26,28 @@ from ds.launcher.runners.base import which
 # Open MPI's TCP transport picks interfaces itself unless told; DeepSpeed's builder names eth0
 # unless the launcher arguments choose one.
 _OMPI_DEFAULT_NIC = ["--mca", "btl_tcp_if_include", "eth0"]
+
+
+# The characters a shell word may hold bare (the set shlex.quote leaves unquoted).
+_SHELL_BARE = re.compile(r"[^\w@%+=:,./-]", re.ASCII)
+# Inside double quotes a shell still expands these four; a backslash makes each literal.
+_IN_DOUBLE_QUOTES = re.compile(r'([\\"$`])')
+
+
+def export_word(value: str) -> str:
+    """``value`` as the shell word DeepSpeed keeps in ``exports``: bare when it is plain, else in
+    double quotes with the characters a shell expands there escaped."""
+    if not _SHELL_BARE.search(value):
+        return value
+    return '"' + _IN_DOUBLE_QUOTES.sub(r"\\\1", value) + '"'
+
+
+def export_value(word: str) -> str:
+    """The value an ``exports`` entry stands for (the inverse of :func:`export_word`); an entry a
+    caller wrote bare is taken as it is."""
+    if len(word) >= 2 and word[0] == word[-1] == '"':
+        return re.sub(r'\\([\\"$`])', r"\1", word[1:-1])
+    return word
 
 
 def _slots(active_resources: Mapping[str, Any]) -> dict[str, list[int]]:
@@ -56,7 +79,9 @@ class MultiNodeRunner:
         return bool(self._runner().backend_exists())
 
     def add_export(self, key: str, var: str) -> None:
-        self.exports[key.strip()] = var.strip()
+        # ``exports`` holds shell words, as DeepSpeed's builders paste them into a command line;
+        # ds's runners get the plain values back and quote them for their own command lines.
+        self.exports[key.strip()] = export_word(var.strip())
 
     def parse_user_args(self) -> list[str]:
         return list(self.args.user_args)
@@ -79,7 +104,7 @@ class MultiNodeRunner:
             master_addr=master,
             master_port=int(getattr(self.args, "master_port", 29500)),
             user_command=[*python, *module, self.user_script, *self.user_arguments],
-            env=dict(self.exports),
+            env={k: export_value(v) for k, v in self.exports.items()},
             launcher_args=self._launcher_args(),
         )
 
