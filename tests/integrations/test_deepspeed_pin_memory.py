@@ -24,7 +24,6 @@ def test_accelerator_pins_natively_when_selected(monkeypatch: pytest.MonkeyPatch
     assert pin_memory.get_active_native_pinned_memory() is None
     assert acc.unpin_memory(acc.pin_memory(torch.ones(3))) is None
     monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "native")
-    monkeypatch.setattr(pin_memory, "_shared_native_pins", None)
     pin_memory_tracker._tracker.reset()
     src = torch.arange(12.0).view(3, 4)
     pinned = acc.pin_memory(src)

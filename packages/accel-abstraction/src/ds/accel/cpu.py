@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import torch
 
 from ds.accel.host import AllFloatDtypes, HostRandom
+from ds.accel.pinning import HostPinning
 from ds.accel.streams import StandInStreams
 from ds.accel.unindexed import UnindexedDevice
 from ds.interfaces.accelerator import AcceleratorCapabilities
@@ -46,7 +47,7 @@ def _rss() -> tuple[int, int]:
     return cur, peak
 
 
-class CpuAccelerator(UnindexedDevice, StandInStreams, HostRandom, AllFloatDtypes):
+class CpuAccelerator(UnindexedDevice, StandInStreams, HostRandom, AllFloatDtypes, HostPinning):
     """Host CPU. Memory figures are the process RSS (allocated) and system RAM (total)."""
 
     _NAME = _DEVICE = "cpu"
@@ -62,7 +63,7 @@ class CpuAccelerator(UnindexedDevice, StandInStreams, HostRandom, AllFloatDtypes
         return AcceleratorCapabilities(
             has_streams=False,
             has_events=False,
-            has_pinned_memory=False,
+            has_pinned_memory=self._has_pinned_memory(),
             is_synchronized_device=True,
         )
 
@@ -122,12 +123,7 @@ class CpuAccelerator(UnindexedDevice, StandInStreams, HostRandom, AllFloatDtypes
         return None
 
     # host memory ------------------------------------------------------------------------
-    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        # Pinning only matters for transfers to a device; the CPU has none, so return as is.
-        return tensor
-
-    def is_pinned(self, tensor: torch.Tensor) -> bool:
-        return False
-
+    # pin_memory/is_pinned/unpin_memory: HostPinning. The CPU runtime has no pinning (there is
+    # no device to transfer to); DS_PIN_MEMORY_BACKEND=native locks host pages all the same.
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         return tensor.device.type == "cpu"

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ds.accel.pinning import HostPinning
 from ds.interfaces.accelerator import AcceleratorCapabilities
 from ds.interfaces.errors import AcceleratorError
 
@@ -27,7 +28,7 @@ class CudaNames:
         return torch.device(self.device_name(index))
 
 
-class CudaAccelerator(CudaNames):
+class CudaAccelerator(CudaNames, HostPinning):
     """NVIDIA and ROCm devices through torch.cuda."""
 
     def is_available(self) -> bool:
@@ -160,10 +161,13 @@ class CudaAccelerator(CudaNames):
         return out
 
     # host memory ------------------------------------------------------------------------
-    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+    # pin_memory/is_pinned/unpin_memory: HostPinning over the CUDA runtime's page locking.
+    _device_has_pinned_memory = True
+
+    def _device_pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.pin_memory()
 
-    def is_pinned(self, tensor: torch.Tensor) -> bool:
+    def _device_is_pinned(self, tensor: torch.Tensor) -> bool:
         return bool(tensor.is_pinned())
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ds.accel.pinning import HostPinning
 from ds.accel.streams import HostEvent, StandInStreams
 from ds.accel.unindexed import UnindexedDevice
 from ds.interfaces.accelerator import AcceleratorCapabilities
@@ -16,7 +17,7 @@ def _mps() -> Any:
     return torch.mps
 
 
-class MpsAccelerator(UnindexedDevice, StandInStreams):
+class MpsAccelerator(UnindexedDevice, StandInStreams, HostPinning):
     _NAME = _DEVICE = "mps"
 
     def is_available(self) -> bool:
@@ -25,7 +26,9 @@ class MpsAccelerator(UnindexedDevice, StandInStreams):
 
     def capabilities(self) -> AcceleratorCapabilities:
         return AcceleratorCapabilities(
-            has_streams=False, has_pinned_memory=False, supports_bf16=self.is_bf16_supported()
+            has_streams=False,
+            has_pinned_memory=self._has_pinned_memory(),
+            supports_bf16=self.is_bf16_supported(),
         )
 
     def device_count(self) -> int:
@@ -110,11 +113,8 @@ class MpsAccelerator(UnindexedDevice, StandInStreams):
             out.append(torch.bfloat16)
         return out
 
-    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor  # unified memory: nothing to pin
-
-    def is_pinned(self, tensor: torch.Tensor) -> bool:
-        return False
+    # pin_memory/is_pinned/unpin_memory: HostPinning (unified memory: the device runtime has
+    # nothing to pin).
 
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         return tensor.device.type == "mps"

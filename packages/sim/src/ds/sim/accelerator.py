@@ -311,6 +311,9 @@ class SimGpuAccelerator(CudaNames, StandInStreams, HostRandom, AllFloatDtypes):
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return bool(tensor.__dict__.get("_ds_sim_pinned", False))
 
+    def unpin_memory(self, tensor: torch.Tensor) -> bool:
+        return bool(tensor.__dict__.pop("_ds_sim_pinned", False))
+
     def on_accelerator(self, tensor: torch.Tensor) -> bool:
         return tensor.device.type == "cuda"
 

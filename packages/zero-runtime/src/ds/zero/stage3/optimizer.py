@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import torch
 
+from ds.interfaces.accelerator import Accelerator
 from ds.interfaces.errors import ConfigError
 from ds.interfaces.kernels import AdamHyper, KernelProvider
 from ds.interfaces.logging import get_logger
@@ -27,6 +28,7 @@ from ds.zero.stage3.partitioner import Stage3Partitioner
 from ds.zero.stage3.shard import shard_of
 from ds.zero.stage3.state_stream import StateStream
 from ds.zero.stage3.swap import AioSettings, SwapFile, open_aio
+from ds.zero.stages.host_pins import HostPins
 
 log = get_logger(__name__)
 
@@ -73,10 +75,14 @@ class Stage3Optimizer:
         aio: AioSettings | None = None,
         buffer_count: int = 4,
         pin_memory: bool = False,
+        accelerator: Accelerator | None = None,
     ) -> None:
         """``groups``: torch-style parameter groups over the module's parameters; ``build`` makes
-        the optimizer from the same groups with ``params`` replaced by the master partitions."""
+        the optimizer from the same groups with ``params`` replaced by the master partitions.
+        With ``offload="cpu"`` and ``pin_memory`` the host masters are pinned through
+        ``accelerator`` and released by :meth:`close`."""
         self.part = partitioner
+        self.pins = HostPins(accelerator, offload == "cpu" and pin_memory)
         self.offload = offload
         self.kernels = kernels
         self.step_count = 0
@@ -135,6 +141,7 @@ class Stage3Optimizer:
                 src = s.shard  # the partition itself is the master: no second copy
             else:
                 src = s.shard.to(dev, torch.float32, copy=True)
+            src = self.pins.pin(src)
             # No autograd on masters: they are stepped in place by optimizers and kernels.
             m = torch.nn.Parameter(src, requires_grad=False)
             self._masters[s.ds_id] = m
@@ -297,6 +304,7 @@ class Stage3Optimizer:
             self.optimizer.state[m] = {**state, "exp_avg": v.to(dev), "exp_avg_sq": w.to(dev)}
 
     def close(self) -> None:
+        self.pins.release()
         if self._swap is not None:
             self._swap.handle.wait()
             self._swap.close()

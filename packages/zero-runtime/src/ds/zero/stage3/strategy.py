@@ -174,6 +174,7 @@ class Stage3Strategy(ZeroStrategy):
             aio=aio,
             buffer_count=int(oo.buffer_count) if oo is not None else 4,
             pin_memory=bool(oo.pin_memory) if oo is not None else False,
+            accelerator=ctx.accelerator,
         )
 
     @property

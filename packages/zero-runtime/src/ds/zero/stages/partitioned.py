@@ -33,6 +33,7 @@ from ds.zero.stages.base import MemoryReport, StepReport, StrategyContext, ZeroS
 from ds.zero.stages.flat import FlatGroup
 from ds.zero.stages.gather import ParamGather
 from ds.zero.stages.groups import Group, build_group
+from ds.zero.stages.host_pins import HostPins
 from ds.zero.stages.memory import memory_report
 from ds.zero.stages.pool import BufferPool
 from ds.zero.stages.reduction import GradReducer
@@ -69,7 +70,7 @@ class PartitionedStrategy(ZeroStrategy):
         )
         self.offload = cfg.zero.offload_optimizer_device == "cpu"
         off = cfg.zero.offload_optimizer
-        self.pin = self.offload and off is not None and off.pin_memory
+        self.pins = HostPins(ctx.accelerator, self.offload and off is not None and off.pin_memory)
         raw = cfg.raw
         factor = float(raw.gradient_predivide_factor)
         if self.comm is None or raw.gradient_allreduce_op == "sum":
@@ -163,18 +164,9 @@ class PartitionedStrategy(ZeroStrategy):
         return [1.0 / len(g.replica_ranks or range(self.world)) for g in self.groups]
 
     def _host(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` on the host. With ``offload_optimizer.pin_memory`` and a model on an accelerator
-        device that has pinned memory, page-locked, so the chunked copies back to the device run
-        asynchronously."""
-        acc = self.ctx.accelerator
-        pin = (
-            self.pin
-            and t.device.type != "cpu"
-            and acc is not None
-            and acc.capabilities().has_pinned_memory
-        )
-        host = t.cpu()
-        return acc.pin_memory(host) if pin and acc is not None else host
+        """``t`` on the host; with ``offload_optimizer.pin_memory``, page-locked through the
+        accelerator (:class:`HostPins`) so the copies back to the device run asynchronously."""
+        return self.pins.pin(t.cpu())
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -296,6 +288,7 @@ class PartitionedStrategy(ZeroStrategy):
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
+        self.pins.release()
 
 
 class Stage0(PartitionedStrategy):
