@@ -112,3 +112,102 @@ def test_without_loss_fn_a_one_element_output_is_the_loss() -> None:
     assert PipelineRunner._loss(runner, out, None) is out  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="loss_fn"):
         PipelineRunner._loss(runner, torch.ones(2, 1), None)  # type: ignore[arg-type]
+
+
+def _counting_layers() -> list:
+    torch.manual_seed(0)
+    return [torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)]
+
+
+def test_set_checkpoint_interval_changes_what_the_next_forward_checkpoints() -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    segments: list[int] = []
+
+    def counted(fn, x):  # type: ignore[no-untyped-def]
+        segments.append(1)
+        return checkpoint(fn, x, use_reentrant=False)
+
+    m = PipelineModule(_counting_layers(), num_stages=1, activation_checkpoint_func=counted)
+    x = torch.randn(2, 4)
+    m(x)
+    assert segments == []  # interval 0: nothing checkpointed
+    for interval, expected in [(1, 4), (2, 2), (4, 1), (0, 0)]:
+        segments.clear()
+        m.set_checkpoint_interval(interval)
+        assert m.activation_checkpoint_interval == interval
+        m(x)
+        assert len(segments) == expected, interval
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="activation_checkpoint_interval"):
+            m.set_checkpoint_interval(bad)  # type: ignore[arg-type]
+
+
+def _train_grads(func, interval: int) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+    from ds.parallel.pipeline import PipelineRunner, build
+
+    m = PipelineModule(
+        _counting_layers(), num_stages=1, loss_fn=torch.nn.MSELoss(),
+        activation_checkpoint_interval=interval, activation_checkpoint_func=func,
+    )  # fmt: skip
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(2, 4, generator=g), torch.randn(2, 1, generator=g)) for _ in range(2)]
+    runner = PipelineRunner(m, None, [0], torch.device("cpu"))
+    runner.run(build("1f1b", 1, len(batches), 0), batches)
+    assert all(not x.requires_grad for x, _ in batches)  # the caller's batch is left as it was
+    return {n: p.grad.clone() for n, p in m.named_parameters()}
+
+
+def test_reentrant_checkpointing_gets_first_stage_inputs_that_require_grad() -> None:
+    # torch's reentrant checkpoint of a segment whose input needs no grad returns an output
+    # outside autograd: the first segment's weights would get no gradient (or backward fails).
+    # The runner marks the first stage's inputs, so the gradients equal an uncheckpointed run.
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    reentrant = functools.partial(checkpoint, use_reentrant=True)
+    m = PipelineModule(_counting_layers(), num_stages=1, activation_checkpoint_func=reentrant)
+    assert not m.checkpoint_needs_input_grad()
+    m.set_checkpoint_interval(2)
+    assert m.checkpoint_needs_input_grad()
+    m.activation_checkpoint_func = None  # ds's default: torch's non-reentrant checkpoint
+    assert not m.checkpoint_needs_input_grad()
+    plain = _train_grads(None, 0)
+    for func in (reentrant, None):
+        got = _train_grads(func, 1)
+        assert got.keys() == plain.keys()
+        for name, grad in plain.items():
+            torch.testing.assert_close(got[name], grad, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_config_pipeline_section_sets_interval_and_non_reentrant_checkpointing() -> None:
+    import functools
+    from types import SimpleNamespace
+
+    from torch.utils.checkpoint import checkpoint
+
+    from ds.parallel.pipeline.engine import apply_checkpointing
+
+    reentrant = functools.partial(checkpoint, use_reentrant=True)
+
+    def module(interval: int = 0) -> PipelineModule:
+        return PipelineModule(
+            _counting_layers(), num_stages=1, activation_checkpoint_interval=interval,
+            activation_checkpoint_func=reentrant,
+        )  # fmt: skip
+
+    m = module(3)
+    apply_checkpointing(SimpleNamespace(pipeline={"activation_checkpoint_interval": 0}), m)
+    assert m.activation_checkpoint_interval == 3  # 0 in the config keeps the module's
+    apply_checkpointing(SimpleNamespace(pipeline={"activation_checkpoint_interval": 2}), m)
+    assert m.activation_checkpoint_interval == 2 and m.checkpoint_needs_input_grad()
+    # use_reentrant=false holds even while checkpointing is off: turning it on later uses it.
+    m = module()
+    apply_checkpointing(SimpleNamespace(pipeline={"use_reentrant": False}), m)
+    assert m.activation_checkpoint_func is None
+    m.set_checkpoint_interval(1)
+    assert not m.checkpoint_needs_input_grad()
+    for bad in ({"activation_checkpoint_interval": -1}, {"use_reentrant": "no"}):
+        with pytest.raises(ConfigError, match=r"pipeline\."):
+            apply_checkpointing(SimpleNamespace(pipeline=bad), module())

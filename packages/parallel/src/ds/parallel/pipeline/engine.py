@@ -72,6 +72,27 @@ def settings(cfg: Any, model: Any) -> tuple[int, str]:
     return stages, schedule
 
 
+def apply_checkpointing(cfg: Any, model: Any) -> None:
+    """The config's ``pipeline.activation_checkpoint_interval`` (above 0, it replaces the
+    module's) and ``pipeline.use_reentrant``: ``false`` drops the module's checkpoint function
+    for ds's non-reentrant default, whatever the interval is now (``set_checkpoint_interval``
+    may turn checkpointing on later); ``true``, DeepSpeed's default, keeps the module's."""
+    section = _section(cfg)
+    interval = section.get("activation_checkpoint_interval", 0)
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+        raise ConfigError(
+            f"pipeline.activation_checkpoint_interval={interval!r}: use a whole number of layers "
+            "per checkpointed segment, or 0 to keep the PipelineModule's own"
+        )
+    reentrant = section.get("use_reentrant")
+    if reentrant is not None and not isinstance(reentrant, bool):
+        raise ConfigError(f"pipeline.use_reentrant={reentrant!r}: use true or false")
+    if reentrant is False:
+        model.activation_checkpoint_func = None
+    if interval > 0:
+        model.set_checkpoint_interval(interval)
+
+
 def check_stage_tp(world: int, stages: int, tp: int) -> None:
     """The TP size must divide each stage's ranks (``world / stages``)."""
     per_stage = world // stages
@@ -95,6 +116,7 @@ class PipelineTraining:
         from ds.parallel.pipeline import TiedWeights
 
         self.num_stages, self.schedule_name = settings(cfg, model)
+        apply_checkpointing(cfg, model)
         if self.num_stages > 1 and mesh is None:
             raise ConfigError(
                 "a pipeline of several stages needs mesh=; build it with ds.initialize"

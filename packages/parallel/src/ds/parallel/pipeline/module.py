@@ -263,6 +263,26 @@ class PipelineModule(torch.nn.Module):
             x = self._checkpoint(_run_segment(segment), x)
         return x
 
+    def set_checkpoint_interval(self, interval: int) -> None:
+        """Checkpoint every ``interval`` layers from the next forward on (0: none); forward()
+        reads the interval each time, so nothing computed for the old one is kept."""
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 0:
+            raise ConfigError(
+                f"activation_checkpoint_interval={interval!r}: use a whole number of layers "
+                "per checkpointed segment, or 0 to turn activation checkpointing off"
+            )
+        self.activation_checkpoint_interval = interval
+
+    def checkpoint_needs_input_grad(self) -> bool:
+        """Whether forward() checkpoints with a function that may need its segment's input to
+        require grad: any ``activation_checkpoint_func`` given (a reentrant one, torch's
+        ``checkpoint(use_reentrant=True)`` or DeepSpeed's, cuts a segment whose input needs no
+        grad out of autograd), not ds's default (torch's non-reentrant checkpoint). The pipeline
+        engine then marks the first stage's floating-point inputs as requiring grad."""
+        return (
+            self.activation_checkpoint_interval > 0 and self.activation_checkpoint_func is not None
+        )
+
     def _checkpointable(self, segment: list[tuple[int, Callable[[Any], Any]]]) -> bool:
         if self.checkpointable_layers is None:
             return any(isinstance(fn, torch.nn.Module) for _, fn in segment)

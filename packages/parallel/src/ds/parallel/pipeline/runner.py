@@ -49,6 +49,16 @@ def _to(x: Any, device: torch.device) -> Any:
     return x
 
 
+def _requiring_grad(x: Any) -> Any:
+    """``x`` with its floating-point tensors requiring grad (new tensor objects: the caller's
+    batch is left as it was)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().requires_grad_(x.is_floating_point())
+    if isinstance(x, (tuple, list)):
+        return type(x)(_requiring_grad(t) for t in x)
+    return x
+
+
 class PipelineRunner:
     """Runs a schedule on the stage that ``module`` holds.
 
@@ -124,6 +134,8 @@ class PipelineRunner:
             if a.kind == "F":
                 if part == 0:
                     x = _to(microbatches[a.microbatch][0], self.device)
+                    if torch.is_grad_enabled() and self.module.checkpoint_needs_input_grad():
+                        x = _requiring_grad(x)
                 else:
                     assert self.p2p is not None
                     t0 = time.perf_counter()
