@@ -91,3 +91,42 @@ def test_offloaded_stage2_places_master_grad_and_moments() -> None:
     assert kernels.placed[v.data_ptr()] == {master.data_ptr(), grad.data_ptr(), m.data_ptr()}
     for a, b in [(master, grad), (master, m), (master, v), (grad, m), (grad, v), (m, v)]:
         assert _dist(a, b) >= MIN_GAP
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_offload_with_one_backward_per_step_holds_no_extra_gradient_buffer(stage: int) -> None:
+    # ZeRO-1/2 with CPU optimizer offload and one backward per step: the host keeps the fp32
+    # gradient partition the optimizer steps with and nothing beside it (no second host buffer
+    # to accumulate micro-batches into), the same gradient bytes as without offload, every step.
+    from ds.zero.engine import ZeroEngine
+
+    def run(offload: bool) -> tuple[list[int], list[torch.Tensor]]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Linear(32, 4))
+        zero: dict[str, Any] = {"stage": stage, "reduce_bucket_size": 200}
+        if offload:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        cfg = {
+            "train_micro_batch_size_per_gpu": 2,
+            "gradient_accumulation_steps": 1,
+            "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": zero,
+        }
+        engine = ZeroEngine(model, cfg, kernels=CpuKernelProvider())
+        g = torch.Generator().manual_seed(1)
+        held = []
+        for _ in range(3):
+            x = torch.randn(2, 16, generator=g).to(torch.bfloat16)
+            engine.backward(engine(x).float().pow(2).mean())
+            engine.step()
+            held.append(engine.memory_report().gradient_bytes)
+        weights = [p.detach().float().clone() for p in engine.module.parameters()]
+        engine.destroy()
+        return held, weights
+
+    numel = 16 * 32 + 32 + 32 * 4 + 4
+    (offloaded, w_off), (on_device, w_dev) = run(True), run(False)
+    assert offloaded == on_device == [4 * numel] * 3  # the fp32 gradient of the one partition
+    for a, b in zip(w_off, w_dev, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-2)  # bf16 weights, same updates
