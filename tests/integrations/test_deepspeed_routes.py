@@ -1,6 +1,7 @@
 """Unchanged DeepSpeed programs on ds through the opt-in ``deepspeed`` API route (``ds compat
 enable``), 2 CPU ranks: DeepSpeedExamples' cifar10_deepspeed.py (random data) and a stock
-transformers Trainer script passing ``deepspeed="ds_config.json"``, and a stock accelerate script
+transformers Trainer script passing ``deepspeed="ds_config.json"`` (training, and evaluation
+with a ZeRO-3 config and no optimizer), and a stock accelerate script
 with ``Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config="ds_config.json"))``.
 
 Each runs in a throwaway venv that sees the dev environment (tests/integrations/_compat_env.py), so
@@ -83,6 +84,22 @@ def test_stock_transformers_trainer_runs_on_ds(compat_python: Path, tmp_path: Pa
     ref = json.loads(ref_file.read_text())  # the same script under DeepSpeed 0.19.8 (2 CPU ranks)
     assert got["rates"] == pytest.approx(ref["rates"], abs=1e-9)
     assert got["losses"] == pytest.approx(ref["losses"], abs=1e-5)
+
+
+@_trials
+def test_stock_transformers_evaluate_zero3_without_optimizer(
+    compat_python: Path, tmp_path: Path
+) -> None:
+    # Trainer.evaluate with no training: transformers drops the optimizer and builds a ZeRO-3
+    # engine for inference, which partitions the model across the 2 ranks.
+    out_dir = tmp_path / "out"
+    _ds_run(compat_python, tmp_path, str(STOCK / "evaluate.py"), "--output_dir", str(out_dir))
+    got = json.loads((out_dir / "result.json").read_text())
+    assert got["engine"] == "ds.zero.engine.ZeroEngine" and got["world"] == 2
+    assert got["optimizer"] == "NoOptimizer" and got["partitioned"]
+    # The mean over 4 batches of 2 rows (split over the ranks) of an equal-length loss: the
+    # loss of all 8 rows at once, up to float32 summation order.
+    assert got["eval_loss"] == pytest.approx(got["plain_loss"], abs=1e-5)
 
 
 def _plain_torch_losses() -> list[float]:

@@ -34,6 +34,7 @@ from ds.zero.engine_accessors import EngineAccessors
 from ds.zero.engine_precision import EnginePrecision
 from ds.zero.engine_telemetry import StepTelemetry, log_step
 from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
+from ds.zero.optim.none import has_optimizer, missing
 from ds.zero.param_groups import engine_param_groups
 from ds.zero.stages.base import StrategyContext, ZeroStrategy
 from ds.zero.stages.select import strategy_class
@@ -209,6 +210,8 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         already averaged over the accumulation window) leaves the loss undivided by the
         accumulation steps. Returns the loss divided by the accumulation steps (what the
         gradients are of, before loss scaling), as DeepSpeed does."""
+        if not has_optimizer(self.optimizer):  # DeepSpeed refuses it too: nothing would use them
+            raise missing("backward()")
         self.timers.start("backward")
         self.strategy.begin_micro_step(self.is_gradient_accumulation_boundary(), self._no_sync)
         gas = self.config.gradient_accumulation_steps if scale_wrt_gas else 1
@@ -221,6 +224,8 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         return loss / gas if gas != 1 else loss
 
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
+        if not has_optimizer(self.optimizer):
+            raise missing("step()")
         if not self.is_gradient_accumulation_boundary():
             self.micro_steps += 1
             return
@@ -305,6 +310,8 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
     ) -> None:
         """``exclude_frozen_parameters``: DeepSpeed's keyword (transformers passes it for PEFT
         models, whose frozen base weights come from the pretrained files, not the checkpoint)."""
+        if not has_optimizer(self.optimizer):  # its stage holds no training state to save
+            raise missing("save_checkpoint()", "save its weights with save_16bit_model()")
         engine_checkpoint.save_checkpoint(
             self, save_dir, tag, client_state, exclude_frozen_parameters
         )
@@ -321,6 +328,8 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
     ) -> tuple[str | None, dict[str, Any]]:
         """DeepSpeed's keywords: loads are always strict (every parameter must be found);
         ``load_module_only`` leaves the optimizer and schedule as they are."""
+        if not has_optimizer(self.optimizer):
+            raise missing("load_checkpoint()", "load weights into the model before initialize()")
         if load_module_only:
             load_optimizer_states = load_lr_scheduler_states = False
         return engine_checkpoint.load_checkpoint(

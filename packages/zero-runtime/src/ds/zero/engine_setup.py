@@ -4,6 +4,7 @@ mesh check, the strategy's context, the LR schedule and the loss scaler."""
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import torch
@@ -14,6 +15,7 @@ from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.zero.config import DsConfig
 from ds.zero.loss_scaler import DynamicLossScaler, LossScaler, StageZeroLossScaler
 from ds.zero.lr_schedules import build_schedule
+from ds.zero.optim.none import has_optimizer
 
 
 def check_mesh(cfg: DsConfig, mesh: ParallelMesh | None) -> None:
@@ -52,8 +54,18 @@ def broadcast_module(engine: Any) -> None:
 
 
 def build_scheduler(cfg: DsConfig, client: Any, optimizer: Any) -> Any:
-    """The client's LR scheduler (or its factory called on ``optimizer``), else the config's."""
+    """The client's LR scheduler (or its factory called on ``optimizer``), else the config's.
+    None without an optimizer, as in DeepSpeed (a section then has nothing to schedule)."""
     scheduler = cfg.scheduler
+    if not has_optimizer(optimizer):
+        if client is not None or scheduler is not None:
+            warnings.warn(
+                "the LR scheduler is ignored: the engine has no optimizer for it to schedule "
+                "(add an 'optimizer' section or pass optimizer= to initialize() to train)",
+                UserWarning,
+                stacklevel=3,
+            )
+        return None
     if client is not None and scheduler is not None:
         raise ConfigError(
             "both config.scheduler and an lr_scheduler passed to initialize(); remove one"

@@ -13,6 +13,7 @@ from ds.interfaces.kernels import KernelProvider
 from ds.zero.config.sections import OptimizerConfig
 from ds.zero.optim import flat
 from ds.zero.optim.lion import Lion
+from ds.zero.optim.none import NoOptimizer
 from ds.zero.optim.options import adam_is_decoupled, config_params, refuse_client_options
 
 ClientOptimizer = torch.optim.Optimizer | Callable[[Any], torch.optim.Optimizer]
@@ -50,12 +51,7 @@ class OptimizerFactory:
                 stacklevel=3,
             )
             config = None
-        if config is None and client is None:
-            raise ConfigError(
-                'no optimizer: add an \'optimizer\' section to the config (e.g. {"type": "AdamW", '
-                '"params": {"lr": 1e-3}}) or pass optimizer= to initialize()'
-            )
-        if offload and kernels is None:
+        if offload and kernels is None and (config is not None or client is not None):
             raise ProviderNotFoundError(
                 "zero_optimization.offload_optimizer.device='cpu' steps the optimizer with the CPU "
                 "kernels of ds-ops-kernels, and no kernel provider 'cpu' is registered; install it "
@@ -68,14 +64,27 @@ class OptimizerFactory:
         self.offload = offload
         self.kernels = kernels
 
+    @property
+    def present(self) -> bool:
+        """Whether there is an optimizer at all. Without one (no section, none passed) the
+        engine only runs the model forward, as DeepSpeed's does for evaluation and inference."""
+        return self.config is not None or self.client is not None
+
     def initial_groups(self, module_groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The user's parameter groups with hyper-parameters (what a stage will flatten)."""
+        """The user's parameter groups with hyper-parameters (what a stage will flatten). None
+        without an optimizer: nothing is trained, so no stage holds master weights or gradient
+        buffers for it."""
+        if not self.present:
+            return []
         client = self.client
         if isinstance(client, torch.optim.Optimizer):
             return [dict(g) for g in client.param_groups]
         return module_groups
 
     def __call__(self, groups: list[dict[str, Any]]) -> Any:
+        """The optimizer over ``groups`` (a :class:`NoOptimizer` when there is none)."""
+        if not self.present:
+            return NoOptimizer()
         client = self.client
         if isinstance(client, torch.optim.Optimizer):
             if self.offload:

@@ -233,10 +233,12 @@ class Stage3Strategy(ZeroStrategy):
             s = shard_of(p)
             if s.grad is not None:
                 rep.gradient_bytes += s.grad.numel() * s.grad.element_size()
-            m = self.opt._masters[s.ds_id].data
+            master = self.opt._masters.get(s.ds_id)
+            if master is None:  # a parameter no optimizer group holds (frozen, or no optimizer)
+                continue
             if not self.opt.shares_shard(s):
-                rep.master_weight_bytes += m.numel() * m.element_size()
-            st = self.opt.optimizer.state.get(self.opt._masters[s.ds_id], {})
+                rep.master_weight_bytes += master.numel() * master.element_size()
+            st = self.opt.optimizer.state.get(master, {})
             for v in st.values():
                 if isinstance(v, torch.Tensor) and v.numel() > 1:
                     rep.optimizer_state_bytes += v.numel() * v.element_size()
