@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from ds.parallel.moe.autoep_blocks import autoep_layers_metadata, replace_autoep_blocks
 from ds.parallel.moe.autoep_config import AutoEPConfig
 from ds.parallel.moe.autoep_layer import AutoEPMoELayer, detect_moe_layers, repack_experts
 
@@ -142,3 +143,30 @@ def test_module_list_experts_are_stacked_and_checked() -> None:
     experts[1]["gate_proj"].weight.requires_grad_(False)
     with pytest.raises(ValueError, match="mixed requires_grad"):
         repack_experts(experts, spec, ep_rank=0, ep_size=2)
+
+
+def test_blocks_replaced_keep_the_forward_and_are_described() -> None:
+    m = model()
+    source = m.model.layers[0].mlp
+    x = torch.randn(2, 5, HIDDEN)
+    expected = source(x)
+    (layer,) = replace_autoep_blocks(m, {"autoep_size": 1, "preset_model": "mixtral"}, None)
+    assert isinstance(m.model.layers[0].mlp, AutoEPMoELayer) and m.model.layers[0].mlp is layer
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-6)
+    assert autoep_layers_metadata(m) == [
+        {
+            "moe_layer_id": 0,
+            "module_path": "model.layers.0.mlp",
+            "num_experts": 4,
+            "num_local_experts": 4,
+            "ep_size": 1,
+            "ep_rank": 0,
+            "ep_group_name": "ep_size_1",
+            "expert_key_prefix": "model.layers.0.mlp.experts",
+        }
+    ]
+
+
+def test_expert_count_must_split_over_autoep_size() -> None:
+    with pytest.raises(ValueError, match="not divisible by autoep_size=3"):
+        replace_autoep_blocks(model(), {"autoep_size": 3}, None)

@@ -29,6 +29,11 @@ REPLICA_ATTR = "ds_replica_group"
 #: model's state dict (every rank's experts collected) to the one to write.
 EXPORT_ATTR = "ds_export_state_dict"
 
+#: Attribute set on a model whose checkpoints describe its expert layout: a callable taking the
+#: model and returning picklable objects to save with each checkpoint under their keys (AutoEP:
+#: ``{"ds_autoep_layers": [...]}``, the entries universal-checkpoint conversion reads).
+CHECKPOINT_OBJECTS_ATTR = "ds_checkpoint_objects"
+
 
 @dataclass(frozen=True, eq=False)
 class ReplicaGroup:
@@ -50,4 +55,10 @@ def replica_group(param: Any) -> ReplicaGroup | None:
     return value if isinstance(value, ReplicaGroup) else None
 
 
-__all__ = ["EXPORT_ATTR", "REPLICA_ATTR", "ReplicaGroup", "replica_group"]
+__all__ = [
+    "CHECKPOINT_OBJECTS_ATTR",
+    "EXPORT_ATTR",
+    "REPLICA_ATTR",
+    "ReplicaGroup",
+    "replica_group",
+]

@@ -4,9 +4,21 @@ A model containing ``ds.parallel.moe.MoE`` layers (or DeepSpeed's ``deepspeed.mo
 from the shim) gets them bound here, before the engine is built: each layer joins its
 expert-parallel and expert-data-parallel groups, takes its experts' global indices and marks
 their parameters, so the engine reduces them over their own ranks. The ``expert_parallel``
-section (``{"enabled": true, "autoep_size": N}``) turns on AutoEP for transformers' sparse MoE
-blocks (:mod:`ds.parallel.moe.autoep`); layers made with DeepSpeed's AutoEP API
-(``AutoEPMoELayer``) are bound to their expert groups too.
+section (``{"enabled": true, "autoep_size": N}``) turns on AutoEP; layers made with DeepSpeed's
+AutoEP API (``AutoEPMoELayer``) before ``initialize`` are bound to their expert groups too.
+
+Which AutoEP a model gets (one rule, by what its MoE blocks are made of):
+
+* blocks whose ``experts`` is transformers' fused experts module (``gate_up_proj``/``down_proj``
+  tensors and an ``act_fn``: Mixtral, Qwen2-MoE, Qwen3-MoE) keep their router and get ds's
+  per-expert module (:mod:`ds.parallel.moe.autoep`), which names each expert by its global index
+  and so checkpoints whole at any ``autoep_size``;
+* otherwise the model's family (``expert_parallel.preset_model``, else its
+  ``config.model_type``) describes its blocks, and each is replaced by DeepSpeed's
+  ``AutoEPMoELayer`` (:mod:`ds.parallel.moe.autoep_blocks`, the layout of
+  ``deepspeed.module_inject.auto_ep``). Those layers' experts share one name on every rank, so
+  this route takes ``autoep_size`` 1 only, and says so otherwise;
+* a model with neither is an error, as is one whose family names no blocks.
 """
 
 from __future__ import annotations
@@ -23,6 +35,33 @@ def _section(cfg: Any) -> dict[str, Any] | None:
     if isinstance(expert, dict) and expert and expert.get("enabled", True):
         return expert
     return None
+
+
+def _names_a_family(section: dict[str, Any], model: torch.nn.Module) -> bool:
+    return bool(
+        section.get("preset_model") or getattr(getattr(model, "config", None), "model_type", None)
+    )
+
+
+def _replace_blocks(section: dict[str, Any], comm: Any, model: torch.nn.Module, auto: int) -> None:
+    """DeepSpeed's AutoEP layout (see the module docstring); the layers are bound below."""
+    from ds.parallel.moe.autoep_blocks import replace_autoep_blocks
+    from ds.zero.init import GatheredParameters
+
+    def gather(params: list[torch.nn.Parameter]) -> Any:
+        return GatheredParameters(params, modifier_rank=None)
+
+    try:
+        layers = replace_autoep_blocks(model, section, comm, gather)
+    except ValueError as err:
+        raise ConfigError(f"expert_parallel: {err}") from err
+    if layers and auto > 1:
+        raise ConfigError(
+            f"expert_parallel.autoep_size={auto} on MoE blocks that are not transformers' fused "
+            "experts modules: DeepSpeed's AutoEPMoELayer keeps each rank's experts under one "
+            "name, which ds's checkpoints cannot save whole; use autoep_size 1 here, or a "
+            "transformers model (fused gate_up_proj/down_proj experts) for autoep_size > 1"
+        )
 
 
 def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> list[Any]:
@@ -47,6 +86,8 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
 
             # save_16bit_model writes transformers' fused expert tensors (from_pretrained loads).
             setattr(model, EXPORT_ATTR, fused_state_dict)
+        elif section is not None and _names_a_family(section, model):
+            _replace_blocks(section, comm, model, auto)
     from ds.parallel.moe.autoep_layer import iter_autoep_layers
 
     # Layers made with DeepSpeed's AutoEP API (deepspeed.module_inject.auto_ep) before initialize.
@@ -62,6 +103,12 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
             )
         layer.bind(comm)
         blocks.append(layer)
+    if any(True for _ in iter_autoep_layers(model)):
+        from ds.interfaces.moe import CHECKPOINT_OBJECTS_ATTR
+        from ds.parallel.moe.autoep_blocks import checkpoint_objects
+
+        # Checkpoints record the layers' layout (ds_autoep_layers, read by universal conversion).
+        setattr(model, CHECKPOINT_OBJECTS_ATTR, checkpoint_objects)
     layers = moe_layers(model)
     if section is not None and not layers and not blocks:
         raise ConfigError(

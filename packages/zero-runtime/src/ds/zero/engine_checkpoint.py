@@ -17,6 +17,7 @@ import torch
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.errors import ProviderNotFoundError
 from ds.interfaces.logging import get_logger
+from ds.interfaces.moe import CHECKPOINT_OBJECTS_ATTR
 from ds.zero import tp_reshard
 from ds.zero.param_groups import regroup
 from ds.zero.rng_state import rng_state, set_rng_state
@@ -101,6 +102,9 @@ def save_checkpoint(
             "world_size": engine.world_size,
         }
     )
+    describe = getattr(engine.module, CHECKPOINT_OBJECTS_ATTR, None)
+    if describe is not None:  # e.g. AutoEP's layer layout (ds.interfaces.moe)
+        state.objects.update(describe(engine.module))
     state.rank_objects.update(rng_state(engine.accelerator))
     state.objects["optimizer.group_origin"] = list(engine._group_origin)
     suffix = tp_suffix(engine)
