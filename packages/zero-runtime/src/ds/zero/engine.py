@@ -24,7 +24,7 @@ from ds.interfaces.kernels import KernelProvider
 from ds.interfaces.logging import get_logger
 from ds.interfaces.parallel import ParallelMesh
 from ds.interfaces.telemetry import EventBus, StepMetrics
-from ds.zero import engine_checkpoint, engine_export, optimizer_names
+from ds.zero import engine_checkpoint, engine_export, optimizer_names, throughput
 from ds.zero import engine_setup as setup
 from ds.zero.comm_stats import CommStats
 from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
@@ -92,6 +92,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         # Device-event timings only when asked for (reading events is a sync on some devices).
         self.timers = StepTimers(accelerator, device_times=bool(cfg.wall_clock_breakdown))
         self.comm_stats = CommStats()
+        self.tput_timer = throughput.for_engine(self)  # DeepSpeed's samples/s: forward to step()
 
         setup.apply_log_level(cfg.log_level)
         self.module = model
@@ -173,6 +174,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         self.timers.start("forward")
+        self.tput_timer.start()
         self.telemetry.count_tokens(args, kwargs)
         out = self.module(*args, **kwargs)
         self.timers.stop("forward")
@@ -227,6 +229,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         if not has_optimizer(self.optimizer):
             raise missing("step()")
         if not self.is_gradient_accumulation_boundary():
+            self.tput_timer.stop(global_step=False)
             self.micro_steps += 1
             return
         self.timers.start("step")
@@ -256,6 +259,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         self.strategy.zero_grad()
         self.global_steps += 1
         self.global_samples += self.config.train_batch_size
+        self.tput_timer.stop(global_step=True)
         self.micro_steps += 1
         self.timers.stop("step")
         self._publish(report.overflow, report.grad_norm)
