@@ -85,3 +85,64 @@ class AddsReturnedBias(nn.Module):
 def test_parameter_returned_by_a_module_stays_whole_for_its_caller() -> None:
     torch.manual_seed(0)
     _matches_torch(AddsReturnedBias(), 2, lambda: torch.randn(3, 4))
+
+
+class PassesReturnedBias(nn.Module):
+    """Hands on the bias its inner module returned: the caller two levels up adds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ReturnsBias(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, bias = self.inner(x)
+        return out, bias
+
+
+class AddsBiasFromTwoLevelsDown(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.passes = PassesReturnedBias()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, bias = self.passes(self.first(x))
+        return (torch.tanh(out) + bias).sum()
+
+
+def test_parameter_returned_through_two_modules_reaches_the_caller_whole() -> None:
+    torch.manual_seed(0)
+    _matches_torch(AddsBiasFromTwoLevelsDown(), 3, lambda: torch.randn(3, 4))
+
+
+class Delegates(nn.Module):
+    """A wrapper whose unknown attributes are the wrapped module's (``__getattr__``): hooks
+    bookkeeping kept in module attributes must not land on, or be read from, the wrong one."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.wrapped = module
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(super().__getattr__("wrapped"), name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.wrapped(x)  # type: ignore[no-any-return]
+
+
+class WithDelegatingWrapper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.input = nn.Linear(4, 4)
+        self.output = Delegates(nn.Linear(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(self.input(x)).sum()
+
+
+def test_attribute_delegating_wrapper_trains_like_torch() -> None:
+    torch.manual_seed(0)
+    _matches_torch(WithDelegatingWrapper(), 3, lambda: torch.randn(2, 4))
