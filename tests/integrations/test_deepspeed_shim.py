@@ -166,10 +166,15 @@ def test_helpers_behave_as_deepspeeds() -> None:
     w1, w2 = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
     ours = FusedAdam([w1], lr=0.1, weight_decay=0.5)
     ref = torch.optim.AdamW([w2], lr=0.1, weight_decay=0.5)
-    for opt, w in ((ours, w1), (ref, w2)):
+    w3, w4 = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    l2 = FusedAdam([w3], lr=0.1, weight_decay=0.5, adam_w_mode=False)  # L2 decay: torch's Adam
+    ref_l2 = torch.optim.Adam([w4], lr=0.1, weight_decay=0.5)
+    assert ours.adam_w_mode is True and l2.adam_w_mode is False
+    for opt, w in ((ours, w1), (ref, w2), (l2, w3), (ref_l2, w4)):
         w.grad = torch.full((3,), 0.3)
         opt.step()
     torch.testing.assert_close(w1, w2)
+    torch.testing.assert_close(w3, w4)
 
 
 def test_moe_names_are_ds_moe() -> None:

@@ -58,6 +58,7 @@ def test_cpu_adam_matches_torch_on_param_groups(adamw_mode: bool) -> None:
 
     kw = {"lr": 1e-3, "betas": (0.8, 0.99), "eps": 1e-7, "weight_decay": 0.05}
     ours = CPUAdam(groups(ps), adamw_mode=adamw_mode, **kw)
+    assert ours.adam_w_mode is adamw_mode  # DeepSpeedCPUAdam's attribute name
     cls = torch.optim.AdamW if adamw_mode else torch.optim.Adam
     theirs = cls(groups(ref), **kw)
     _train([ours, theirs], [ps, ref], STEPS, seed=1)

@@ -53,6 +53,11 @@ class CPUAdam(CPUOptimizerBase):
         }
         super().__init__(model_params, defaults)
 
+    @property
+    def adam_w_mode(self) -> bool:
+        """``adamw_mode`` under the attribute name DeepSpeedCPUAdam gives it."""
+        return bool(self.defaults["adamw_mode"])
+
     def _init_state(self, p: torch.Tensor, group: dict[str, Any], state: dict[str, Any]) -> None:
         state["exp_avg"] = self._new_state(p, group, state)
         state["exp_avg_sq"] = self._new_state(p, group, state)

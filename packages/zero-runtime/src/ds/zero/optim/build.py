@@ -116,7 +116,10 @@ class OptimizerFactory:
     ) -> torch.optim.Optimizer:
         kind = cfg.type
         params = config_params(kind, dict(cfg.params))
-        adamw_mode = kind == "adamw" or bool(params.pop("adam_w_mode", True))
+        # DeepSpeed's switch between Adam with L2 decay (False) and AdamW (True, the default);
+        # type "AdamW" is always decoupled, the key still accepted.
+        adam_w_mode = bool(params.pop("adam_w_mode", True))
+        adamw_mode = kind == "adamw" or adam_w_mode
         bias_correction = bool(params.pop("bias_correction", True))
         if self.offload or (
             kind in ("adam", "adamw", "adagrad", "lion") and self._steps_on_device(groups)

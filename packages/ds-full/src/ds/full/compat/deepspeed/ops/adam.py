@@ -43,6 +43,7 @@ class FusedAdam(torch.optim.Adam):
             weight_decay=weight_decay,
             decoupled_weight_decay=adam_w_mode,
         )
+        self.adam_w_mode = bool(adam_w_mode)
 
 
 def __getattr__(name: str) -> Any:
