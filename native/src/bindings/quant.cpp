@@ -2,6 +2,7 @@
 // ds.ops.quant.native; outputs are written in place. The GIL is released while kernels run.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -70,6 +71,13 @@ class QLinearWeight {
     nb::gil_scoped_release release;
     ds::quant::linear_int(x, m, k_, data_.data(), scales_.data(),
                           s_.asym ? zps_.data() : nullptr, n_, gs_, s_, y);
+  }
+
+  // linear_int_a8: x quantized to int8 per block of one group (symmetric schemes only).
+  void run_a8(const float* x, int64_t m, float* y) const {
+    need(!s_.asym, "int8 activations need a symmetric weight scheme (int8_sym or int4_sym)");
+    nb::gil_scoped_release release;
+    ds::quant::linear_int_a8(x, m, k_, data_.data(), scales_.data(), n_, gs_, s_, y);
   }
 
  private:
@@ -150,14 +158,53 @@ void register_quant(nb::module_& m) {
            nb::arg("qmin"), nb::arg("qmax"))
       .def(
           "run",
-          [](const QLinearWeight& w, uintptr_t x, int64_t m, uintptr_t y) {
+          [](const QLinearWeight& w, uintptr_t x, int64_t m, uintptr_t y, bool int8_x) {
             need(m >= 0, "m must not be negative");
             if (m > 0) need(x != 0 && y != 0, "run needs the addresses of x and y");
-            w.run(reinterpret_cast<const float*>(x), m, reinterpret_cast<float*>(y));
+            const auto* xp = reinterpret_cast<const float*>(x);
+            auto* yp = reinterpret_cast<float*>(y);
+            if (int8_x) {
+              w.run_a8(xp, m, yp);
+            } else {
+              w.run(xp, m, yp);
+            }
           },
-          nb::arg("x_address"), nb::arg("m"), nb::arg("y_address"),
+          nb::arg("x_address"), nb::arg("m"), nb::arg("y_address"), nb::arg("int8_x") = false,
           "y[m, n] = x[m, k] W^T at raw addresses: the caller guarantees contiguous float32 x "
-          "of m * k and y of m * n elements, alive for the call.");
+          "of m * k and y of m * n elements, alive for the call. int8_x: x quantized to int8 "
+          "per block of one group, integer dot products per group (linear_int_a8).");
+
+  m.def(
+      "quant_activations",
+      [](F32 x, int64_t block, nb::ndarray<int8_t, nb::device::cpu, nb::c_contig> codes,
+         F32 scales) {
+        const int64_t n = static_cast<int64_t>(x.size());
+        need(block > 0 && n % block == 0, "x must hold whole blocks");
+        need(static_cast<int64_t>(codes.size()) == n, "codes has the wrong size");
+        need(static_cast<int64_t>(scales.size()) == n / block, "scales has the wrong size");
+        nb::gil_scoped_release release;
+        ds::quant::quantize_activations(x.data(), n, block, codes.data(), scales.data());
+      },
+      nb::arg("x"), nb::arg("block"), nb::arg("codes").noconvert(), nb::arg("scales").noconvert(),
+      "The activation quantization of linear_int_a8: int8 codes and a scale per block.");
+  m.def(
+      "int8_dot_isa", [] { return std::string(ds::quant::dot_isa_name(ds::quant::dot_isa())); },
+      "Integer dot-product variant linear_int_a8 uses now (groups of a multiple of 32).");
+  m.def(
+      "set_int8_dot_isa",
+      [](const std::string& name) {
+        ds::quant::DotIsa d;
+        need(ds::quant::parse_dot_isa(name.c_str(), &d),
+             "unknown dot-product variant '" + name + "'; use one of " +
+                 ds::quant::dot_isas_built());
+        return ds::quant::set_dot_isa(d);
+      },
+      nb::arg("name"),
+      "Cap linear_int_a8's variant (e.g. to test each one). Returns False if this CPU or the "
+      "SIMD level in use cannot run it.");
+  m.def(
+      "int8_dot_isas_built", [] { return std::string(ds::quant::dot_isas_built()); },
+      "Integer dot-product variants compiled into this build.");
 
   m.def(
       "quant_fp8",

@@ -102,8 +102,15 @@ class KernelProvider(Protocol):
 
     # ``x @ dequantize(q, x.dtype).T + bias`` for a weight ``q`` of shape (out, in); a provider
     # may compute it from the codes without a dequantized copy (decode steps on a CPU).
+    # ``activations="int8"``: ``x`` quantized to int8 per block of one weight group first
+    # (symmetric int8/int4 weights; ds.ops.quant.activations defines the math).
     def quantized_linear(
-        self, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        q: QuantizedTensor,
+        bias: torch.Tensor | None = None,
+        *,
+        activations: str = "float",
     ) -> torch.Tensor: ...
 
     def aio_handle(

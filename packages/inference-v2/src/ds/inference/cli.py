@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=["int8_sym", "int4_sym"],
         help="weight-only quantization of the linear layers",
     )
+    p.add_argument(
+        "--quantization-activations",
+        choices=["float", "int8"],
+        help="with --quantization (or a quantization section in --config): int8 quantizes the "
+        "linear layers' inputs per group too (integer dot products; changes the outputs)",
+    )
     p.add_argument("--tokenizer", help="tokenizer directory (default: the model directory)")
     p.add_argument(
         "--chat-template", help="chat template: a Jinja file or the template text itself"
@@ -125,6 +131,13 @@ def _config(args: argparse.Namespace) -> dict[str, object]:
         cfg["max_model_len"] = args.max_model_len
     if getattr(args, "quantization", None):
         cfg["quantization"] = {**cfg.get("quantization", {}), "scheme": args.quantization}
+    if getattr(args, "quantization_activations", None):
+        if "quantization" not in cfg:
+            raise SystemExit(
+                "--quantization-activations applies to quantized weights: give --quantization "
+                "int8_sym or int4_sym (or a quantization section in --config)"
+            )
+        cfg["quantization"]["activations"] = args.quantization_activations
     if args.prefix_caching is not None:
         cfg["prefix_caching"] = args.prefix_caching
     if args.dtype:

@@ -59,6 +59,10 @@ class QuantizationConfig(_Strict):
 
     scheme: Literal["int8_sym", "int4_sym"] = "int8_sym"
     group_size: int = Field(default=64, ge=2)
+    # "int8": the activations entering each quantized linear are quantized too, to int8 per
+    # block of group_size (integer dot products per group; ds.ops.quant.activations). Opt-in: it
+    # changes the outputs by the activations' rounding.
+    activations: Literal["float", "int8"] = "float"
     # None: the provider named for the engine's device type ("cuda" for cuda:N), so weights are
     # quantized and dequantized where they live.
     provider: str | None = None

@@ -3,7 +3,7 @@
 Weights are stored quantized (int8: ~1/4, int4: ~1/8 of fp32 plus one fp32 scale per group); the
 provider's ``quantized_linear`` multiplies by them (on a CPU, a decode step's few fp32 rows read
 the codes directly; otherwise the weight is dequantized right before the matmul); activations
-stay in the model dtype. Quantized weights stay
+stay in the model dtype, unless ``activations: "int8"`` quantizes them per group-sized block. Quantized weights stay
 on the engine's device (where the original weight was) and are dequantized there: a provider that
 quantizes only on the host does it once at load, and the quantized tensor moves to the device.
 """
@@ -23,7 +23,7 @@ from ds.interfaces.kernels import KernelProvider, QuantizedTensor
 
 
 class QuantizedLinear:
-    __slots__ = ("bias", "dtype", "provider", "weight")
+    __slots__ = ("activations", "bias", "dtype", "provider", "weight")
 
     def __init__(
         self,
@@ -31,11 +31,13 @@ class QuantizedLinear:
         weight: QuantizedTensor,
         bias: torch.Tensor | None,
         dtype: torch.dtype,
+        activations: str = "float",
     ) -> None:
         self.provider = provider
         self.weight = weight
         self.bias = bias
         self.dtype = dtype
+        self.activations = activations
 
     @property
     def nbytes(self) -> int:
@@ -46,6 +48,10 @@ class QuantizedLinear:
         return w.data.numel() * w.data.element_size() + w.scales.numel() * 4 + zp
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activations != "float":  # the provider quantizes x, whatever its dtype
+            return self.provider.quantized_linear(
+                x, self.weight, self.bias, activations=self.activations
+            )
         if x.dtype == self.dtype:
             return self.provider.quantized_linear(x, self.weight, self.bias)
         return F.linear(x, self.provider.dequantize(self.weight, self.dtype), self.bias)
@@ -81,6 +87,6 @@ def quantized_linear_factory(config: QuantizationConfig, device: str | torch.dev
             q = provider.quantize(src, config.scheme, config.group_size)
         else:
             q = to_device(provider.quantize(src.cpu(), config.scheme, config.group_size), device)
-        return QuantizedLinear(provider, q, bias, weight.dtype)
+        return QuantizedLinear(provider, q, bias, weight.dtype, config.activations)
 
     return make

@@ -102,11 +102,17 @@ class KernelProviderBase:
         return quant.dequantize(q, dtype, impl=self.quant_impl(q.data.device))  # type: ignore[arg-type]
 
     def quantized_linear(
-        self, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        q: QuantizedTensor,
+        bias: torch.Tensor | None = None,
+        *,
+        activations: str = "float",
     ) -> torch.Tensor:
         from ds.ops.quant.linear import linear
 
-        return linear(x, q, bias, impl=self.quant_impl(q.data.device))
+        impl = self.quant_impl(q.data.device)
+        return linear(x, q, bias, impl=impl, activations=activations)
 
     def aio_handle(
         self,

@@ -213,7 +213,12 @@ class SimKernels:
         return torch.empty(q.shape, dtype=dtype or torch.float32, device=q.data.device)
 
     def quantized_linear(
-        self, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        q: QuantizedTensor,
+        bias: torch.Tensor | None = None,
+        *,
+        activations: str = "float",  # shapes only: the simulated result is the same either way
     ) -> torch.Tensor:
         return torch.nn.functional.linear(x, self.dequantize(q, x.dtype), bias)
 

@@ -6,6 +6,11 @@ then reads a quarter (int8) or an eighth (int4) of the weight's fp32 bytes. Othe
 rows, where a dense GEMM on a dequantized copy is faster; fp8; another device or dtype; rows not
 made of whole groups; activations that need a gradient; a weight whose arrays are not
 contiguous) it dequantizes and calls ``torch.nn.functional.linear``.
+
+``activations="int8"`` (opt-in: it changes the numerics) quantizes the activations per block of
+one weight group and multiplies integer codes (VNNI / AVX2 / scalar variants of the kernel, at
+every row count); where the kernel does not apply, :func:`ds.ops.quant.activations.linear`
+computes the same math in torch.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ds.interfaces.errors import ConfigError
 from ds.interfaces.kernels import QuantizedTensor
+from ds.ops.quant import activations as act
 from ds.ops.quant._schemes import get_scheme
 
 # Rows of x up to which the native kernel is used. Each block of 4 rows reads the codes once;
@@ -67,41 +74,68 @@ def _prepared(q: QuantizedTensor) -> Any:
     return w
 
 
-def _x_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
+def _x_native(x: torch.Tensor, q: QuantizedTensor) -> bool:
     if x.requires_grad and torch.is_grad_enabled():
         return False  # the kernel has no backward; F.linear on the dequantized weight has
     if x.dtype != torch.float32 or x.device.type != "cpu" or len(q.shape) != 2:
         return False
-    k = q.shape[1]
-    return x.shape[-1] == k and 0 < x.numel() // k <= MAX_NATIVE_ROWS
+    return x.shape[-1] == q.shape[1] and x.numel() > 0
 
 
-def native_applies(x: torch.Tensor, q: QuantizedTensor) -> bool:
-    """Whether the native kernel computes ``linear(x, q)`` (see the module docstring)."""
-    return _x_applies(x, q) and _prepared(q) is not None
+def _x_applies(x: torch.Tensor, q: QuantizedTensor, activations: str) -> bool:
+    # int8 activations: every row count, so prefill and decode share their numerics.
+    rows_ok = activations == "int8" or x.numel() // q.shape[1] <= MAX_NATIVE_ROWS
+    return _x_native(x, q) and rows_ok
+
+
+def native_applies(x: torch.Tensor, q: QuantizedTensor, activations: str = "float") -> bool:
+    """Whether the native kernel computes ``linear(x, q, activations=activations)`` (see the
+    module docstring)."""
+    return _x_applies(x, q, activations) and _prepared(q) is not None
+
+
+def _run(prepared: Any, x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None,
+         int8_x: bool) -> torch.Tensor:  # fmt: skip
+    n, k = q.shape
+    # A decode step's x is already (rows, k) and contiguous; reshaping and viewing back cost a
+    # microsecond each, a tenth of a small layer's whole call.
+    flat = x if x.dim() == 2 and x.is_contiguous() else x.detach().reshape(-1, k)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    y = torch.empty(flat.shape[0], n, dtype=torch.float32)
+    # Both checked by _x_applies and alive through the call: float32, CPU, contiguous, m x k and
+    # m x n.
+    prepared.run(flat.data_ptr(), flat.shape[0], y.data_ptr(), int8_x)
+    if bias is not None:
+        y += bias
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
 
 
 def linear(
-    x: torch.Tensor, q: QuantizedTensor, bias: torch.Tensor | None = None, *, impl: str = "auto"
+    x: torch.Tensor,
+    q: QuantizedTensor,
+    bias: torch.Tensor | None = None,
+    *,
+    impl: str = "auto",
+    activations: str = "float",
 ) -> torch.Tensor:
     """``x @ W.T + bias`` with ``W = dequantize(q)`` (``q`` of shape ``(out, in)``); ``impl`` as
-    for :func:`ds.ops.quant.dequantize` (``reference`` never uses the native kernel)."""
-    if impl != "reference" and _x_applies(x, q):
+    for :func:`ds.ops.quant.dequantize` (``reference`` never uses the native kernel).
+
+    ``activations="int8"`` quantizes ``x`` too, per block of one weight group (symmetric
+    int8_sym / int4_sym weights only; see :mod:`ds.ops.quant.activations`), and sums exact
+    integer products per group: cheaper, and off from the float result by the activations'
+    rounding (up to ``max|x| / 254`` per element of each block)."""
+    if activations not in ("float", "int8"):
+        raise ConfigError(f"activations must be 'float' or 'int8', got {activations!r}")
+    if activations == "int8":
+        act.check_weight(q)
+    if impl != "reference" and _x_applies(x, q, activations):
         prepared = _prepared(q)
         if prepared is not None:
-            n, k = q.shape
-            # A decode step's x is already (rows, k) and contiguous; reshaping and viewing back
-            # cost a microsecond each, a tenth of a small layer's whole call.
-            flat = x if x.dim() == 2 and x.is_contiguous() else x.detach().reshape(-1, k)
-            if not flat.is_contiguous():
-                flat = flat.contiguous()
-            y = torch.empty(flat.shape[0], n, dtype=torch.float32)
-            # Both checked above and alive through the call: float32, CPU, contiguous, m x k
-            # and m x n.
-            prepared.run(flat.data_ptr(), flat.shape[0], y.data_ptr())
-            if bias is not None:
-                y += bias
-            return y if x.dim() == 2 else y.view(*x.shape[:-1], n)
+            return _run(prepared, x, q, bias, activations == "int8")
+    if activations == "int8":
+        return act.linear(x, q, bias)
     from ds.ops import quant
 
     w = quant.dequantize(q, x.dtype, impl=impl)  # type: ignore[arg-type]
