@@ -83,3 +83,12 @@ def test_bad_chat_template_exits_2(
 ) -> None:
     assert main([str(tiny_dirs["llama"]), "--chat-template", "no template here"]) == 2
     assert "--chat-template" in capsys.readouterr().out
+
+
+def test_quantization_activations_flag() -> None:
+    args = _parser().parse_args(
+        ["m", "--quantization", "int8_sym", "--quantization-activations", "int8"]
+    )
+    assert _config(args)["quantization"] == {"scheme": "int8_sym", "activations": "int8"}
+    with pytest.raises(SystemExit, match="--quantization"):
+        _config(_parser().parse_args(["m", "--quantization-activations", "int8"]))
