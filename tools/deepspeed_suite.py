@@ -145,6 +145,12 @@ def run_file(py: Path, tests: Path, rel: str, timeout: int, log_dir: Path, tag: 
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
+            # pytest stops on SIGINT and still writes its junit XML: the tests finished before the
+            # time ran out count, instead of the whole file reading as nothing.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=60)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a finished run too
