@@ -12,6 +12,9 @@ the real-model tests cache it (tests/inference/real_model.py). Precisions:
   activations) against llama.cpp's Q8_0 / Q4_0 (blocks of 32), both quantizing the linear layers of
   the same dequantized weights; the token embedding and tied output head stay fp32 on both sides
   (as ds keeps them).
+* int8a8 / int4a8: the same, ds with ``quantization.activations: "int8"`` (activations quantized to
+  int8 per block of 32, integer dot products per group), against the same llama.cpp files (which
+  quantize activations to 8 bits per block of 32 themselves).
 
 Each precision and batch size runs ``--repeat`` times, ds and llama.cpp alternating which goes
 first. Batch ``k`` decodes ``k`` requests together: ds through its scheduler, llama.cpp through its
@@ -21,7 +24,7 @@ every request's first token) and output tok/s (all tokens over the wall time, pr
 ``same tok`` is the mean length of the greedy outputs' common prefix of the two sides.
 
 Usage: .venv/bin/python tools/bench/inference_llamacpp.py --llamacpp-python /tmp/llamavenv/bin/python
-       [--precisions fp32 fp16 int8 int4] [--batches 1 16] [--new-tokens 128] [--repeat 3]
+       [--precisions fp32 fp16 int8 int4 int8a8 int4a8] [--batches 1 16] [--new-tokens 128] [--repeat 3]
        [--threads 1]
 Without a llama.cpp venv (or with a python that lacks llama_cpp) the peer is skipped, saying so,
 and the ds rows still run.
@@ -50,7 +53,7 @@ HERE = Path(__file__).resolve().parent
 
 # llama.cpp enum values (llama.h / ggml.h)
 F32, F16, Q4_0, Q8_0 = 0, 1, 2, 8  # ggml types
-FTYPE = {"fp32": 0, "fp16": 1, "int4": 2, "int8": 7}  # llama_ftype
+FTYPE = {"fp32": 0, "fp16": 1, "int4": 2, "int8": 7, "int4a8": 2, "int8a8": 7}  # llama_ftype
 PRECISIONS: dict[str, dict[str, Any]] = {
     # ds engine config, llama.cpp file suffix, embedding type, KV cache type
     "fp32": {"ds": {"dtype": "float32"}, "file": "F32", "embd": None, "kv": F32},
@@ -68,6 +71,18 @@ PRECISIONS: dict[str, dict[str, Any]] = {
         "kv": F32,
     },
 }
+# int8a8 / int4a8: the same weights, ds quantizing the linear layers' activations to int8 per
+# block of 32 too (quantization.activations "int8"), as llama.cpp does for Q8_0 / Q4_0 (its Q8
+# activation blocks); llama.cpp runs the same files as int8 / int4.
+for _w in ("int8", "int4"):
+    _spec = PRECISIONS[_w]
+    PRECISIONS[f"{_w}a8"] = {
+        **_spec,
+        "ds": {
+            **_spec["ds"],
+            "quantization": {**_spec["ds"]["quantization"], "activations": "int8"},
+        },
+    }
 PROMPTS = [
     "The capital of France is",
     "Write a short poem about the sea.",

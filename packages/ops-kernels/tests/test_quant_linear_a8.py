@@ -95,7 +95,7 @@ def test_int8_activations_differ_from_float_by_their_rounding() -> None:
     # Each activation is off by at most half a step, max|x of its block| / 254.
     step = act.quantize(x, 32)[1].repeat_interleave(32, -1) / 2
     bound = step.double() @ reference.dequantize(q).double().abs().T
-    assert 0 < (a8 - fp).abs().max() and ((a8 - fp).abs().double() <= bound * 1.001 + 1e-5).all()
+    assert (a8 - fp).abs().max() > 0 and ((a8 - fp).abs().double() <= bound * 1.001 + 1e-5).all()
 
 
 def test_many_rows_and_threads_run_the_kernel() -> None:

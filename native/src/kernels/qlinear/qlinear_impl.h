@@ -12,7 +12,7 @@
 // All arithmetic is fp32 on the float activations, to stay within the tests' float64-reference
 // bound (1e-6 of sum |x||w|). Quantizing x to 8 bits per block and multiplying int8 by int8, as
 // llama.cpp's Q8_0 does, would cut the work per code but err by up to about max|x| / 254 per
-// element, thousands of times that bound.
+// element, thousands of times that bound: that is the opt-in linear_int_a8 (qlinear_a8_impl.h).
 #pragma once
 
 #include <algorithm>
