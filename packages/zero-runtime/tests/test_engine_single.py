@@ -50,7 +50,7 @@ def test_accumulation_matches_one_big_batch(stage: int) -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("stage", [0, 2])
+@pytest.mark.parametrize("stage", [0, 1])
 def test_no_sync_accumulates_then_reduces(stage: int) -> None:
     model, ref = _model(), _model()
     engine = ZeroEngine(model, _cfg(stage, gradient_accumulation_steps=2))
@@ -127,11 +127,11 @@ def test_module_pass_throughs() -> None:
     ]
     assert len(list(engine.parameters())) == 4
     assert engine.module_state_dict().keys() == engine.module.state_dict().keys()
-    with engine.no_sync():
+    with engine.coalesce_grad_reduction():
         engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
-    assert any(p.grad is not None for p in engine.parameters())
-    engine.zero_grad()
-    assert all(p.grad is None for p in engine.parameters())
+        assert any(p.grad is not None for p in engine.parameters())  # held until the block ends
+        engine.zero_grad()
+        assert all(p.grad is None for p in engine.parameters())
 
 
 def _offload_engine(device: str) -> ZeroEngine:

@@ -5,14 +5,14 @@ Where state lives and how it moves between ranks is the business of the ZeRO sta
 :mod:`~ds.zero.engine_setup` (construction), :mod:`~ds.zero.param_groups` (the strategy's
 parameter groups), :mod:`~ds.zero.engine_telemetry` (loss staging, step metrics),
 :mod:`~ds.zero.engine_checkpoint` and :mod:`~ds.zero.engine_export` (checkpoints, the whole
-model's weights) and :mod:`~ds.zero.engine_accessors` (getters, DeepSpeed's attribute names).
+model's weights), :mod:`~ds.zero.engine_accessors` (getters, DeepSpeed's attribute names) and
+:mod:`~ds.zero.engine_accumulation` (accumulation windows, ``no_sync``, coalesced reduction).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ from ds.zero.config import DsConfig, ResolvedConfig, load_config, resolve
 from ds.zero.config.load import ConfigSource
 from ds.zero.dataloader import ShardedLoader
 from ds.zero.engine_accessors import EngineAccessors
+from ds.zero.engine_accumulation import EngineAccumulation, check_accumulation_mode
 from ds.zero.engine_precision import EnginePrecision
 from ds.zero.engine_telemetry import StepTelemetry, log_step
 from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
@@ -43,7 +44,7 @@ from ds.zero.timers import StepTimers
 log = get_logger(__name__)
 
 
-class ZeroEngine(EngineAccessors, EnginePrecision):
+class ZeroEngine(EngineAccumulation, EngineAccessors, EnginePrecision):
     """Implements :class:`ds.interfaces.training.TrainingEngine` for ZeRO stages 0-3."""
 
     def __init__(
@@ -77,6 +78,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
                 raise ConfigError("pass either group= or mesh= to the engine, not both")
             group = self.mesh.group("dp_sp")
         setup.check_mesh(cfg, self.mesh)
+        check_accumulation_mode(cfg, self.pipeline_parallelism)
         self.group = group
         self.rank = comm.get_rank(group) if distributed and comm else 0
         self.world_size = comm.get_world_size(group) if distributed and comm else 1
@@ -148,7 +150,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         self.global_samples = 0
         self.micro_steps = 0
         self.skipped_steps = 0
-        self._no_sync = False
+        self._init_accumulation()
         self._last_metrics: StepMetrics | None = None
         self.init_time_s = time.perf_counter() - t0
         if self.rank == 0:
@@ -180,31 +182,6 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         self.timers.stop("forward")
         return out
 
-    def is_gradient_accumulation_boundary(self) -> bool:
-        return (self.micro_steps + 1) % self.config.gradient_accumulation_steps == 0
-
-    def set_gradient_accumulation_boundary(self, is_boundary: bool) -> None:
-        """Make the next micro-step end (or not end) an accumulation window. For training loops
-        that decide the window themselves (a framework steps on an epoch's last batch, or after
-        resuming mid-window): the micro-step counter moves so the engine's boundary falls on the
-        loop's."""
-        if self.is_gradient_accumulation_boundary() == is_boundary:
-            return
-        gas = self.config.gradient_accumulation_steps
-        if is_boundary:
-            self.micro_steps = (self.micro_steps // gas + 1) * gas - 1
-        else:
-            self.micro_steps += 1
-
-    @contextlib.contextmanager
-    def no_sync(self) -> Iterator[None]:
-        """Backward passes inside accumulate gradients locally without communication."""
-        previous, self._no_sync = self._no_sync, True
-        try:
-            yield
-        finally:
-            self._no_sync = previous
-
     def backward(
         self, loss: torch.Tensor, retain_graph: bool = False, scale_wrt_gas: bool = True
     ) -> torch.Tensor:
@@ -215,7 +192,7 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
         if not has_optimizer(self.optimizer):  # DeepSpeed refuses it too: nothing would use them
             raise missing("backward()")
         self.timers.start("backward")
-        self.strategy.begin_micro_step(self.is_gradient_accumulation_boundary(), self._no_sync)
+        self._begin_backward()
         gas = self.config.gradient_accumulation_steps if scale_wrt_gas else 1
         scale = self.loss_scaler.loss_scale / gas
         scaled = loss.float() * scale if scale != 1.0 else loss
@@ -228,10 +205,16 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
         if not has_optimizer(self.optimizer):
             raise missing("step()")
-        if not self.is_gradient_accumulation_boundary():
+        self._check_step()
+        if not self._take_window_end():
             self.tput_timer.stop(global_step=False)
             self.micro_steps += 1
             return
+        with self._window_end():  # reduces what backward passes left unreduced first
+            self._update(lr_kwargs)
+
+    def _update(self, lr_kwargs: dict[str, Any] | None) -> None:
+        """The end of a window: unscale, check, clip and step (or skip on overflow)."""
         self.timers.start("step")
         self.telemetry.stage_loss()
         fp16 = self.config.precision == "fp16"
@@ -258,11 +241,12 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
             self.loss_scaler.update(report.overflow)
         self.strategy.zero_grad()
         self.global_steps += 1
-        self.global_samples += self.config.train_batch_size
+        samples = self._take_window_samples()
+        self.global_samples += samples
         self.tput_timer.stop(global_step=True)
         self.micro_steps += 1
         self.timers.stop("step")
-        self._publish(report.overflow, report.grad_norm)
+        self._publish(report.overflow, report.grad_norm, samples)
 
     def _step_extras(self) -> dict[str, Any]:
         """More StepMetrics fields for this step (the pipeline engine adds its own)."""
@@ -274,8 +258,8 @@ class ZeroEngine(EngineAccessors, EnginePrecision):
     def _take_loss(self) -> float | None:
         return self.telemetry.take_loss()
 
-    def _publish(self, overflow: bool, grad_norm: float | None) -> None:
-        self._last_metrics = self.telemetry.metrics(self, overflow, grad_norm)
+    def _publish(self, overflow: bool, grad_norm: float | None, samples: int) -> None:
+        self._last_metrics = self.telemetry.metrics(self, overflow, grad_norm, samples)
         self.events.publish(self._last_metrics)
         log_step(self, self._last_metrics)
 

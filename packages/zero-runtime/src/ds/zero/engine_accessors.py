@@ -173,10 +173,12 @@ class EngineAccessors:
 
     def was_step_applied(self) -> bool:
         """Whether the latest ``step()`` updated the parameters: False between accumulation
-        boundaries and when an fp16 overflow skipped the step (as in DeepSpeed)."""
+        boundaries and when an fp16 overflow skipped the step (as in DeepSpeed). With
+        ``managed_gradient_accumulation: false`` every step ends a window."""
         if self._last_metrics is None or self.global_steps == 0:
             return False
-        at_boundary = self.micro_steps % self.config.gradient_accumulation_steps == 0
+        gas = self.config.gradient_accumulation_steps
+        at_boundary = not self.config.managed_gradient_accumulation or self.micro_steps % gas == 0
         return at_boundary and not self._last_metrics.overflow
 
     def get_mom(self) -> list[Any]:

@@ -75,8 +75,11 @@ class StepTelemetry:
             event.synchronize()
         return float(host.tolist())  # a host tensor: no device read-back
 
-    def metrics(self, engine: Any, overflow: bool, grad_norm: float | None) -> StepMetrics:
-        """The step's metrics (the window's counters start over)."""
+    def metrics(
+        self, engine: Any, overflow: bool, grad_norm: float | None, samples: int
+    ) -> StepMetrics:
+        """The step's metrics (the window's counters start over); ``samples``: what the window
+        trained on, over the data-parallel ranks."""
         now = time.perf_counter()
         times = engine.timers.take()
         metrics = StepMetrics(
@@ -92,7 +95,7 @@ class StepTelemetry:
             grad_norm=grad_norm,
             overflow=overflow,
             loss_scale=engine.loss_scaler.loss_scale if engine.fp16_enabled() else None,
-            samples=engine.config.train_batch_size,
+            samples=samples,
             global_samples=engine.global_samples,
             tokens=self.window_tokens * engine.world_size,
             rank=engine.rank,

@@ -107,6 +107,9 @@ def check_stage_tp(world: int, stages: int, tp: int) -> None:
 class PipelineTraining:
     """``train_batch`` / ``eval_batch`` over a pipeline of stages (a mix-in: see the module)."""
 
+    # The schedule owns the accumulation window (DeepSpeed's engine attribute name; ds.zero's
+    # engine refuses what needs a caller-owned window when it is set).
+    pipeline_parallelism = True
     num_stages: int
     schedule_name: str
 

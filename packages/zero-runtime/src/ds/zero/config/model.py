@@ -299,6 +299,11 @@ class ResolvedConfig:
         return int(self.raw.zero_optimization.stage)
 
     @property
+    def managed_gradient_accumulation(self) -> bool:
+        """False: the caller's ``step()`` ends every window (ds.zero.engine_accumulation)."""
+        return self.raw.managed_gradient_accumulation is not False
+
+    @property
     def precision(self) -> Literal["fp32", "fp16", "bf16"]:
         return self.raw.precision
 

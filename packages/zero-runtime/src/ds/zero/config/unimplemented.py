@@ -52,7 +52,6 @@ NESTED_DEFAULTS: dict[tuple[str, ...], object] = {
     ("bf16", "immediate_grad_update"): False,
     ("bf16", "bf16_master_weights_and_grads"): False,
     ("bf16", "bf16_optimizer_states"): False,
-    ("managed_gradient_accumulation",): True,
     ("compile", "deepcompile"): False,
     ("zero_optimization", "offload_optimizer", "super_offload"): False,
     ("checkpoint", "load_universal"): False,

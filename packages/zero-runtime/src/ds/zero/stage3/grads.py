@@ -17,6 +17,10 @@ lands. Each partition lands in its own tensor from the C heap: by the end of bac
 activations are freed, and their heap memory takes the gradients without new pages (a separate
 mapping for all partitions made every landing page-fault, about 13k faults a step for 27M
 parameters at world 2).
+
+While ``deferring`` (the engine's coalesced reduction), gradients are held whole and summed per
+parameter instead; :meth:`GradReducer.reduce_held` then reduces each sum once, which is what
+reducing every backward's gradient and adding the partitions computes (up to rounding order).
 """
 
 from __future__ import annotations
@@ -105,6 +109,9 @@ class GradReducer:
         self.reduced = 0  # gradients reduced
         self.collectives = 0  # reductions launched (one per bucket, or per host parameter)
         self.peak_held_numel = 0  # most gradient elements held at once (grouped + in flight)
+        self.deferring = False
+        # id(shard state) -> (state, the sum of its full gradients since the last reduction)
+        self._held: dict[int, tuple[ShardState, torch.Tensor]] = {}
 
     @staticmethod
     def _partition(s: ShardState, device: torch.device) -> torch.Tensor:
@@ -113,6 +120,9 @@ class GradReducer:
     # -- filling -------------------------------------------------------------------------------
     def add(self, s: ShardState, grad: torch.Tensor) -> None:
         """Take a parameter's full gradient (the caller drops its own reference)."""
+        if self.deferring:
+            self._hold(s, grad)
+            return
         self._group.append((s, grad))
         self._group_numel += s.padded_numel
         self.peak_held_numel = max(self.peak_held_numel, self._group_numel + self._flight_numel)
@@ -259,6 +269,31 @@ class GradReducer:
         self.launch()
         while self._flights:
             self._land(self._flights.popleft())
+
+    # -- deferring ------------------------------------------------------------------------------
+    def _hold(self, s: ShardState, grad: torch.Tensor) -> None:
+        held = self._held.get(id(s))
+        if held is None:
+            if self.pool.owns(grad):
+                self.pool.forget(address(grad))  # the held sum keeps the pooled buffer
+            self._held[id(s)] = (s, grad)
+            return
+        held[1].add_(grad)
+        if self.pool.owns(grad):
+            self.pool.give(address(grad))  # shelved once the caller lets go of it
+
+    def reduce_held(self) -> None:
+        """Reduce the held sums (in the order their parameters first got a gradient, the same
+        on every rank) and wait for them."""
+        self.deferring = False
+        for key in list(self._held):
+            s, grad = self._held.pop(key)
+            self.add(s, grad)
+            del grad  # the reduction holds it now (a landed buffer returns only when unreferenced)
+        self.finish()
+
+    def drop_held(self) -> None:
+        self._held.clear()
 
     # -- accumulating --------------------------------------------------------------------------
     def _land(self, f: _Flight | _Bucket) -> None:

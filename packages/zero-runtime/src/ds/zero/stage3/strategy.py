@@ -183,12 +183,18 @@ class Stage3Strategy(ZeroStrategy):
 
     # -- backward --------------------------------------------------------------------------------
     def begin_micro_step(self, boundary: bool, no_sync: bool = False) -> None:
-        # Stage 3 never holds whole gradients, so every backward reduces into the partitions
-        # (summing reduced micro-batch gradients equals reducing their sum).
-        return None
+        # Stage 3 does not keep whole gradients, so every backward reduces into the partitions
+        # (summing reduced micro-batch gradients equals reducing their sum); without
+        # communication, each parameter's full gradients are held and summed until
+        # reduce_deferred.
+        self.partitioner.grads.deferring = no_sync
 
     def end_backward(self) -> None:
         self.partitioner.after_backward()
+
+    def reduce_deferred(self) -> None:
+        self.partitioner.grads.reduce_held()
+        self.partitioner.pool.collect()
 
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         return [g for g in (shard_of(p).grad for p in self.partitioner.params) if g is not None]
@@ -209,6 +215,7 @@ class Stage3Strategy(ZeroStrategy):
         self.opt.step()
 
     def zero_grad(self) -> None:
+        self.partitioner.grads.drop_held()
         self.opt.zero_grad()
 
     # -- checkpoints -----------------------------------------------------------------------------

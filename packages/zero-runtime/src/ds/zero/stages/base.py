@@ -11,6 +11,7 @@ One optimizer step, as the engine drives it::
     loss.backward()                         # the strategy's autograd hooks reduce buckets
     strategy.end_backward()                 # flush the last buckets, wait for all collectives
     ... (repeat for each micro-batch) ...
+    strategy.reduce_deferred()              # what no_sync backwards left unreduced, reduced once
     report = strategy.prepare_step(loss_scale, clip)  # unscale, overflow, global norm, clip
     if not report.overflow:
         strategy.step()                     # optimizer on this rank's partition, then gather
@@ -138,14 +139,21 @@ class ZeroStrategy(abc.ABC):
     @abc.abstractmethod
     def begin_micro_step(self, boundary: bool, no_sync: bool = False) -> None:
         """Called before each backward. ``boundary``: this micro-step ends an accumulation window
-        (gradients must be fully reduced when ``end_backward`` returns). ``no_sync``: the user asked
-        for no communication (``engine.no_sync()``); gradients accumulate locally, unreduced, and are
-        reduced at the next synchronised backward. Between boundaries a stage may reduce early
-        (stage 2 does, to keep only its partition) or accumulate locally (stages 0-1)."""
+        (gradients must be fully reduced when ``end_backward`` returns). ``no_sync``: no
+        communication (``engine.no_sync()``, ``engine.coalesce_grad_reduction()``); gradients
+        accumulate locally, unreduced, until the next synchronised backward or
+        :meth:`reduce_deferred`. Between boundaries a stage may reduce early (stage 2 does, to
+        keep only its partition) or accumulate locally (stages 0-1)."""
 
     @abc.abstractmethod
     def end_backward(self) -> None:
         """Called after each backward: launch what is left and wait for every reduction."""
+
+    def reduce_deferred(self) -> None:  # noqa: B027 - a stage that never defers has nothing to do
+        """Reduce what backward passes without communication left accumulated locally, as one
+        boundary reduction, and wait for it; nothing when no such gradients are pending. The
+        engine calls it, on every rank, where a window ends (``step()``, the end of
+        ``coalesce_grad_reduction()``)."""
 
     # -- step ------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -184,6 +184,9 @@ class PartitionedStrategy(ZeroStrategy):
     def end_backward(self) -> None:
         self.reducer.end_backward()
 
+    def reduce_deferred(self) -> None:
+        self.reducer.reduce_deferred()
+
     # -- step ------------------------------------------------------------------------------------
     def local_grad_shards(self) -> Sequence[torch.Tensor]:
         return [g.master_grad for g in self.groups]
@@ -253,6 +256,7 @@ class PartitionedStrategy(ZeroStrategy):
         self.gather.synchronize()
 
     def zero_grad(self) -> None:
+        self.reducer.deferred = False  # nothing left to reduce
         for group in self.groups:
             if group.flat_grad is not None:
                 group.flat_grad.zero_()

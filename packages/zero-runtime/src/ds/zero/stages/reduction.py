@@ -11,6 +11,10 @@ before, f/world after), in ``communication_data_type`` when it is set.
   (scaled, cast) into its bucket's buffer and ``param.grad`` is released; a full bucket is reduced
   and each rank adds its piece into its fp32 partition gradient, with an explicit copy when that
   partition lives on the host (``offload_optimizer.device="cpu"``).
+* A backward run without communication (``no_sync``: the engine's coalesced reduction, or stages
+  0-1 between boundaries) leaves its gradients where they accumulate locally (the flat gradient at
+  stages 0-1, ``param.grad`` at stage 2); :meth:`GradReducer.reduce_deferred` later reduces them
+  all as one boundary reduction, exactly as the last backward of a window would have.
 
 All-reduce versus reduce-to-owner is a backend capability
 (``CommCapabilities.reduce_to_owner_world``): measured on gloo, one all-reduce of a bucket beats
@@ -66,6 +70,9 @@ class GradReducer:
     # must have received a gradient since the last one.
     check_unused: bool = False
     reduce_now: bool = field(default=False, init=False)
+    # A backward since the last reduction left gradients unreduced (see reduce_deferred). The same
+    # on every rank: it follows the engine's calls, never the data.
+    deferred: bool = field(default=False, init=False)
     _boundary: bool = field(default=False, init=False)
     _in_backward: bool = field(default=False, init=False)
     _used: set[tuple[int, int]] = field(default_factory=set, init=False)
@@ -84,6 +91,8 @@ class GradReducer:
         else:
             self.reduce_now = boundary and not no_sync
             self.attach_grad_views()
+        if not self.reduce_now:
+            self.deferred = True
         if self.reduce_now:
             for group in self.groups:
                 for bucket in group.buckets:
@@ -155,6 +164,13 @@ class GradReducer:
             self._launch(group, bucket)
 
     def end_backward(self) -> None:
+        if self.reduce_now and self.deferred and self.stage >= 2:
+            # Gradients an earlier backward without communication left in param.grad and this
+            # one did not add to (its hooks took the others): reduced with this window's.
+            for gi, group in enumerate(self.groups):
+                for pi, p in enumerate(group.flat.params):
+                    if p.grad is not None:
+                        self.on_grad(gi, pi, p)
         self._in_backward = False
         if self.check_unused and self._boundary:
             self._check_all_used()
@@ -177,6 +193,15 @@ class GradReducer:
                     assert group.flat_grad is not None
                     group.master_grad.copy_(group.flat_grad[group.lo : group.hi])
         self.reduce_now = False
+        self.deferred = False  # stages 0-1 reduced the whole flat gradient; stage 2 every grad
+
+    def reduce_deferred(self) -> None:
+        """Reduce the gradients that backward passes without communication left accumulated
+        locally, as one boundary reduction (nothing to do when there are none). Every rank calls
+        it at the same point of its loop."""
+        if self.deferred:
+            self.begin(True, False)  # a backward with no gradients: end_backward reduces them
+            self.end_backward()
 
     def _check_all_used(self) -> None:
         used, self._used = self._used, set()
