@@ -127,15 +127,18 @@ def test_save_16bit_model_writes_one_whole_model(world2: dict, reference: dict) 
         torch.testing.assert_close(exported[name], w, rtol=0, atol=0, msg=name)
 
 
-@pytest.mark.parametrize("fmt", ["torch", "safetensors"])
+@pytest.mark.parametrize("fmt", ["torch", "safetensors", "zero_to_fp32.py"])
 def test_ds_checkpoint_export_writes_one_model_from_a_pp2_checkpoint(
     world2: dict, tmp_path: Path, fmt: str
 ) -> None:
     # The PP=2 interleaved run's checkpoint (four layer files per stage, a tied embedding / LM
-    # head saved once) through the documented command.
+    # head saved once) through the documented command, and through the zero_to_fp32.py its
+    # ZeRO-1 save left beside `latest` (run as DeepSpeed's users run it).
     saved = world2["interleaved_1f1b:1:ckpt"]
     out = tmp_path / "export"
     cmd = [sys.executable, "-m", "ds.launcher", "checkpoint", "export", str(saved["dir"] / "ckpt")]
+    if fmt == "zero_to_fp32.py":
+        cmd = [sys.executable, str(saved["dir"] / "ckpt" / fmt), str(saved["dir"] / "ckpt")]
     cmd += [str(out)] + (["--safe_serialization"] if fmt == "safetensors" else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -89,3 +89,12 @@ class CheckpointEngine(Protocol):
     def latest_tag(self, directory: str) -> str | None: ...
     def metadata(self, directory: str, tag: str | None = None) -> Mapping[str, TensorMeta]: ...
     def wait(self) -> None: ...  # the last async save has committed (or raised)
+
+
+@runtime_checkable
+class RecoveryScriptWriter(Protocol):
+    """A checkpoint engine that can leave, in a save directory beside its ``latest``, the script
+    that consolidates the checkpoints there into one model (``zero_to_fp32.py``, where DeepSpeed's
+    users look for it). A training engine asks for it when it saves a ZeRO checkpoint."""
+
+    def write_recovery_script(self, directory: str) -> str: ...  # the path written

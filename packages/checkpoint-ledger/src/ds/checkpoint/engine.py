@@ -446,6 +446,13 @@ class ShardedCheckpointEngine(CheckpointReading):
         except Exception as exc:  # at interpreter exit there is no caller left to raise to
             log.error("asynchronous checkpoint save failed at exit", error=str(exc))
 
+    def write_recovery_script(self, directory: str) -> str:
+        """``directory/zero_to_fp32.py`` (ds.interfaces.checkpoint.RecoveryScriptWriter); the
+        caller's rank alone writes it (:mod:`ds.checkpoint.recovery_script`)."""
+        from ds.checkpoint.recovery_script import write_recovery_script
+
+        return write_recovery_script(directory)
+
     def delete(self, directory: str, tag: str) -> None:
         """Delete checkpoint ``tag`` (never the one ``latest`` names); rank 0 acts, others wait.
 

@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
-from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
+from ds.interfaces.checkpoint import (
+    LoadRequest,
+    RecoveryScriptWriter,
+    ShardedStateDict,
+    ShardedTensor,
+    TensorMeta,
+)
 from ds.interfaces.errors import ProviderNotFoundError
 from ds.interfaces.logging import get_logger
 from ds.interfaces.moe import CHECKPOINT_OBJECTS_ATTR
@@ -118,12 +124,24 @@ def save_checkpoint(
             k: list(v) for k, v in tp_reshard.layout_of(engine.module).items()
         }
     handle = ckpt.save(save_dir, tag, state, async_save=engine.ds_config.checkpoint.async_save)
+    if engine.config.stage >= 1:
+        leave_recovery_script(engine, save_dir)
     gather16 = engine.ds_config.zero_optimization.gather_16bit_weights_on_model_save
     if not engine.ds_config.checkpoint.async_save or (engine.config.stage == 3 and gather16):
         # The consolidated weights file goes into the committed tag directory.
         handle.wait()
     if engine.config.stage == 3 and gather16:
         engine.save_16bit_model(os.path.join(save_dir, tag))
+
+
+def leave_recovery_script(engine: Any, save_dir: str) -> None:
+    """Rank 0 leaves ``zero_to_fp32.py`` beside ``latest``, where DeepSpeed leaves it for the
+    checkpoints of its ZeRO (and bf16) optimizers; a checkpoint engine of the user's own that
+    cannot write one is left as it is."""
+    ckpt = engine.checkpoint_engine
+    rank = engine.comm.get_rank() if engine.comm is not None else 0  # global: not the dp rank
+    if rank == 0 and isinstance(ckpt, RecoveryScriptWriter):
+        ckpt.write_recovery_script(save_dir)
 
 
 def load_checkpoint(

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ds.interfaces.checkpoint import RecoveryScriptWriter
 from ds.interfaces.errors import CheckpointError
 from ds.interfaces.logging import get_logger
 
@@ -77,7 +78,19 @@ def save(engine: Any, save_dir: str, tag: str, client_state: dict[str, Any] | No
     if is_global_zero:
         with open(os.path.join(save_dir, _LATEST), "w") as f:
             f.write(tag)
+        _leave_recovery_script(engine, save_dir)
     _barrier(engine)
+
+
+def _leave_recovery_script(engine: Any, save_dir: str) -> None:
+    """``zero_to_fp32.py`` beside ``latest`` where DeepSpeed's pipeline engine leaves it: with its
+    ZeRO-1 optimizer, or the bf16 one it uses at stage 0 (``ds checkpoint export`` reads layer
+    files either way)."""
+    writer = getattr(engine, "checkpoint_engine", None)
+    if isinstance(writer, RecoveryScriptWriter) and (
+        engine.config.stage >= 1 or engine.bfloat16_enabled()
+    ):
+        writer.write_recovery_script(save_dir)
 
 
 def load(
