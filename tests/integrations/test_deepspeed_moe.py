@@ -79,3 +79,14 @@ def test_initialize_binds_and_trains_layers_made_with_deepspeeds_autoep() -> Non
     engine.backward(engine(torch.randn(2, 3, 8)))
     engine.step()
     assert not torch.equal(before, model.layers[0].mlp.experts.w1)
+
+
+def test_autoep_folding_gradient_reduction_is_refused_by_name() -> None:
+    import pytest
+
+    from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
+    from ds.full.compat.deepspeed.module_inject import auto_ep_folding as F
+
+    assert F.AUTOEP_FOLDING_GRAD_REDUCE_EXPERT_TP_CANCEL == "expert_tp_cancel"
+    with pytest.raises(FeatureNotAvailableError, match="mark_autoep_folding_router_parameter"):
+        F.mark_autoep_folding_router_parameter(torch.nn.Parameter(torch.ones(1)))

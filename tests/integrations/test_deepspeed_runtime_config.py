@@ -29,6 +29,15 @@ def test_getters_and_attributes() -> None:
         C.DeepSpeedConfig({"train_batch_size": 1, "gradient_allreduce_op": "max"})
 
 
+def test_optimizer_names() -> None:
+    assert (C.ADAM_OPTIMIZER, C.ADAMW_OPTIMIZER, C.LAMB_OPTIMIZER) == ("adam", "adamw", "lamb")
+    # the types ds builds from the section; a config naming another type is refused
+    assert {"adam", "adamw", "adagrad", "lion"} <= set(C.DEEPSPEED_OPTIMIZERS)
+    assert C.LAMB_OPTIMIZER not in C.DEEPSPEED_OPTIMIZERS
+    with pytest.raises(ValueError, match="lamb"):
+        C.DeepSpeedConfig({"train_batch_size": 1, "optimizer": {"type": C.LAMB_OPTIMIZER}})
+
+
 def test_hjson_config_file(tmp_path: Path) -> None:
     path = tmp_path / "ds.json"
     path.write_text("{\n  # comments and unquoted keys\n  train_batch_size: 2\n}\n")

@@ -86,3 +86,23 @@ def test_parameter_offload_names_the_parameter_container() -> None:
     lin = torch.nn.Linear(2, 2)
     ensure_zero_ordered_dict(lin)
     assert isinstance(lin._parameters, ZeROOrderedDict) and "weight" in lin._parameters
+
+
+def test_zero_utils_names() -> None:
+    import pytest
+
+    from ds.full.compat.deepspeed._missing import FeatureNotAvailableError
+    from ds.full.compat.deepspeed.runtime.zero import utils as zu
+    from ds.interfaces.errors import ConfigError
+    from ds.zero.stage3.shard import partition_param
+
+    p = torch.nn.Parameter(torch.randn(4))
+    assert not zu.is_zero_param(p) and not zu.is_zero_param(3)
+    partition_param(p, rank=0, world=1)
+    assert zu.is_zero_param(p)
+    assert zu.is_zero_supported_optimizer(torch.optim.AdamW([p]))
+    assert not zu.is_zero_supported_optimizer(torch.optim.SGD([p], lr=0.1))
+    assert torch.optim.Adagrad in zu.ZERO_SUPPORTED_OPTIMIZERS
+    assert issubclass(ConfigError, zu.ZeRORuntimeException)
+    with pytest.raises(FeatureNotAvailableError, match="get_lst_from_rank0"):
+        zu.get_lst_from_rank0([1])

@@ -18,6 +18,25 @@ from ds.full.compat.deepspeed.runtime.constants import (
 )
 from ds.interfaces.errors import ConfigError
 from ds.zero.config import load_config, resolve
+from ds.zero.config.sections import OPTIMIZERS_IMPLEMENTED
+
+# The ``optimizer.type`` names of DeepSpeed's config vocabulary. ds builds the ones in
+# ``DEEPSPEED_OPTIMIZERS`` from the section itself; a config naming another of them (lamb, the
+# mu-P and Muon optimizers) is refused by ds's config with a message naming the type.
+ADAGRAD_OPTIMIZER = "adagrad"
+ADAM_OPTIMIZER = "adam"
+ADAMW_OPTIMIZER = "adamw"
+LAMB_OPTIMIZER = "lamb"
+MUADAM_OPTIMIZER = "muadam"
+MUADAMW_OPTIMIZER = "muadamw"
+MUSGD_OPTIMIZER = "musgd"
+LION_OPTIMIZER = "lion"
+MUON_OPTIMIZER = "muon"
+DEEPSPEED_OPTIMIZERS = list(OPTIMIZERS_IMPLEMENTED)
+TORCH_ADAM_PARAM = "torch_adam"
+ADAM_W_MODE = "adam_w_mode"
+ADAM_W_MODE_DEFAULT = True
+EXPERT_PARALLEL = "expert_parallel"
 
 
 class DeepSpeedConfigError(ConfigError):
@@ -125,6 +144,20 @@ class DeepSpeedConfig:
 
 
 __all__ = [
+    "ADAGRAD_OPTIMIZER",
+    "ADAMW_OPTIMIZER",
+    "ADAM_OPTIMIZER",
+    "ADAM_W_MODE",
+    "ADAM_W_MODE_DEFAULT",
+    "DEEPSPEED_OPTIMIZERS",
+    "EXPERT_PARALLEL",
+    "LAMB_OPTIMIZER",
+    "LION_OPTIMIZER",
+    "MUADAMW_OPTIMIZER",
+    "MUADAM_OPTIMIZER",
+    "MUON_OPTIMIZER",
+    "MUSGD_OPTIMIZER",
+    "TORCH_ADAM_PARAM",
     "DeepSpeedConfig",
     "DeepSpeedConfigError",
     "get_gradient_clipping",
