@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -73,12 +74,24 @@ class QLinearWeight {
                           s_.asym ? zps_.data() : nullptr, n_, gs_, s_, y);
   }
 
-  // linear_int_a8: x quantized to int8 per block of one group (symmetric schemes only).
+  // linear_int_a8: x quantized to int8 per block of one group (symmetric schemes only). The
+  // first call packs the weight (ds::quant::A8Packed, a second copy of its codes and scales)
+  // while it holds the GIL, so calls from several Python threads pack it once.
   void run_a8(const float* x, int64_t m, float* y) const {
     need(!s_.asym, "int8 activations need a symmetric weight scheme (int8_sym or int4_sym)");
+    if (!packed_ && ds::quant::a8_packs(gs_)) {
+      packed_ = std::make_unique<ds::quant::A8Packed>(
+          ds::quant::pack_a8(data_.data(), scales_.data(), n_, k_, gs_, s_.bits));
+    }
     nb::gil_scoped_release release;
-    ds::quant::linear_int_a8(x, m, k_, data_.data(), scales_.data(), n_, gs_, s_, y);
+    if (packed_) {
+      ds::quant::linear_a8_packed(x, m, *packed_, y);
+    } else {
+      ds::quant::linear_int_a8(x, m, k_, data_.data(), scales_.data(), n_, gs_, s_, y);
+    }
   }
+
+  size_t a8_packed_bytes() const { return packed_ ? packed_->bytes() : 0; }
 
  private:
   U8 data_;
@@ -86,6 +99,7 @@ class QLinearWeight {
   F32 zps_;
   int64_t k_, n_, gs_;
   IntScheme s_;
+  mutable std::unique_ptr<ds::quant::A8Packed> packed_;
 };
 
 }  // namespace
@@ -172,7 +186,10 @@ void register_quant(nb::module_& m) {
           nb::arg("x_address"), nb::arg("m"), nb::arg("y_address"), nb::arg("int8_x") = false,
           "y[m, n] = x[m, k] W^T at raw addresses: the caller guarantees contiguous float32 x "
           "of m * k and y of m * n elements, alive for the call. int8_x: x quantized to int8 "
-          "per block of one group, integer dot products per group (linear_int_a8).");
+          "per block of one group, integer dot products per group (linear_int_a8).")
+      .def_prop_ro("a8_packed_bytes", &QLinearWeight::a8_packed_bytes,
+                   "Bytes of the copy the first int8_x run packed (0 before it, or where groups "
+                   "are not a multiple of 32 and the stored layout is read).");
 
   m.def(
       "quant_activations",

@@ -1,6 +1,6 @@
-// linear_int_a8: the activations quantized to int8 per block of one weight group, laid out for
-// the integer dot-product variant in use (qlinear_a8_impl.h), then output rows split over the
-// kernel pool.
+// linear_int_a8: the activations quantized to int8 per block of one weight group, in the form
+// the integer dot-product variant in use reads (qlinear_a8_impl.h), then the packed weight's
+// 16-row tiles (or, for other group sizes, output rows) split over the kernel pool.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -15,10 +15,15 @@
 namespace ds::quant {
 #define DS_QA8_DECLARE(ns)                                                                     \
   namespace ns {                                                                               \
-  void qa8_rows(const A8Args& a, int64_t j0, int64_t j1);                                      \
+  void qa8_packed(const A8Packed& w, const A8Act& a, int64_t t0, int64_t t1);                  \
   void qa8_quantize(const float* x, int64_t n, int64_t block, int8_t* codes, float* scales);   \
+  void qa8_prep(const float* x, int64_t m, int64_t k, int64_t gs, int bits, int8_t* xq,        \
+                float* sa, int32_t* xs);                                                       \
   }
 DS_QA8_DECLARE(scalar)
+namespace scalar {
+void qa8_rows(const A8Rows& w, const A8Act& a, int64_t j0, int64_t j1);
+}
 #if defined(__x86_64__) || defined(__i386__)
 DS_QA8_DECLARE(avx2)
 DS_QA8_DECLARE(avxvnni)
@@ -53,19 +58,20 @@ constexpr const char* kDotNames[] = {"scalar", "avx2", "avx_vnni", "avx512_vnni"
 // The variant's functions (all compute the same: integer math is exact, and the activation
 // quantization rounds the same fp32 operations).
 struct Variant {
-  decltype(&scalar::qa8_rows) rows;
+  decltype(&scalar::qa8_packed) packed;
   decltype(&scalar::qa8_quantize) quantize;
+  decltype(&scalar::qa8_prep) prep;
 };
 
 Variant variant(DotIsa d) {
   switch (d) {
 #if defined(__x86_64__) || defined(__i386__)
     case DotIsa::kAvx512Vnni:
-      return {avx512vnni::qa8_rows, avx512vnni::qa8_quantize};
-    case DotIsa::kAvxVnni: return {avxvnni::qa8_rows, avxvnni::qa8_quantize};
-    case DotIsa::kAvx2: return {avx2::qa8_rows, avx2::qa8_quantize};
+      return {avx512vnni::qa8_packed, avx512vnni::qa8_quantize, avx512vnni::qa8_prep};
+    case DotIsa::kAvxVnni: return {avxvnni::qa8_packed, avxvnni::qa8_quantize, avxvnni::qa8_prep};
+    case DotIsa::kAvx2: return {avx2::qa8_packed, avx2::qa8_quantize, avx2::qa8_prep};
 #endif
-    default: return {scalar::qa8_rows, scalar::qa8_quantize};
+    default: return {scalar::qa8_packed, scalar::qa8_quantize, scalar::qa8_prep};
   }
 }
 
@@ -107,47 +113,45 @@ void quantize_activations(const float* x, int64_t n, int64_t block, int8_t* code
   variant(dot_isa()).quantize(x, n, block, codes, scales);
 }
 
+namespace {
+
+// Reused across calls (a decode step makes hundreds): fresh buffers cost more than the
+// quantization itself.
+struct ActBuffers {
+  std::vector<int8_t> xq;
+  std::vector<float> sa;
+  std::vector<int32_t> xs;
+};
+
+A8Act prepare(const Variant& v, const float* x, int64_t m, int64_t k, int64_t gs, int bits,
+              float* y, int64_t ldy) {
+  thread_local ActBuffers b;
+  const int64_t gpr = k / gs;
+  b.xq.resize(static_cast<size_t>(m * k));
+  b.sa.resize(static_cast<size_t>(m * gpr));
+  b.xs.resize(static_cast<size_t>(m * gpr));
+  v.prep(x, m, k, gs, bits, b.xq.data(), b.sa.data(), b.xs.data());
+  return {m, b.xq.data(), b.sa.data(), b.xs.data(), y, ldy};
+}
+
+}  // namespace
+
+void linear_a8_packed(const float* x, int64_t m, const A8Packed& w, float* y) {
+  if (m <= 0 || w.n <= 0) return;
+  const Variant v = variant(dot_isa());
+  const A8Act a = prepare(v, x, m, w.k, w.gs, w.bits, y, w.n);
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 11) / w.k);
+  ds::parallel_for(w.tiles, grain, 1, [&](int64_t t0, int64_t t1) { v.packed(w, a, t0, t1); });
+}
+
 void linear_int_a8(const float* x, int64_t m, int64_t k, const uint8_t* data, const float* scales,
                    int64_t n, int64_t gs, IntScheme s, float* y) {
   if (m <= 0 || n <= 0) return;
-  const DotIsa isa = gs % 32 == 0 ? dot_isa() : DotIsa::kScalar;  // SIMD takes whole 32s
-  const int64_t gpr = k / gs;
-  const int64_t kcode = s.bits == 8 ? k : k / 2;
-  const int64_t kcp = (kcode + 63) / 64 * 64;
-  const int64_t lanes = kcp / 4;
-  // Reused across calls (a decode step makes hundreds): zeroing fresh buffers cost more than
-  // the quantization itself. Only each row's padding needs zeros.
-  thread_local std::vector<int8_t> codes, xq, xo;
-  thread_local std::vector<float> sa;
-  thread_local std::vector<int32_t> lane_g;
-  codes.resize(static_cast<size_t>(k));
-  sa.resize(static_cast<size_t>(m * gpr));
-  xq.resize(static_cast<size_t>(m * kcp));
-  xo.resize(s.bits == 4 ? static_cast<size_t>(m * kcp) : 0);
-  lane_g.resize(static_cast<size_t>(lanes));
-  const int64_t per_lane = s.bits == 8 ? 4 : 8;  // elements of x a lane's 4 code bytes meet
-  for (int64_t l = 0; l < lanes; ++l)  // padding lanes stay in the row's last group
-    lane_g[l] = static_cast<int32_t>(std::min(l * per_lane, k - 1) / gs);
-  const Variant v = variant(isa);
-  for (int64_t i = 0; i < m; ++i) {
-    int8_t* qe = xq.data() + i * kcp;
-    if (s.bits == 8) {
-      v.quantize(x + i * k, k, gs, qe, sa.data() + i * gpr);
-    } else {
-      v.quantize(x + i * k, k, gs, codes.data(), sa.data() + i * gpr);
-      int8_t* qo = xo.data() + i * kcp;
-      for (int64_t t = 0; t < kcode; ++t) {
-        qe[t] = codes[2 * t];
-        qo[t] = codes[2 * t + 1];
-      }
-      std::memset(qo + kcode, 0, static_cast<size_t>(kcp - kcode));
-    }
-    std::memset(qe + kcode, 0, static_cast<size_t>(kcp - kcode));
-  }
-  const A8Args a{s.bits, k, gs, kcode, data, data + n * kcode, scales, scales + n * gpr, m,
-                 xq.data(), s.bits == 4 ? xo.data() : nullptr, kcp, lane_g.data(), sa.data(), y, n};
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, k));
-  ds::parallel_for(n, grain, 1, [&](int64_t j0, int64_t j1) { v.rows(a, j0, j1); });
+  if (a8_packs(gs)) return linear_a8_packed(x, m, pack_a8(data, scales, n, k, gs, s.bits), y);
+  const A8Act a = prepare(variant(DotIsa::kScalar), x, m, k, gs, s.bits, y, n);
+  const A8Rows w{s.bits, k, gs, s.bits == 8 ? k : k / 2, data, scales};
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / k);
+  ds::parallel_for(n, grain, 1, [&](int64_t j0, int64_t j1) { scalar::qa8_rows(w, a, j0, j1); });
 }
 
 }  // namespace ds::quant

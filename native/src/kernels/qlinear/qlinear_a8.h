@@ -1,32 +1,30 @@
 // What the dispatch of linear_int_a8 (qlinear_a8.cpp) hands each ISA variant
-// (qlinear_a8_impl.h): the activations already quantized, in the layouts the variants read.
+// (qlinear_a8_impl.h): the activations already quantized, in the form the variant reads.
 #pragma once
 
 #include <cstdint>
 
+#include "ds/quant.h"
+
 namespace ds::quant {
 
-struct A8Args {
-  int bits;            // 8 or 4 (int8_sym codes as signed bytes; int4_sym as nibbles around 8)
-  int64_t k, gs;       // elements per row, per group (an activation block is one group)
-  int64_t kcode;       // code bytes per weight row: k (8 bits) or k / 2 (4 bits)
-  const uint8_t* data;  // n rows of kcode code bytes
-  const uint8_t* data_end;
-  const float* scales;  // n rows of k / gs
-  const float* scales_end;
-  int64_t m;           // rows of x
-  // Per row of x, kcp bytes (kcode rounded up to 64, the padding zero): the activation codes,
-  // for 4 bits those of the even elements in xq and of the odd ones in xo (a byte's low nibble
-  // meets the even element, its high nibble the odd one).
-  const int8_t* xq;
-  const int8_t* xo;
-  int64_t kcp;
-  // Per lane (the 4 code bytes one int32 lane of a dot product meets; kcp / 4 a row), the
-  // group of a weight row it falls in.
-  const int32_t* lane_g;
-  const float* sa;  // per row of x, its k / gs activation scales
+// The activations of one call: per row of x its k int8 codes in order, its k / gs scales and,
+// for 4-bit weights, minus the zero point 8 times each block's code sum.
+struct A8Act {
+  int64_t m;
+  const int8_t* xq;   // m x k; on the VNNI variants for 8-bit weights code + 128 (unsigned)
+  const float* sa;    // m x k / gs
+  const int32_t* xs;  // m x k / gs (4 bits only)
   float* y;
   int64_t ldy;
+};
+
+// The weight in its stored layout (groups of a size no SIMD variant takes; scalar only).
+struct A8Rows {
+  int bits;
+  int64_t k, gs, kcode;  // kcode: code bytes per row, k or k / 2
+  const uint8_t* data;
+  const float* scales;
 };
 
 }  // namespace ds::quant

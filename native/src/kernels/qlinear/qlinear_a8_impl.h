@@ -1,16 +1,19 @@
 // y = x W^T for W stored int8_sym / int4_sym group-wise, with x quantized to int8 per block of
 // one group (qlinear_a8.cpp): each group's contribution is an exact int32 dot product of codes
 // times ws * sa, the weight and activation scales, summed in fp32. One ISA variant per file
-// including this header with DS_QA8_NS set: avx512vnni (vpdpbusd on 64 bytes), avxvnni (vpdpbusd
-// on 32), avx2 (vpmaddubsw + vpmaddwd) and scalar.
+// including this header with DS_QA8_NS set: avx512vnni (vpdpbusd, 16 int32 lanes), avxvnni
+// (vpdpbusd, 8), avx2 (vpmaddubsw + vpmaddwd, 8) and scalar.
 //
-// The vector instructions multiply unsigned by signed bytes. int4 codes are unsigned nibbles
-// already (their zero point 8 comes back as -8 times the activations they meet); int8 codes are
-// signed, so VNNI reads them offset by 128 (a sign flip of the top bit) and takes back 128 times
-// the activations. Both corrections are the int32 each lane's sum starts from (A8Args::corr).
-// vpmaddubsw sums pairs into int16 with saturation, which 255 * 127 * 2 would reach, so the AVX2
-// variant multiplies |w| by x carrying w's sign instead (at most 2 * 127 * 127) and needs no
-// correction for int8.
+// The weight is packed (A8Packed, ds/quant.h): a vector holds 4 code bytes of each of 16 output
+// rows, and the 4 activation codes they meet are broadcast to every lane, so each lane sums one
+// output row's group and the group's scales are applied as one vector per 16 rows (x is read as
+// broadcasts, the weight as whole vectors). The vector instructions multiply unsigned by signed
+// bytes: int4 nibbles are unsigned already (their zero point 8 is taken back by starting each
+// group's sum from -8 times its activation codes' sum, computed once per call), int8 codes are
+// signed, so the VNNI variants read the activations as code + 128 and start from the packed
+// -128 * (the group's code sum). vpmaddubsw sums pairs into int16 with saturation, which
+// 255 * 127 * 2 would reach, so the AVX2 variant multiplies |w| by x carrying w's sign instead
+// (at most 2 * 128 * 127) and starts from 0.
 #pragma once
 
 #include <algorithm>
@@ -27,235 +30,180 @@ namespace ds::quant {
 namespace DS_QA8_NS {
 namespace {
 
+constexpr int64_t kTile = 16;  // output rows per packed tile
+
 #if defined(DS_QA8_SCALAR)
 
+constexpr bool kOffset8 = false;
+
 // The reference order: per group an exact int32 sum of (code - zero point) * activation code.
-void rows(const A8Args& a, int64_t j0, int64_t j1) {
-  const int64_t gpr = a.k / a.gs;
-  const int64_t bpg = a.bits == 8 ? a.gs : a.gs / 2;
-  for (int64_t j = j0; j < j1; ++j)
-    for (int64_t q = 0; q < a.m; ++q) {
-      float acc = 0.0f;
-      for (int64_t g = 0; g < gpr; ++g) {
-        const uint8_t* c = a.data + j * a.kcode + g * bpg;
-        const int8_t* xe = a.xq + q * a.kcp + g * bpg;
-        const int8_t* xo = a.xo ? a.xo + q * a.kcp + g * bpg : nullptr;
-        int32_t dot = 0;
-        for (int64_t t = 0; t < bpg; ++t) {
-          if (a.bits == 8) {
-            dot += static_cast<int8_t>(c[t]) * xe[t];
-          } else {
-            dot += ((c[t] & 0xF) - 8) * xe[t] + ((c[t] >> 4) - 8) * xo[t];
+template <int kBits>
+void packed_bits(const A8Packed& w, const A8Act& a, int64_t t0, int64_t t1) {
+  constexpr int64_t S = kBits == 8 ? 8 : 4;
+  const int64_t k = w.k, gpr = k / w.gs, bpg = w.gs / 32, blocks = k / 32;
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t r = 0; r < kTile && t * kTile + r < w.n; ++r)
+      for (int64_t q = 0; q < a.m; ++q) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < gpr; ++g) {
+          int32_t dot = 0;
+          for (int64_t b = g * bpg; b < (g + 1) * bpg; ++b) {
+            const uint8_t* wb = w.codes.data() + (t * blocks + b) * S * 64 + r * 4;
+            const int8_t* xb = a.xq + q * k + b * 32;
+            for (int64_t s = 0; s < S; ++s)
+              for (int64_t i = 0; i < 4; ++i) {
+                const uint8_t c = wb[s * 64 + i];
+                if constexpr (kBits == 8) {
+                  dot += static_cast<int8_t>(c) * xb[4 * s + i];
+                } else {
+                  dot += ((c & 0xF) - 8) * xb[4 * s + i] + ((c >> 4) - 8) * xb[16 + 4 * s + i];
+                }
+              }
           }
+          acc += static_cast<float>(dot) * (w.scales[(t * gpr + g) * kTile + r] * a.sa[q * gpr + g]);
         }
-        acc += static_cast<float>(dot) * (a.scales[j * gpr + g] * a.sa[q * gpr + g]);
+        a.y[q * a.ldy + t * kTile + r] = acc;
       }
-      a.y[q * a.ldy + j] = acc;
-    }
 }
 
 #else
 
 #if defined(DS_QA8_AVX512VNNI)
-constexpr int L = 16;  // int32 lanes of a vector (64 code bytes)
+constexpr int L = 16;  // int32 lanes: output rows per vector
 using VI = __m512i;
 using VF = __m512;
 inline VI loadi(const void* p) { return _mm512_loadu_si512(p); }
-inline VF loadf(const float* p) { return _mm512_loadu_ps(p); }
+inline VI seti(int32_t v) { return _mm512_set1_epi32(v); }
 inline VI izero() { return _mm512_setzero_si512(); }
-inline VI isub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
-inline VI codes(const uint8_t* p, int64_t bytes) {  // bytes <= 64; the rest zero
-  const __mmask64 mk = bytes >= 64 ? ~__mmask64{0} : ((__mmask64{1} << bytes) - 1);
-  return _mm512_maskz_loadu_epi8(mk, p);
+inline VI lo4(VI w) { return _mm512_and_si512(w, _mm512_set1_epi8(0x0F)); }
+inline VI hi4(VI w) { return _mm512_and_si512(_mm512_srli_epi16(w, 4), _mm512_set1_epi8(0x0F)); }
+constexpr bool kOffset8 = true;
+inline VI prep8(VI w) { return w; }
+inline VI dot8(VI acc, VI w, VI, VI x) { return _mm512_dpbusd_epi32(acc, x, w); }
+inline VI dot4(VI acc, VI lo, VI hi, VI xl, VI xh) {
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, lo, xl), hi, xh);
 }
-inline VI bytes8(int v) { return _mm512_set1_epi8(static_cast<char>(v)); }
-inline VI band(VI a, VI b) { return _mm512_and_si512(a, b); }
-inline VI shr4(VI a) { return _mm512_srli_epi16(a, 4); }
-inline VI prep8(VI w) { return _mm512_xor_si512(w, bytes8(0x80)); }  // code + 128, unsigned
-inline VI dot8(VI acc, VI w, VI x) { return _mm512_dpbusd_epi32(acc, w, x); }
-constexpr bool kOffset8 = true;  // int8 codes read as code + 128
-inline VI dot4(VI acc, VI lo, VI hi, VI xe, VI xo) {
-  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, lo, xe), hi, xo);
-}
+inline VF loadf(const float* p) { return _mm512_loadu_ps(p); }
+inline VF setf(float v) { return _mm512_set1_ps(v); }
+inline VF fzero() { return _mm512_setzero_ps(); }
 inline VF cvt(VI v) { return _mm512_cvtepi32_ps(v); }
-inline VF zero() { return _mm512_setzero_ps(); }
 inline VF mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
 inline VF fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
-inline float hsum(VF v) { return _mm512_reduce_add_ps(v); }
-// A chunk's lanes meet at most 4 groups of a row (gs >= 32): their scales are loaded once and
-// spread over the lanes by a permutation with the lanes' group offsets.
-struct Spread {
-  VI rel;
-  __mmask16 mask;
-};
-inline Spread spread(const int32_t* lg) {
-  const int32_t g0 = lg[0];
-  const int n = lg[L - 1] - g0 + 1;
-  return {_mm512_sub_epi32(loadi(lg), _mm512_set1_epi32(g0)),
-          static_cast<__mmask16>((1u << n) - 1)};
+inline void store(float* y, VF v, int rows) {
+  _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v);
 }
-inline VF lane_scales(const float* s, const Spread& sp) {
-  return _mm512_permutexvar_ps(sp.rel, _mm512_maskz_loadu_ps(sp.mask, s));
-}
-#else  // the AVX2 family: 8 lanes, 32 code bytes
+#else  // the AVX2 family: 8 lanes, a tile in two halves
 constexpr int L = 8;
 using VI = __m256i;
 using VF = __m256;
 inline VI loadi(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-inline VF loadf(const float* p) { return _mm256_loadu_ps(p); }
+inline VI seti(int32_t v) { return _mm256_set1_epi32(v); }
 inline VI izero() { return _mm256_setzero_si256(); }
-inline VI isub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
-inline VI codes(const uint8_t* p, int64_t bytes) {  // 32, or 16 (an int4 row's last group)
-  if (bytes >= 32) return loadi(p);
-  return _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline VI bytes8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
-inline VI band(VI a, VI b) { return _mm256_and_si256(a, b); }
-inline VI shr4(VI a) { return _mm256_srli_epi16(a, 4); }
+inline VI lo4(VI w) { return _mm256_and_si256(w, _mm256_set1_epi8(0x0F)); }
+inline VI hi4(VI w) { return _mm256_and_si256(_mm256_srli_epi16(w, 4), _mm256_set1_epi8(0x0F)); }
 #if defined(DS_QA8_AVXVNNI)
-inline VI prep8(VI w) { return _mm256_xor_si256(w, bytes8(0x80)); }
-inline VI dot8(VI acc, VI w, VI x) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
 constexpr bool kOffset8 = true;
-inline VI dot4(VI acc, VI lo, VI hi, VI xe, VI xo) {
-  return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, lo, xe), hi, xo);
+inline VI prep8(VI w) { return w; }
+inline VI dot8(VI acc, VI w, VI, VI x) { return _mm256_dpbusd_avx_epi32(acc, x, w); }
+inline VI dot4(VI acc, VI lo, VI hi, VI xl, VI xh) {
+  return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, lo, xl), hi, xh);
 }
 #else
+constexpr bool kOffset8 = false;
 inline VI pairs(VI p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
-inline VI prep8(VI w) { return w; }
-constexpr bool kOffset8 = false;  // int8 codes read as |code| against x carrying their sign
-inline VI dot8(VI acc, VI w, VI x) {
-  return _mm256_add_epi32(acc, pairs(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w),
-                                                          _mm256_sign_epi8(x, w))));
+inline VI prep8(VI w) { return _mm256_abs_epi8(w); }
+inline VI dot8(VI acc, VI w, VI wabs, VI x) {
+  return _mm256_add_epi32(acc, pairs(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(x, w))));
 }
-inline VI dot4(VI acc, VI lo, VI hi, VI xe, VI xo) {  // 4 * 15 * 127 fits int16
-  return _mm256_add_epi32(acc, pairs(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xe),
-                                                      _mm256_maddubs_epi16(hi, xo))));
+inline VI dot4(VI acc, VI lo, VI hi, VI xl, VI xh) {  // 4 * 15 * 127 fits int16
+  return _mm256_add_epi32(acc, pairs(_mm256_add_epi16(_mm256_maddubs_epi16(lo, xl),
+                                                      _mm256_maddubs_epi16(hi, xh))));
 }
 #endif
+inline VF loadf(const float* p) { return _mm256_loadu_ps(p); }
+inline VF setf(float v) { return _mm256_set1_ps(v); }
+inline VF fzero() { return _mm256_setzero_ps(); }
 inline VF cvt(VI v) { return _mm256_cvtepi32_ps(v); }
-inline VF zero() { return _mm256_setzero_ps(); }
 inline VF mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
 inline VF fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
-inline float hsum(VF v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-struct Spread {  // at most 2 groups per chunk
-  VI rel;
-  VI mask;
-};
-inline Spread spread(const int32_t* lg) {
-  const int32_t g0 = lg[0];
-  const int n = lg[L - 1] - g0 + 1;
-  return {_mm256_sub_epi32(loadi(lg), _mm256_set1_epi32(g0)),
-          _mm256_setr_epi32(-1, n > 1 ? -1 : 0, 0, 0, 0, 0, 0, 0)};
-}
-inline VF lane_scales(const float* s, const Spread& sp) {
-  return _mm256_permutevar8x32_ps(_mm256_maskload_ps(s, sp.mask), sp.rel);
+inline void store(float* y, VF v, int rows) {
+  if (rows == L) return _mm256_storeu_ps(y, v);
+  alignas(32) float tmp[L];
+  _mm256_store_ps(tmp, v);
+  std::memcpy(y, tmp, sizeof(float) * static_cast<size_t>(rows));
 }
 #endif
 
-constexpr int64_t kChunk = 4 * L;  // code bytes per vector
-// Rows of x per pass and output rows per tile: the r * rj accumulators, rj weight vectors (two
-// for int4) and their lane scales stay in registers (32 zmm, 16 ymm).
-constexpr int kR = 4;
-constexpr int kRj = L == 16 ? 4 : 2;
-// Each tile's weights are read by every pass over the rows of x from L1; the first pass brings
-// them in and prefetches the rows this far ahead into L2 (weights are stored row after row), as
-// the float kernel does (qlinear_impl.h).
-constexpr int64_t kPrefetchRows = 32;
-
-inline void prefetch(const void* p, int64_t ahead, const void* end) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead);
-  if (at < reinterpret_cast<uintptr_t>(end))
-    __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 2);
+inline VI bcast4(const int8_t* p) {  // 4 activation codes, to every lane
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return seti(v);
 }
 
-// Output rows [j, j + rj) for rows [q0, q0 + r) of x.
-template <int kBits, int r, int rj>
-void tile(const A8Args& a, int64_t j, int64_t q0) {
-  const int64_t gpr = a.k / a.gs;
-  const uint8_t* w[rj];
-  const float* ws[rj];
-  for (int u = 0; u < rj; ++u) {
-    w[u] = a.data + (j + u) * a.kcode;
-    ws[u] = a.scales + (j + u) * gpr;
-  }
-  if (q0 == 0)
-    for (int u = 0; u < rj; ++u)
-      for (int64_t at = 0; at < gpr; at += 16)
-        prefetch(ws[u] + at, kPrefetchRows * gpr * 4, a.scales_end);
-  VF acc[r][rj];
-  for (int q = 0; q < r; ++q)
-    for (int u = 0; u < rj; ++u) acc[q][u] = zero();
-  for (int64_t c = 0; c < a.kcode; c += kChunk) {
-    const int64_t bytes = std::min(kChunk, a.kcode - c);
-    const int32_t* lg = a.lane_g + c / 4;
-    const Spread sp = spread(lg);
-    if (q0 == 0)
-      for (int u = 0; u < rj; ++u) prefetch(w[u] + c, kPrefetchRows * a.kcode, a.data_end);
-    VI lo[rj], hi[rj];
-    VF su[rj];
-    for (int u = 0; u < rj; ++u) {
-      const VI raw = codes(w[u] + c, bytes);
-      if constexpr (kBits == 8) {
-        lo[u] = prep8(raw);
-      } else {
-        lo[u] = band(raw, bytes8(0x0F));
-        hi[u] = band(shr4(raw), bytes8(0x0F));
-      }
-      su[u] = lane_scales(ws[u] + lg[0], sp);
-    }
+// Rows of x per pass: r int32 sums and r fp32 accumulators stay in registers (32 zmm, 16 ymm);
+// the tile's codes are read from L1 again by each further pass.
+constexpr int kR = L == 16 ? 8 : 4;
+
+// Output rows [t * 16 + h * L, + L) for rows [q0, q0 + r) of x.
+template <int kBits, int r>
+void pass(const A8Packed& w, const A8Act& a, int64_t t, int64_t h, int64_t q0) {
+  constexpr int64_t S = kBits == 8 ? 8 : 4;
+  const int64_t k = w.k, gpr = k / w.gs, bpg = w.gs / 32;
+  const uint8_t* wc = w.codes.data() + t * (k / 32) * S * 64 + h * 4 * L;
+  const float* ws = w.scales.data() + t * gpr * kTile + h * L;
+  const int32_t* wcorr = kBits == 8 && kOffset8 ? w.corr.data() + t * gpr * kTile + h * L : nullptr;
+  const int8_t* x = a.xq + q0 * k;
+  VF acc[r];
+  for (int q = 0; q < r; ++q) acc[q] = fzero();
+  for (int64_t g = 0; g < gpr; ++g) {
+    VI ia[r];
     for (int q = 0; q < r; ++q) {
-      const int64_t row = q0 + q;
-      const VF sal = lane_scales(a.sa + row * gpr + lg[0], sp);
-      const VI xe = loadi(a.xq + row * a.kcp + c);
-      // Each lane's sum starts from minus the zero point the unsigned operand carries times
-      // the activations it meets.
-      if constexpr (kBits == 8) {
-        const VI corr = kOffset8 ? isub(izero(), dot8(izero(), bytes8(0x80), xe)) : izero();
-        for (int u = 0; u < rj; ++u)
-          acc[q][u] = fma(cvt(dot8(corr, lo[u], xe)), mul(su[u], sal), acc[q][u]);
+      if constexpr (kBits == 4) {
+        ia[q] = seti(a.xs[(q0 + q) * gpr + g]);
       } else {
-        const VI xo = loadi(a.xo + row * a.kcp + c);
-        const VI corr = isub(izero(), dot4(izero(), bytes8(8), bytes8(8), xe, xo));
-        for (int u = 0; u < rj; ++u)
-          acc[q][u] = fma(cvt(dot4(corr, lo[u], hi[u], xe, xo)), mul(su[u], sal), acc[q][u]);
+        ia[q] = kOffset8 ? loadi(wcorr + g * kTile) : izero();
       }
     }
+    for (int64_t b = g * bpg; b < (g + 1) * bpg; ++b) {
+      const uint8_t* wb = wc + b * S * 64;
+      const int8_t* xb = x + b * 32;
+      for (int64_t s = 0; s < S; ++s) {
+        const VI raw = loadi(wb + s * 64);
+        if constexpr (kBits == 8) {
+          const VI wp = prep8(raw);
+          for (int q = 0; q < r; ++q) ia[q] = dot8(ia[q], raw, wp, bcast4(xb + q * k + 4 * s));
+        } else {
+          const VI lo = lo4(raw), hi = hi4(raw);
+          for (int q = 0; q < r; ++q)
+            ia[q] = dot4(ia[q], lo, hi, bcast4(xb + q * k + 4 * s), bcast4(xb + q * k + 16 + 4 * s));
+        }
+      }
+    }
+    const VF sw = loadf(ws + g * kTile);
+    for (int q = 0; q < r; ++q)
+      acc[q] = fma(cvt(ia[q]), mul(sw, setf(a.sa[(q0 + q) * gpr + g])), acc[q]);
   }
-  for (int q = 0; q < r; ++q)
-    for (int u = 0; u < rj; ++u) a.y[(q0 + q) * a.ldy + j + u] = hsum(acc[q][u]);
+  const int64_t j = t * kTile + h * L;
+  const int rows = static_cast<int>(std::min<int64_t>(L, w.n - j));
+  for (int q = 0; q < r; ++q) store(a.y + (q0 + q) * a.ldy + j, acc[q], rows);
 }
 
-// Every row of x against output rows [j, j + rj): the tile's weights stay in L1 across passes.
-template <int kBits, int rj>
-void passes(const A8Args& a, int64_t j) {
-  int64_t q0 = 0;
-  for (; q0 + kR <= a.m; q0 += kR) tile<kBits, kR, rj>(a, j, q0);
-  switch (a.m - q0) {
-    case 1: return tile<kBits, 1, rj>(a, j, q0);
-    case 2: return tile<kBits, 2, rj>(a, j, q0);
-    case 3: return tile<kBits, 3, rj>(a, j, q0);
-    default: return;
+template <int kBits, int r>
+void last_pass(const A8Packed& w, const A8Act& a, int64_t t, int64_t h, int64_t q0) {
+  if constexpr (r > 0) {
+    if (a.m - q0 == r) return pass<kBits, r>(w, a, t, h, q0);
+    last_pass<kBits, r - 1>(w, a, t, h, q0);
   }
 }
 
 template <int kBits>
-void rows_bits(const A8Args& a, int64_t j0, int64_t j1) {
-  int64_t j = j0;
-  for (; j + kRj <= j1; j += kRj) passes<kBits, kRj>(a, j);
-  for (; j < j1; ++j) passes<kBits, 1>(a, j);
-}
-
-void rows(const A8Args& a, int64_t j0, int64_t j1) {
-  if (a.bits == 8) {
-    rows_bits<8>(a, j0, j1);
-  } else {
-    rows_bits<4>(a, j0, j1);
-  }
+void packed_bits(const A8Packed& w, const A8Act& a, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t h = 0; h < kTile / L && t * kTile + h * L < w.n; ++h) {
+      int64_t q0 = 0;
+      for (; q0 + kR <= a.m; q0 += kR) pass<kBits, kR>(w, a, t, h, q0);
+      last_pass<kBits, kR - 1>(w, a, t, h, q0);
+    }
 }
 
 #endif
@@ -293,7 +241,55 @@ void qa8_quantize(const float* x, int64_t n, int64_t block, int8_t* codes, float
   }
 }
 
-void qa8_rows(const A8Args& a, int64_t j0, int64_t j1) { rows(a, j0, j1); }
+// The activations in the form this variant's packed kernel reads (A8Act).
+void qa8_prep(const float* x, int64_t m, int64_t k, int64_t gs, int bits, int8_t* xq, float* sa,
+              int32_t* xs) {
+  const int64_t gpr = k / gs;
+  for (int64_t q = 0; q < m; ++q) {
+    int8_t* c = xq + q * k;
+    qa8_quantize(x + q * k, k, gs, c, sa + q * gpr);
+    if (bits == 4) {
+      for (int64_t g = 0; g < gpr; ++g) {
+        int32_t sum = 0;
+        for (int64_t e = 0; e < gs; ++e) sum += c[g * gs + e];
+        xs[q * gpr + g] = -8 * sum;
+      }
+    } else if (kOffset8) {
+      for (int64_t e = 0; e < k; ++e) c[e] = static_cast<int8_t>(static_cast<uint8_t>(c[e]) ^ 0x80);
+    }
+  }
+}
+
+void qa8_packed(const A8Packed& w, const A8Act& a, int64_t t0, int64_t t1) {
+  if (w.bits == 8) {
+    packed_bits<8>(w, a, t0, t1);
+  } else {
+    packed_bits<4>(w, a, t0, t1);
+  }
+}
+
+#if defined(DS_QA8_SCALAR)
+// Groups of a size the packed layout does not take, on the stored layout (activation codes as
+// qa8_prep writes them here: signed, in order).
+void qa8_rows(const A8Rows& w, const A8Act& a, int64_t j0, int64_t j1) {
+  const int64_t gpr = w.k / w.gs;
+  for (int64_t j = j0; j < j1; ++j)
+    for (int64_t q = 0; q < a.m; ++q) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < gpr; ++g) {
+        int32_t dot = 0;
+        for (int64_t e = g * w.gs; e < (g + 1) * w.gs; ++e) {
+          const uint8_t* row = w.data + j * w.kcode;
+          const int c = w.bits == 8 ? static_cast<int8_t>(row[e])
+                                    : (e % 2 ? row[e / 2] >> 4 : row[e / 2] & 0xF) - 8;
+          dot += c * a.xq[q * w.k + e];
+        }
+        acc += static_cast<float>(dot) * (w.scales[j * gpr + g] * a.sa[q * gpr + g]);
+      }
+      a.y[q * a.ldy + j] = acc;
+    }
+}
+#endif
 
 }  // namespace DS_QA8_NS
 }  // namespace ds::quant
