@@ -16,12 +16,15 @@ from ds.ops.quant import reference
 from ds.ops.quant.linear import MAX_NATIVE_ROWS, linear, native_applies
 
 SCHEMES = ["int8_sym", "int4_sym"]
-# (rows of x, in, out, group size): batch 1 and 17 (4 passes of 4 rows and one left), K a
-# multiple of 32 but not of 64 (96, 160) or past whole 64-byte vectors (int4 at 288: 144 code
-# bytes), outputs past whole tiles (4 rows at a time on AVX-512, 2 on AVX2), groups of 64 and
-# 96 (a vector meeting one group), and a group size no SIMD variant takes (6: scalar).
+# (rows of x, in, out, group size): batch 1 and 17 (passes of 8 rows of x on AVX-512, 4 on
+# AVX2, and one left), 8 and 9; K a multiple of 32 but not of 64 (96, 160, 288); outputs in
+# 16-row packed tiles: partial ones (5, 13, 37: AVX2 halves of 8 rows, the second empty or
+# partial), whole ones (16, 24: the second half full or not); groups of 64 and 96 (one int32 sum
+# over several 32-element blocks), and a group size the packed layout does not take (6: scalar
+# on the stored layout).
 SHAPES = [(1, 64, 5, 32), (17, 96, 13, 32), (17, 160, 37, 32), (16, 576, 9, 32),
-          (1, 288, 7, 32), (3, 192, 7, 64), (5, 96, 11, 96), (2, 48, 3, 6)]  # fmt: skip
+          (1, 288, 7, 32), (3, 192, 7, 64), (5, 96, 11, 96), (2, 48, 3, 6), (9, 64, 16, 32),
+          (8, 128, 24, 32)]  # fmt: skip
 
 
 def _dot_isas() -> list[str]:
@@ -148,3 +151,25 @@ def test_unknown_activation_modes_and_partial_groups_are_refused() -> None:
 
     with pytest.raises(ValueError, match="unknown dot-product variant"):
         _C.set_int8_dot_isa("sse")
+
+
+@pytest.mark.parametrize(("scheme", "code_bytes", "extra"), [("int8_sym", 96, 8), ("int4_sym", 48, 4)])
+def test_the_packed_copy_is_made_once_and_follows_in_place_updates(
+    scheme: str, code_bytes: int, extra: int
+) -> None:
+    from ds.ops.quant import linear as linear_mod
+
+    g = torch.Generator().manual_seed(8)
+    q = quant.quantize(torch.randn(21, 96, generator=g), scheme, 32)
+    x = torch.randn(3, 96, generator=g)
+    linear(x, q)  # float activations read the stored layout only
+    w = linear_mod._prepared(q)
+    assert w.a8_packed_bytes == 0
+    _check(x, q)
+    # 2 tiles of 16 rows: their codes, a scale per row and group and, for int8, a correction.
+    assert linear_mod._prepared(q) is w and w.a8_packed_bytes == 32 * (code_bytes + 3 * extra)
+    q.data.copy_(quant.quantize(torch.randn(21, 96, generator=g), scheme, 32).data)
+    _check(x, q)
+    q6 = quant.quantize(torch.randn(4, 48, generator=g), scheme, 6)
+    _check(torch.randn(2, 48, generator=g), q6)
+    assert linear_mod._prepared(q6).a8_packed_bytes == 0

@@ -37,18 +37,35 @@ MAX_NATIVE_ROWS = 32
 
 # Per quantized weight (by id, dropped when the weight is collected): the kernel's prepared form,
 # ds.ops._C.QLinearWeight (its arrays checked and bound once; a call then passes only the
-# addresses of x and y), or None where the kernel cannot take the weight. Binding the weight's
-# three arrays every call took about 10 us, more than the kernel on a small decode layer.
-_PREPARED: dict[int, Any] = {}
+# addresses of x and y), or None where the kernel cannot take the weight, with the version
+# counters of its arrays when it was made. Binding the weight's three arrays every call took about
+# 10 us, more than the kernel on a small decode layer.
+#
+# The int8-activation path reads a copy: its first call packs the codes 16 output rows at a time
+# (ds::quant::A8Packed; QLinearWeight.a8_packed_bytes: about 1.11x the int8 weight's bytes, codes
+# plus a scale and a correction per row and group, 1.0x for int4), so that weight then takes
+# twice its memory. The stored arrays stay: the float-activation kernel, dequantize (the torch
+# form for other dtypes and devices, and for inputs that need a gradient) and saving read them.
+# An in-place update of the weight bumps its tensors' version counters, and the next call prepares
+# (and packs) it again; inference tensors (made under torch.inference_mode) track no version, and
+# their copy is not renewed after an in-place update.
+_PREPARED: dict[int, tuple[Any, tuple[int, ...]]] = {}
+
+
+def _arrays(q: QuantizedTensor) -> list[torch.Tensor]:
+    return [q.data, q.scales] + ([q.zero_points] if q.zero_points is not None else [])
+
+
+def _versions(q: QuantizedTensor) -> tuple[int, ...]:
+    return tuple(t._version for t in _arrays(q) if not t.is_inference())
 
 
 def _prepare(q: QuantizedTensor) -> Any:
     s = get_scheme(q.scheme)
     if s.kind != "int" or len(q.shape) != 2:
         return None
-    arrays = [q.data, q.scales] + ([q.zero_points] if q.zero_points is not None else [])
     # Contiguous as stored: a copy made here would miss later in-place updates of the weight.
-    if any(t.device.type != "cpu" or not t.is_contiguous() for t in arrays):
+    if any(t.device.type != "cpu" or not t.is_contiguous() for t in _arrays(q)):
         return None
     n, k = q.shape
     gs = q.group_size
@@ -64,13 +81,14 @@ def _prepare(q: QuantizedTensor) -> Any:
 
 def _prepared(q: QuantizedTensor) -> Any:
     key = id(q)
-    try:
-        return _PREPARED[key]
-    except KeyError:
-        pass
+    versions = _versions(q)
+    entry = _PREPARED.get(key)
+    if entry is not None and entry[1] == versions:
+        return entry[0]
     w = _prepare(q)
-    _PREPARED[key] = w
-    weakref.finalize(q, _PREPARED.pop, key, None)
+    if entry is None:
+        weakref.finalize(q, _PREPARED.pop, key, None)
+    _PREPARED[key] = (w, versions)
     return w
 
 
