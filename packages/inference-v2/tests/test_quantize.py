@@ -85,3 +85,30 @@ def test_int8_activations_stay_close_to_float_activations(
     assert [r.tokens for r in generate(a8, ps, params)] == [
         r.tokens for r in generate(fp, ps, params)
     ]
+
+
+def test_quantized_lm_head_is_opt_in_and_matches_its_dequantized_weight(
+    tiny_dirs: dict[str, Path],
+) -> None:
+    """quantization.lm_head: the output head through the quantized linear (a quantized copy of
+    the tied embedding, with the same scheme and activations); the lookup keeps the float table.
+    Its logits are those of the dense head on the dequantized copy, up to the activations'
+    rounding."""
+    from ds.inference.models.blocks import DenseLinear
+    from ds.inference.quantize import QuantizedLinear
+    from ds.ops.quant import dequantize
+
+    kv = {"kv_cache": {"num_blocks": 64}}
+    qcfg = {"scheme": "int8_sym", "group_size": 32, "activations": "int8"}
+    off = build_engine(tiny_dirs["llama"], {**kv, "quantization": qcfg})
+    assert isinstance(off.model.lm_head, DenseLinear)
+    on = build_engine(tiny_dirs["llama"], {**kv, "quantization": {**qcfg, "lm_head": True}})
+    head = on.model.lm_head
+    assert isinstance(head, QuantizedLinear) and head.activations == "int8"
+    assert on.model.embed_w.dtype == torch.float32
+    x = torch.randn(3, head.weight.shape[1], generator=torch.Generator().manual_seed(0))
+    want = x @ dequantize(head.weight, torch.float32).T
+    assert (head(x) - want).abs().max() <= 0.02 * want.abs().max()
+    p = prompts()[3]
+    a, b = off.put([0], [p]), on.put([0], [p])
+    assert (a - b).abs().max() <= 0.05 * (a.max() - a.min())

@@ -63,6 +63,10 @@ class QuantizationConfig(_Strict):
     # block of group_size (integer dot products per group; ds.ops.quant.activations). Opt-in: it
     # changes the outputs by the activations' rounding.
     activations: Literal["float", "int8"] = "float"
+    # True: the output head is quantized too, with the same scheme and activations (opt-in: it
+    # changes the logits). A head tied to the token embedding gets a quantized copy; the lookup
+    # keeps the float table. Off, the head stays in the model dtype.
+    lm_head: bool = False
     # None: the provider named for the engine's device type ("cuda" for cuda:N), so weights are
     # quantized and dequantized where they live.
     provider: str | None = None

@@ -89,4 +89,5 @@ def quantized_linear_factory(config: QuantizationConfig, device: str | torch.dev
             q = to_device(provider.quantize(src.cpu(), config.scheme, config.group_size), device)
         return QuantizedLinear(provider, q, bias, weight.dtype, config.activations)
 
+    make.quantizes_head = config.lm_head  # type: ignore[attr-defined]  # read by tied_head
     return make

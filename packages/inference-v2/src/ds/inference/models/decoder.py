@@ -20,6 +20,7 @@ from ds.inference.kv_cache import KVCache
 from ds.inference.models.blocks import (
     DenseLinear,
     LinearFactory,
+    LinearFn,
     Weights,
     max_context,
     required,
@@ -102,10 +103,14 @@ class RaggedDecoder:
         self.load(w)
         w.finish()
 
-    def tied_head(self, w: Weights, bias: torch.Tensor | None = None) -> DenseLinear:
-        """The checkpoint's ``lm_head.weight``, else the token embedding (tied)."""
+    def tied_head(self, w: Weights, bias: torch.Tensor | None = None) -> LinearFn:
+        """The checkpoint's ``lm_head.weight``, else the token embedding (tied); dense unless
+        ``quantization.lm_head`` asked for it quantized (then a tied head is a quantized copy)."""
         head = w.maybe("lm_head.weight")
-        return DenseLinear(self.embed_w if head is None else head, bias)
+        weight = self.embed_w if head is None else head
+        if getattr(w.make, "quantizes_head", False):
+            return w.make(weight, bias)
+        return DenseLinear(weight, bias)
 
     @property
     def sliding_window(self) -> int | None:
