@@ -15,6 +15,9 @@ the real-model tests cache it (tests/inference/real_model.py). Precisions:
 * int8a8 / int4a8: the same, ds with ``quantization.activations: "int8"`` (activations quantized to
   int8 per block of 32, integer dot products per group), against the same llama.cpp files (which
   quantize activations to 8 bits per block of 32 themselves).
+* int8a8h / int4a8h: int8a8 / int4a8 with the output head quantized by the same scheme on both
+  sides (ds's opt-in ``quantization.lm_head``; llama.cpp's token embedding, which SmolLM2's tied
+  head reads, as Q8_0 / Q4_0).
 
 Each precision and batch size runs ``--repeat`` times, ds and llama.cpp alternating which goes
 first. Batch ``k`` decodes ``k`` requests together: ds through its scheduler, llama.cpp through its
@@ -24,7 +27,7 @@ every request's first token) and output tok/s (all tokens over the wall time, pr
 ``same tok`` is the mean length of the greedy outputs' common prefix of the two sides.
 
 Usage: .venv/bin/python tools/bench/inference_llamacpp.py --llamacpp-python /tmp/llamavenv/bin/python
-       [--precisions fp32 fp16 int8 int4 int8a8 int4a8] [--batches 1 16] [--new-tokens 128] [--repeat 3]
+       [--precisions fp32 fp16 int8 int4 int8a8 int4a8 int8a8h int4a8h] [--batches 1 16] [--new-tokens 128] [--repeat 3]
        [--threads 1]
 Without a llama.cpp venv (or with a python that lacks llama_cpp) the peer is skipped, saying so,
 and the ds rows still run.
@@ -53,7 +56,8 @@ HERE = Path(__file__).resolve().parent
 
 # llama.cpp enum values (llama.h / ggml.h)
 F32, F16, Q4_0, Q8_0 = 0, 1, 2, 8  # ggml types
-FTYPE = {"fp32": 0, "fp16": 1, "int4": 2, "int8": 7, "int4a8": 2, "int8a8": 7}  # llama_ftype
+FTYPE = {"fp32": 0, "fp16": 1, "int4": 2, "int8": 7, "int4a8": 2, "int8a8": 7, "int4a8h": 2,
+         "int8a8h": 7}  # llama_ftype
 PRECISIONS: dict[str, dict[str, Any]] = {
     # ds engine config, llama.cpp file suffix, embedding type, KV cache type
     "fp32": {"ds": {"dtype": "float32"}, "file": "F32", "embd": None, "kv": F32},
@@ -82,6 +86,17 @@ for _w in ("int8", "int4"):
             **_spec["ds"],
             "quantization": {**_spec["ds"]["quantization"], "activations": "int8"},
         },
+    }
+# int8a8h / int4a8h: int8a8 / int4a8 with the output head quantized too, by the same scheme: ds's
+# quantization.lm_head (a quantized copy of the tied embedding, the lookup keeping fp32),
+# llama.cpp's token embedding (its tied output) as Q8_0 / Q4_0.
+for _w, _t in (("int8", Q8_0), ("int4", Q4_0)):
+    _spec = PRECISIONS[f"{_w}a8"]
+    PRECISIONS[f"{_w}a8h"] = {
+        **_spec,
+        "ds": {**_spec["ds"], "quantization": {**_spec["ds"]["quantization"], "lm_head": True}},
+        "file": _spec["file"].replace("embdF32", "embdsame"),
+        "embd": _t,
     }
 PROMPTS = [
     "The capital of France is",
