@@ -59,6 +59,7 @@ def test_fp16_steps_assigned_grads_and_the_optimizer_carries_the_scaler() -> Non
     )
     scaler = engine.optimizer.loss_scale_config  # DeepSpeed's name for the scaling state
     assert scaler is engine.loss_scaler and scaler.dynamic_loss_scale and scaler.cur_scale == 16
+    assert engine.optimizer.loss_scaler is scaler and engine.optimizer.dynamic_loss_scale
     for p in engine.module.parameters():
         p.grad = torch.full_like(p, float("inf"))  # set by hand, no backward
     engine.step()
@@ -70,3 +71,9 @@ def test_fp16_steps_assigned_grads_and_the_optimizer_carries_the_scaler() -> Non
     after = engine.module[0].weight.detach()
     # unscaled, then SGD (fp16 weights: within their rounding)
     torch.testing.assert_close(after.float(), before.float() - 4.0 / 8, atol=1e-3, rtol=0)
+
+
+def test_static_fp16_scale_on_the_optimizer() -> None:
+    engine = _engine(fp16={"enabled": True, "loss_scale": 138.0})
+    assert engine.optimizer.dynamic_loss_scale is False
+    assert engine.optimizer.loss_scaler.loss_scale == 138.0

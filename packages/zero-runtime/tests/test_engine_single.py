@@ -197,3 +197,22 @@ def test_set_gradient_accumulation_boundary_moves_the_window() -> None:
         engine.backward(engine(torch.randn(4, 6)).pow(2).mean())
         engine.step()
     assert engine.global_steps == 1
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_allgather_bucket_size_must_be_even_at_stages_1_and_2(stage: int) -> None:
+    from ds.zero.stages.partitioned import BucketSizeError
+
+    cfg = {
+        "train_micro_batch_size_per_gpu": 1,
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+        "zero_optimization": {"stage": stage, "allgather_bucket_size": 1001},
+    }
+    if stage == 0:
+        ZeroEngine(torch.nn.Linear(2, 2), cfg)
+        return
+    with pytest.raises(BucketSizeError, match="multiple of nccl_start_alignment_factor"):
+        ZeroEngine(torch.nn.Linear(2, 2), cfg)
+    assert issubclass(BucketSizeError, AssertionError)  # DeepSpeed asserts here
+    cfg["zero_optimization"]["allgather_bucket_size"] = 1000
+    ZeroEngine(torch.nn.Linear(2, 2), cfg)

@@ -1,7 +1,8 @@
 """The names DeepSpeed's ZeRO optimizers carry, put on the optimizer a ds engine steps.
 
 Code written for DeepSpeed reads its engine's optimizer for training state: ``loss_scale_config``
-(the loss scaler: ``cur_scale``, ``cur_iter``, ``scale_window``, ...), ``_global_grad_norm`` (the
+and ``loss_scaler`` (the loss scaler: ``cur_scale``, ``cur_iter``, ``scale_window``, ...),
+``dynamic_loss_scale`` (whether that scale reacts to overflow), ``_global_grad_norm`` (the
 last step's gradient norm), ``_get_norm_groups()`` (per-group gradient norms before the step) and,
 with the optimizer offloaded at stages 1-2, ``accumulated_grads_in_cpu`` (the host gradients the
 micro-steps accumulate into); at stages 1-2 ``bit16_groups_flat`` (each group's flat parameter
@@ -37,7 +38,8 @@ class HostGrads(Mapping[int, torch.Tensor]):
 
 def attach(engine: Any) -> None:
     opt = engine.optimizer
-    opt.loss_scale_config = engine.loss_scaler
+    opt.loss_scale_config = opt.loss_scaler = engine.loss_scaler
+    opt.dynamic_loss_scale = engine.loss_scaler.dynamic
     opt._global_grad_norm = None  # the engine's step sets it
     opt._get_norm_groups = engine._grad_norm_groups
     if engine.config.zero.offload_optimizer_device == "cpu" and engine.config.stage in (1, 2):

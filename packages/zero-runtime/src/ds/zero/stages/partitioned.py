@@ -26,6 +26,7 @@ import torch
 
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
 from ds.interfaces.comm import GLOO_CAPABILITIES, comm_capabilities
+from ds.interfaces.errors import ConfigError
 from ds.zero.dtypes import named_dtype
 from ds.zero.param_groups import group_meta, hyper_params
 from ds.zero.stages import sharded_io
@@ -52,12 +53,29 @@ def grad_accum_dtype(ctx: StrategyContext, model_dtype: torch.dtype) -> torch.dt
     return torch.float32 if model_dtype == torch.bfloat16 else model_dtype
 
 
+# Stages 1-2 start each rank's piece of a gathered buffer on a 4-byte boundary of 16-bit elements
+# (DeepSpeed's nccl_start_alignment_factor), so a gather bucket holds an even number of them.
+START_ALIGNMENT = 2
+
+
+class BucketSizeError(ConfigError, AssertionError):
+    """A bucket size stages 1-2 cannot cut on their alignment (an AssertionError in DeepSpeed,
+    so it is one here too)."""
+
+
 class PartitionedStrategy(ZeroStrategy):
     stage = 0
 
     def __init__(self, ctx: StrategyContext) -> None:
         super().__init__(ctx)
         cfg = ctx.config
+        if self.stage in (1, 2) and cfg.allgather_bucket_size % START_ALIGNMENT:
+            size = cfg.allgather_bucket_size
+            raise BucketSizeError(
+                f"zero_optimization.allgather_bucket_size must be a multiple of "
+                f"nccl_start_alignment_factor ({START_ALIGNMENT}) at ZeRO stage {self.stage}, got "
+                f"{size}; use {size - 1} or {size + 1}"
+            )
         self.world = ctx.world_size
         self.rank = ctx.rank
         self.comm = ctx.comm if self.world > 1 else None
