@@ -30,6 +30,20 @@ class DenseLinear:
         return F.linear(x, self.weight, self.bias)
 
 
+class DenseHead(DenseLinear):
+    """The output head: a [vocab, hidden] weight against a few rows. On CPU the product is taken
+    as weight @ x^T (MKL streams the large weight once in its stored layout: 21 against 26 ms for
+    16 rows of SmolLM2's 49152 x 576 head, one thread), then laid out [rows, vocab] again."""
+
+    __slots__ = ()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.dim() != 2 or x.shape[0] < 2:
+            return F.linear(x, self.weight, self.bias)
+        y = torch.mm(self.weight, x.t()).t().contiguous()
+        return y if self.bias is None else y.add_(self.bias)
+
+
 def _gelu_new(x: torch.Tensor) -> torch.Tensor:
     # transformers' NewGELUActivation, written out (F.gelu's tanh mode rounds differently).
     return (

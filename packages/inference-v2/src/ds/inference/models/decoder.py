@@ -18,7 +18,7 @@ import torch
 from ds.inference.attention import paged_attention, write_kv
 from ds.inference.kv_cache import KVCache
 from ds.inference.models.blocks import (
-    DenseLinear,
+    DenseHead,
     LinearFactory,
     LinearFn,
     Weights,
@@ -110,7 +110,7 @@ class RaggedDecoder:
         weight = self.embed_w if head is None else head
         if getattr(w.make, "quantizes_head", False):
             return w.make(weight, bias)
-        return DenseLinear(weight, bias)
+        return DenseHead(weight, bias)
 
     @property
     def sliding_window(self) -> int | None:
