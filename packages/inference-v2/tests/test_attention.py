@@ -56,3 +56,15 @@ def test_mixed_ragged_batch_matches_dense(num_decodes: int) -> None:
         torch.testing.assert_close(
             out[starts[i] : starts[i] + n].double(), want, atol=1e-5, rtol=1e-5
         )
+
+
+def test_decode_groups_bound_padding() -> None:
+    from ds.inference.attention import decode_groups
+
+    assert decode_groups([40, 41, 39, 42]) == [[2, 0, 1, 3]]  # near-equal: one group
+    lens = [5, 100, 6, 90, 7, 95]
+    groups = decode_groups(lens)
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert groups == [[0, 2, 4], [3, 5, 1]]
+    for g in groups:  # each within the slack
+        assert len(g) * max(lens[i] for i in g) <= 1.25 * sum(lens[i] for i in g)
