@@ -156,6 +156,8 @@ def _offloaded_client(opt_cls: type, **kw: Any) -> list[torch.Tensor]:
         "train_micro_batch_size_per_gpu": 4,
         "gradient_clipping": 0.0,
         "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+        # a torch optimizer under offload is run on the host kernels only when asked to
+        "zero_force_ds_cpu_optimizer": False,
     }
     engine = ZeroEngine(
         model, cfg, optimizer=opt_cls(model.parameters(), **kw), kernels=CpuKernelProvider()
@@ -200,3 +202,21 @@ def test_offloaded_client_cpu_adagrad_runs_as_the_torch_adagrad() -> None:
         ref_model.parameters(), lr=0.1, lr_decay=0.5, initial_accumulator_value=0.3, foreach=False
     )
     _close(got, _torch_run(ref_model, ref))
+
+
+def test_offload_refuses_a_client_torch_optimizer_unless_allowed() -> None:
+    from ds.ops.optim.adam import CPUAdam
+
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 4,
+        "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+    }
+    model = _model()
+    with pytest.raises(ConfigError, match="zero_force_ds_cpu_optimizer"):
+        ZeroEngine(
+            model, cfg, optimizer=torch.optim.Adam(model.parameters()), kernels=CpuKernelProvider()
+        )
+    # ds's host-kernel optimizers pass; so does any torch optimizer without offload
+    ZeroEngine(model, cfg, optimizer=CPUAdam(model.parameters()), kernels=CpuKernelProvider())
+    del cfg["zero_optimization"]["offload_optimizer"]
+    ZeroEngine(model, cfg, optimizer=torch.optim.Adam(model.parameters()))

@@ -105,7 +105,13 @@ class ZeroEngine(EngineAccumulation, EngineAccessors, EnginePrecision):
         setup.broadcast_module(self)
 
         offload = self.config.zero.offload_optimizer_device == "cpu"
-        factory = OptimizerFactory(cfg.optimizer, optimizer, offload, kernels)
+        factory = OptimizerFactory(
+            cfg.optimizer,
+            optimizer,
+            offload,
+            kernels,
+            force_host_optimizer=cfg.zero_force_ds_cpu_optimizer is not False,
+        )
         # _group_origin: which of the user's parameter groups each engine group came from.
         split, self._group_origin = engine_param_groups(
             model, model_parameters, mesh, self.config.stage

@@ -43,6 +43,9 @@ def build_config(
     zero.setdefault("stage", stage)
     if offload_optimizer:
         zero.setdefault("offload_optimizer", {"device": "cpu"})
+        # The LightningModule's own torch optimizer runs on ds's host kernels (Adam, AdamW,
+        # Adagrad), which a bare ds config refuses unless told, as DeepSpeed does.
+        cfg.setdefault("zero_force_ds_cpu_optimizer", False)
     if offload_parameters:
         zero.setdefault("offload_param", {"device": "cpu"})
     cfg.setdefault("train_micro_batch_size_per_gpu", micro_batch_size)

@@ -24,6 +24,9 @@ class CPUOptimizerBase(torch.optim.Optimizer):
     dispatch rather than one per tensor. Steady-state steps take the fast path of
     :mod:`ds.ops.optim._plan`."""
 
+    #: steps on the host's SIMD kernels: a ZeRO engine that offloads the optimizer accepts it as
+    #: a client optimizer without ``"zero_force_ds_cpu_optimizer": false``
+    host_kernels = True
     #: names of the per-parameter state tensors, in kernel argument order
     _state_names: tuple[str, ...] = ()
     #: the kernel (``ds.ops.cpu_optim.<name>``, native ``<name>_ptrs``) and whether it takes the

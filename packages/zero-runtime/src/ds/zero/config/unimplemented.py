@@ -23,7 +23,6 @@ TOP_LEVEL: frozenset[str] = frozenset(
         "use_data_before_expert_parallelism",
         "vocabulary_size",
         "weight_quantization",
-        "zero_force_ds_cpu_optimizer",
     }
 )
 

@@ -32,6 +32,20 @@ _HYPER_KEYS = (
 )
 
 
+def refuse_non_host_optimizer(client: torch.optim.Optimizer) -> None:
+    """Raise unless ``client`` is one of ds.ops' host-kernel optimizers (CPUAdam, CPUAdagrad,
+    CPULion: they declare ``host_kernels``)."""
+    if getattr(type(client), "host_kernels", False):
+        return
+    raise ConfigError(
+        f"zero_optimization.offload_optimizer steps a client optimizer on the host, and "
+        f"{type(client).__name__} is not one of ds's host-kernel optimizers; pass "
+        "ds.ops.optim.CPUAdam / CPULion / CPUAdagrad (deepspeed.ops.adam.DeepSpeedCPUAdam), or "
+        "configure the optimizer in the config's optimizer section, or set "
+        '"zero_force_ds_cpu_optimizer": false to have ds run it anyway'
+    )
+
+
 class OptimizerFactory:
     """Given the stage's parameter groups (its flat fp32 tensors), returns the optimizer."""
 
@@ -41,6 +55,8 @@ class OptimizerFactory:
         client: ClientOptimizer | None,
         offload: bool,
         kernels: KernelProvider | None,
+        *,
+        force_host_optimizer: bool = False,
     ) -> None:
         if config is not None and client is not None:
             # DeepSpeed steps the client's optimizer and ignores the section; say so.
@@ -59,6 +75,11 @@ class OptimizerFactory:
             )
         if offload and client is not None and not isinstance(client, torch.optim.Optimizer):
             raise ConfigError("offload_optimizer needs a config optimizer or a torch optimizer")
+        # DeepSpeed's zero_force_ds_cpu_optimizer (on unless set false): under offload a client
+        # optimizer must be one of the host-kernel optimizers, so that nobody steps a slow
+        # Python optimizer on the host by accident.
+        if force_host_optimizer and offload and isinstance(client, torch.optim.Optimizer):
+            refuse_non_host_optimizer(client)
         self.config = config
         self.client = client
         self.offload = offload
