@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from ds.checkpoint import _format as fmt
-from ds.checkpoint import _recovery
+from ds.checkpoint import _recovery, recovery_script
 from ds.checkpoint._fsutil import atomic_write_bytes, fsync_path
 from ds.checkpoint._layout import shard_layout as _layout
 from ds.checkpoint._layout import validate_state as _validate
@@ -449,9 +449,7 @@ class ShardedCheckpointEngine(CheckpointReading):
     def write_recovery_script(self, directory: str) -> str:
         """``directory/zero_to_fp32.py`` (ds.interfaces.checkpoint.RecoveryScriptWriter); the
         caller's rank alone writes it (:mod:`ds.checkpoint.recovery_script`)."""
-        from ds.checkpoint.recovery_script import write_recovery_script
-
-        return write_recovery_script(directory)
+        return recovery_script.write_recovery_script(directory)
 
     def delete(self, directory: str, tag: str) -> None:
         """Delete checkpoint ``tag`` (never the one ``latest`` names); rank 0 acts, others wait.
