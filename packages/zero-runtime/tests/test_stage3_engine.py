@@ -81,3 +81,32 @@ def test_bf16_from_init_tracks_fp32() -> None:
         assert abs(float(loss.detach()) - want) <= 0.1 * want + 5e-4
     report = engine.memory_report()
     assert report.master_weight_bytes > 0  # fp32 masters kept beside the bf16 shards
+
+
+def test_empty_partition_cache_frees_persistent_parameters_and_training_goes_on() -> None:
+    torch.manual_seed(2)
+    ref = MLP()
+    engine = ZeroEngine(copy.deepcopy(ref), _config(stage3_param_persistence_threshold=10**6))
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
+    x = torch.randn(8, 8, generator=torch.Generator().manual_seed(0))
+    for step in range(3):
+        for half in (x[:4], x[4:]):
+            engine.backward(engine(half))
+            engine.step()
+        if step == 1:
+            params = list(engine.module.parameters())
+            assert all(p.ds_persist for p in params) and all(p.numel() for p in params)
+            engine.empty_partition_cache()
+            assert sum(p.numel() for p in params) == 0
+        opt.zero_grad()
+        (0.5 * ref(x[:4]) + 0.5 * ref(x[4:])).backward()
+        torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+        opt.step()
+    # gathered again by the next forward, and the updates went on as in plain PyTorch
+    assert all(p.numel() for p in engine.module.parameters())
+    full = engine.strategy.consolidated_state_dict()  # type: ignore[attr-defined]
+    for k, v in ref.state_dict().items():
+        torch.testing.assert_close(full[k], v, rtol=1e-5, atol=1e-6)
+    ZeroEngine(
+        nn.Linear(2, 2), {**_config(), "zero_optimization": {"stage": 2}}
+    ).empty_partition_cache()

@@ -55,6 +55,14 @@ class EngineAccessors:
         if hasattr(self, "_state_offloader"):
             self._state_offloader.reload(non_blocking)
 
+    def empty_partition_cache(self) -> None:
+        """Free the parameters ZeRO-3 keeps gathered between passes (the persistent small ones),
+        e.g. before handing the device to another job; the next forward gathers them again.
+        Nothing to do at stages 0-2."""
+        self.strategy.empty_partition_cache()
+        if self.accelerator is not None:
+            self.accelerator.empty_cache()
+
     # -- accessors -------------------------------------------------------------------------------
     def train_batch_size(self) -> int:
         return self.config.train_batch_size

@@ -337,12 +337,12 @@ class Stage3Partitioner(ExternalAccess):
             if shard_of(p).pending is not None:
                 shard_of(p).pending.wait()
 
-    def release(self, params: Iterable[torch.nn.Parameter]) -> None:
+    def release(self, params: Iterable[torch.nn.Parameter], keep_persistent: bool = True) -> None:
         if self._held:
             return
         for p in params:
             s = shard_of(p)
-            if s.persistent or self._in_use.get(id(p)):
+            if (keep_persistent and s.persistent) or self._in_use.get(id(p)):
                 continue
             if s.pending is not None:
                 s.pending.wait()
@@ -353,6 +353,12 @@ class Stage3Partitioner(ExternalAccess):
 
     def release_all(self) -> None:
         self.release(list(self._live.values()))
+
+    def empty_cache(self) -> None:
+        """Release every whole parameter, the persistent ones too: the next pass gathers what
+        it uses again (and keeps the persistent ones from then on). Inside ``hold()`` and for
+        parameters a running module uses, nothing is released."""
+        self.release(self.params, keep_persistent=False)
 
     def _make_room(self, numel: int) -> None:
         limit = self.limits.max_live_parameters

@@ -256,6 +256,9 @@ class Stage3Strategy(ZeroStrategy):
 
         return consolidated_state_dict(self.partitioner, dtype)
 
+    def empty_partition_cache(self) -> None:
+        self.partitioner.empty_cache()
+
     def release(self) -> None:
         self.partitioner.remove_hooks()
         self.opt.close()

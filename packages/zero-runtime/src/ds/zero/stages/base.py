@@ -275,6 +275,10 @@ class ZeroStrategy(abc.ABC):
     def release(self) -> None:  # noqa: B027 - optional hook
         """Remove hooks and free buffers (engine teardown)."""
 
+    def empty_partition_cache(self) -> None:  # noqa: B027 - optional hook
+        """Drop every gathered parameter this stage keeps whole between passes (stage 3's
+        persistent ones); stages that keep none have nothing to do."""
+
     def _timed(self, fn: Callable[[], Any]) -> Any:
         stats = self.ctx.stats
         if stats is None:
