@@ -136,3 +136,27 @@ class AsyncIOHandle(Protocol):
     def new_pinned_buffer(self, num_bytes: int) -> torch.Tensor: ...
     def free_pinned_buffer(self, buffer: torch.Tensor) -> None: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PagedAttentionKernels(Protocol):
+    """An optional capability of a kernel provider (the ``cpu`` provider has it): attention of
+    one query token per sequence against a blocked KV cache ``[kv_heads, num_blocks, block_size,
+    head_dim]``, read in place through ``block_tables`` [S, max_blocks] for the first
+    ``context_lens[s]`` positions of each sequence. Plain softmax attention only (no window,
+    softcapping or bias). ``applies`` says whether the kernel takes these tensors (dtype,
+    device, layout); ``q`` [S, heads, head_dim] -> the output of the same shape."""
+
+    def paged_decode_applies(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> bool: ...
+
+    def paged_decode_attention(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor: ...

@@ -36,6 +36,19 @@ class CpuKernelProvider(KernelProviderBase):
 
         return cpu_optim
 
+    # ds.interfaces.kernels.PagedAttentionKernels (ds.ops.attention).
+    def paged_decode_applies(
+        self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> bool:
+        from ds.ops.attention import paged_decode_applies
+
+        return paged_decode_applies(q, k_cache, v_cache)
+
+    def paged_decode_attention(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        from ds.ops.attention import paged_decode
+
+        return paged_decode(*args, **kwargs)
+
     def new_state(self, like: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
         """Zeroed state like ``like``, placed apart from ``avoid`` (:mod:`ds.ops.placement`)."""
         if like.device.type != "cpu":
