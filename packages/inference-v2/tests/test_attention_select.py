@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -71,34 +72,69 @@ def test_serve_flag_sets_the_config_key(capsys: pytest.CaptureFixture[str]) -> N
     assert "invalid choice" in capsys.readouterr().err
 
 
-def test_engine_on_cpu_resolves_auto_to_torch(tiny_dirs: dict[str, Path]) -> None:
+def test_cpu_selection_with_the_native_decode_kernel() -> None:
+    def pick(requested: str, alibi: bool = False) -> str:
+        return select_attention(requested, "cpu", alibi=alibi, block_size=16, native_decode=True)  # type: ignore[arg-type]
+
+    assert pick("auto") == "native"
+    assert pick("auto", alibi=True) == "torch"
+    assert pick("torch") == "torch"
+    assert select_attention("auto", "cuda", alibi=False, block_size=16, native_decode=True) == (
+        "triton"
+    )
+
+
+def test_engine_on_cpu_resolves_auto_to_native_for_fp32(tiny_dirs: dict[str, Path]) -> None:
     from ds.inference import build_engine
 
     engine = build_engine(tiny_dirs["llama"])
-    assert engine.attention == "torch" and engine.model.attention is paged_attention
+    assert engine.attention == "native"
+    assert engine.model.attention.keywords["decode_kernel"] is not None  # type: ignore[attr-defined]
+    bf16 = build_engine(tiny_dirs["llama"], {"dtype": "bfloat16"})
+    assert bf16.attention == "torch" and bf16.model.attention is paged_attention
+    with pytest.raises(ConfigError, match="fp32"):
+        build_engine(tiny_dirs["llama"], {"dtype": "bfloat16", "attention": "native"})
+
+
+def test_native_engine_matches_torch(tiny_dirs: dict[str, Path]) -> None:
+    """Logits of a prompt chunk and of decodes (the kernel) against PyTorch's; greedy tokens
+    equal."""
+    engines = _engines_from_flag(tiny_dirs["llama"], ("torch", "native"))
+    assert engines["native"].attention == "native"
+    prompts = [list(range(5, 24)), list(range(40, 43)), list(range(60, 90))]
+    logits = {name: _greedy_logits(e, prompts, 4) for name, e in engines.items()}
+    torch.testing.assert_close(logits["native"], logits["torch"], atol=1e-5, rtol=1e-5)
+    assert torch.equal(logits["native"].argmax(-1), logits["torch"].argmax(-1))
 
 
 def test_triton_engine_from_the_serve_flag_matches_torch(tiny_dirs: dict[str, Path]) -> None:
     """Logits of a prompt chunk and of decodes through the kernel equal PyTorch's."""
     pytest.importorskip("triton")
-    from ds.inference import build_engine
     from ds.inference.triton_attention import paged_attention_triton
 
-    base = ["m", "--block-size", "8", "--num-blocks", "32"]
-    engines = {
-        name: build_engine(
-            tiny_dirs["llama"], _config(_parser().parse_args([*base, "--attention", name]))
-        )
-        for name in ("torch", "triton")
-    }
+    engines = _engines_from_flag(tiny_dirs["llama"], ("torch", "triton"))
     assert engines["triton"].attention == "triton"
     assert engines["triton"].model.attention is paged_attention_triton
     prompts = [list(range(5, 24)), list(range(40, 43))]
-    logits = {}
-    for name, engine in engines.items():
-        steps = [engine.put([0, 1], prompts)]
-        for _ in range(2):  # decodes continue from the cache the first forward wrote
-            nxt = steps[-1].argmax(-1).tolist()
-            steps.append(engine.put([0, 1], [[nxt[0]], [nxt[1]]]))
-        logits[name] = torch.stack(steps)
+    logits = {name: _greedy_logits(e, prompts, 2) for name, e in engines.items()}
     torch.testing.assert_close(logits["triton"], logits["torch"], atol=1e-4, rtol=1e-4)
+
+
+def _engines_from_flag(model: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    from ds.inference import build_engine
+
+    base = ["m", "--block-size", "8", "--num-blocks", "32"]
+    return {
+        name: build_engine(model, _config(_parser().parse_args([*base, "--attention", name])))
+        for name in names
+    }
+
+
+def _greedy_logits(engine: Any, prompts: list[list[int]], decodes: int) -> torch.Tensor:
+    """The prompts' last-token logits, then those of ``decodes`` greedy steps, which continue
+    from the cache the first forward wrote: [decodes + 1, sequences, vocab]."""
+    uids = list(range(len(prompts)))
+    steps = [engine.put(uids, prompts)]
+    for _ in range(decodes):
+        steps.append(engine.put(uids, [[t] for t in steps[-1].argmax(-1).tolist()]))
+    return torch.stack(steps)

@@ -13,7 +13,7 @@ through bfloat16, divided by ``sqrt(head_dim)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +22,11 @@ import torch.nn.functional as F
 
 from ds.inference.ragged import RaggedBatch
 
-AttentionChoice = Literal["auto", "torch", "triton"]
+AttentionChoice = Literal["auto", "torch", "triton", "native"]
+
+# A provider's decode kernel (ds.interfaces.kernels.PagedAttentionKernels.paged_decode_attention):
+# (q, k_cache, v_cache, block_tables, context_lens, scale) -> output like q.
+DecodeKernel = Callable[..., torch.Tensor]
 
 
 def select_attention(
@@ -32,10 +36,14 @@ def select_attention(
     alibi: bool,
     block_size: int,
     cuda_runtime: bool = True,
-) -> Literal["torch", "triton"]:
+    native_decode: bool = False,
+) -> Literal["torch", "triton", "native"]:
     """The paged-attention implementation an engine runs: ``requested`` unless it is ``auto``.
 
-    ``auto`` is the Triton kernel on CUDA and PyTorch elsewhere (CPU, MPS, other devices).
+    ``auto`` is the Triton kernel on CUDA; on a CPU, ``native`` (the decode steps through the
+    ``cpu`` kernel provider's paged decode kernel, prefill in PyTorch) where ``native_decode``
+    says that kernel is there and takes the model (fp32, no ALiBi), else PyTorch; PyTorch on
+    other devices (MPS, ...).
     ``cuda_runtime``: a CUDA runtime is there to compile the kernel for (False for CUDA devices
     that are simulated: their tensors hold no memory a kernel could read). The kernel has no
     ALiBi bias and walks power-of-two blocks only, so ``auto`` keeps PyTorch for an ALiBi model
@@ -44,6 +52,8 @@ def select_attention(
     """
     if requested != "auto":
         return requested
+    if torch.device(device).type == "cpu" and native_decode and not alibi:
+        return "native"
     if torch.device(device).type != "cuda" or not cuda_runtime:
         return "torch"
     if alibi or block_size & (block_size - 1):
@@ -131,6 +141,12 @@ class _Paged:
     window: int | None = None
     softcap: float | None = None
     alibi: torch.Tensor | None = None
+    kernel: DecodeKernel | None = None
+
+    @property
+    def plain(self) -> bool:
+        """No window, softcapping or ALiBi: what a decode kernel computes."""
+        return self.window is None and self.softcap is None and self.alibi is None
 
     def adjust(
         self, scores: torch.Tensor, kpos: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...]
@@ -150,6 +166,9 @@ class _Paged:
     ) -> torch.Tensor:
         """``ctx``: each sequence's context length on the device; ``lens``: the same on the host,
         where the grouping and the gather sizes are decided (no read of device values)."""
+        if self.kernel is not None and self.plain:
+            # No padding, so no grouping: the kernel reads each sequence's own blocks in place.
+            return self.kernel(q, self.k_cache, self.v_cache, tables, ctx, self.scale)
         groups = decode_groups(lens)
         if len(groups) == 1:
             return self._decode_group(q, tables, ctx, lens)
@@ -251,9 +270,12 @@ def paged_attention(
     window: int | None = None,
     softcap: float | None = None,
     alibi: torch.Tensor | None = None,
+    decode_kernel: DecodeKernel | None = None,
 ) -> torch.Tensor:
-    """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape."""
-    paged = _Paged(k_cache, v_cache, scale, window, softcap, alibi)
+    """``q``: [T, heads, head_dim] in ragged order -> attention output of the same shape.
+    ``decode_kernel``: the decode rows (one new token) of a layer without window, softcapping
+    or ALiBi go through it instead of the PyTorch gather."""
+    paged = _Paged(k_cache, v_cache, scale, window, softcap, alibi, decode_kernel)
     if batch.all_decode:
         return paged.decode(q, batch.block_tables, batch.context_lens, batch.contexts)
     out = torch.empty_like(q)

@@ -57,8 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float16", "bfloat16"])
     p.add_argument(
         "--attention",
-        choices=["auto", "torch", "triton"],
-        help="paged attention: the Triton kernel or PyTorch (default auto: Triton on CUDA)",
+        choices=["auto", "torch", "triton", "native"],
+        help="paged attention: the Triton kernel, the CPU decode kernel (native) or PyTorch "
+        "(default auto: Triton on CUDA, native for fp32 on a CPU)",
     )
     p.add_argument(
         "--max-model-len",

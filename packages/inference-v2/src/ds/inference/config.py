@@ -81,8 +81,10 @@ class EngineConfig(_Strict):
     prefix_caching: bool = True
     dtype: DTypeName = "float32"
     device: str = "cpu"
-    # "auto": the Triton paged-attention kernel on CUDA, PyTorch elsewhere (select_attention).
-    attention: Literal["auto", "torch", "triton"] = "auto"
+    # "auto": the Triton paged-attention kernel on CUDA; on a CPU "native" (decode steps through
+    # the cpu kernel provider's paged decode kernel) for fp32 models without ALiBi when
+    # ds-ops-kernels is installed, else PyTorch (select_attention).
+    attention: Literal["auto", "torch", "triton", "native"] = "auto"
     quantization: QuantizationConfig | None = None
     # Tokens per sequence (prompt + output). None: the model's max_position_embeddings, capped by
     # state_manager.max_context; a value here overrides both.

@@ -16,7 +16,7 @@ from ds.inference.kv_cache import KVCache, bytes_per_block, resolve_num_blocks
 from ds.inference.models.loader import family_for, from_module, read_config, read_weights
 from ds.inference.ragged import build_ragged_batch, logit_layout
 from ds.inference.state import StateManager
-from ds.interfaces.errors import InferenceError
+from ds.interfaces.errors import ConfigError, InferenceError
 from ds.interfaces.inference import Capacity
 from ds.interfaces.logging import get_logger
 
@@ -289,18 +289,56 @@ def build_engine(
     eos = _ids(model_config.get("eos_token_id")) | _ids(_generation_eos(path_or_model))
     from ds.inference.attention import cuda_runtime, select_attention
 
+    alibi = getattr(model, "alibi", None) is not None
+    decode_kernels = _decode_kernels(cfg, alibi) if cfg.attention in ("auto", "native") else None
     attention = select_attention(
         cfg.attention,
         cfg.device,
-        alibi=getattr(model, "alibi", None) is not None,
+        alibi=alibi,
         block_size=cfg.kv_cache.block_size,
         cuda_runtime=cfg.attention != "auto" or cuda_runtime(),
+        native_decode=decode_kernels is not None,
     )
     if attention == "triton":
         from ds.inference.triton_attention import paged_attention_triton
 
         model.attention = paged_attention_triton
+    elif attention == "native":
+        import functools
+
+        from ds.inference.attention import paged_attention
+
+        assert decode_kernels is not None
+        model.attention = functools.partial(
+            paged_attention, decode_kernel=decode_kernels.paged_decode_attention
+        )
     engine = InferenceEngineV2(model, cfg, model_config, sorted(eos))
     engine.attention = attention  # the implementation "auto" resolved to
     log.debug("paged attention", attention=attention, requested=cfg.attention, device=cfg.device)
     return engine
+
+
+def _decode_kernels(cfg: EngineConfig, alibi: bool) -> Any:
+    """The ``cpu`` kernel provider when it has the paged decode kernel and the engine's model
+    fits it (fp32 on a CPU, no ALiBi); None then for ``auto``, a ConfigError for ``native``."""
+    from ds.interfaces import registry
+    from ds.interfaces.errors import ProviderNotFoundError
+    from ds.interfaces.kernels import PagedAttentionKernels
+
+    why = None
+    if torch.device(cfg.device).type != "cpu" or cfg.dtype != "float32" or alibi:
+        why = "it runs fp32 models without ALiBi on a CPU"
+    else:
+        try:
+            provider = registry.get(registry.KERNELS, "cpu")()
+        except ProviderNotFoundError as exc:
+            why = f"no cpu kernel provider is installed (pip install ds-ops-kernels): {exc}"
+        else:
+            if isinstance(provider, PagedAttentionKernels):
+                return provider
+            why = "the cpu kernel provider has no paged decode kernel"
+    if cfg.attention == "native":
+        raise ConfigError(
+            f"attention 'native' (the CPU paged decode kernel) is not available: {why}"
+        )
+    return None
