@@ -94,6 +94,8 @@ def test_engine_on_cpu_resolves_auto_to_native_for_fp32(tiny_dirs: dict[str, Pat
     assert bf16.attention == "torch" and bf16.model.attention is paged_attention
     with pytest.raises(ConfigError, match="fp32"):
         build_engine(tiny_dirs["llama"], {"dtype": "bfloat16", "attention": "native"})
+    half_cache = build_engine(tiny_dirs["llama"], {"kv_cache": {"dtype": "float16"}})
+    assert half_cache.attention == "torch"
 
 
 def test_native_engine_matches_torch(tiny_dirs: dict[str, Path]) -> None:

@@ -326,8 +326,9 @@ def _decode_kernels(cfg: EngineConfig, alibi: bool) -> Any:
     from ds.interfaces.kernels import PagedAttentionKernels
 
     why = None
-    if torch.device(cfg.device).type != "cpu" or cfg.dtype != "float32" or alibi:
-        why = "it runs fp32 models without ALiBi on a CPU"
+    fp32 = cfg.dtype == "float32" and (cfg.kv_cache.dtype or cfg.dtype) == "float32"
+    if torch.device(cfg.device).type != "cpu" or not fp32 or alibi:
+        why = "it runs fp32 models (and KV caches) without ALiBi on a CPU"
     else:
         try:
             provider = registry.get(registry.KERNELS, "cpu")()
