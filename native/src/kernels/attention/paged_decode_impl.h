@@ -6,6 +6,7 @@
 // probabilities times v summed over the keys in order.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -70,10 +71,14 @@ void paged_decode_items(const PagedDecode& p, int64_t w0, int64_t w1) {
     const float* kbase = p.k_cache + kvh * p.NB * BS * D;
     const float* vbase = p.v_cache + kvh * p.NB * BS * D;
     const float* q = p.q + (s * p.H + kvh * G) * D;
-    // Scores: each key row read once for the G query heads that share it.
-    for (int64_t t = 0; t < n; ++t) {
-      const float* key = kbase + (static_cast<int64_t>(table[t / BS]) * BS + t % BS) * D;
-      for (int64_t j = 0; j < G; ++j) buf[j * n + t] = dot(q + j * D, key, D) * p.scale;
+    // Scores: each key row read once for the G query heads that share it. Keys are walked block
+    // by block (a division per key cost a quarter of the kernel's time).
+    for (int64_t t0 = 0; t0 < n; t0 += BS) {
+      const float* keys = kbase + static_cast<int64_t>(table[t0 / BS]) * BS * D;
+      for (int64_t t = t0; t < std::min(n, t0 + BS); ++t) {
+        const float* key = keys + (t - t0) * D;
+        for (int64_t j = 0; j < G; ++j) buf[j * n + t] = dot(q + j * D, key, D) * p.scale;
+      }
     }
     for (int64_t j = 0; j < G; ++j) {
       float* sc = buf.data() + j * n;
@@ -88,10 +93,13 @@ void paged_decode_items(const PagedDecode& p, int64_t w0, int64_t w1) {
       float* o = p.out + (s * p.H + kvh * G + j) * D;
       for (int64_t d = 0; d < D; ++d) o[d] = 0.0f;
       const float* pr = buf.data() + j * n;
-      for (int64_t t = 0; t < n; ++t) {
-        const float* val = vbase + (static_cast<int64_t>(table[t / BS]) * BS + t % BS) * D;
-        const float pt = pr[t];
-        for (int64_t d = 0; d < D; ++d) o[d] += pt * val[d];
+      for (int64_t t0 = 0; t0 < n; t0 += BS) {
+        const float* vals = vbase + static_cast<int64_t>(table[t0 / BS]) * BS * D;
+        for (int64_t t = t0; t < std::min(n, t0 + BS); ++t) {
+          const float* val = vals + (t - t0) * D;
+          const float pt = pr[t];
+          for (int64_t d = 0; d < D; ++d) o[d] += pt * val[d];
+        }
       }
     }
   }
