@@ -26,6 +26,8 @@ def stage3(
         # The references step plain torch optimizers, which do not clip (ds, as DeepSpeed, clips
         # at 1.0 when the key is absent).
         "gradient_clipping": 0.0,
+        # The references step torch optimizers outside ZeRO's tested set (SGD).
+        "zero_allow_untested_optimizer": True,
         "zero_optimization": {"stage": 3, **zero},
         **(config or {}),
     }

@@ -14,7 +14,11 @@ from ds.zero.stages.reduction import DirectBackwardError
 @pytest.mark.parametrize("stage", [0, 1, 2])
 def test_direct_backward_is_refused(stage: int) -> None:
     model = nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 1))
-    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": stage}}
+    cfg = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_allow_untested_optimizer": True,  # SGD
+        "zero_optimization": {"stage": stage},
+    }
     eng = ZeroEngine(model, cfg, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
     x = torch.randn(4)
     gx = torch.func.grad(lambda xi: eng(xi).sum())(x)  # gradients wrt the input only

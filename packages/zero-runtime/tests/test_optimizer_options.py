@@ -220,3 +220,25 @@ def test_offload_refuses_a_client_torch_optimizer_unless_allowed() -> None:
     ZeroEngine(model, cfg, optimizer=CPUAdam(model.parameters()), kernels=CpuKernelProvider())
     del cfg["zero_optimization"]["offload_optimizer"]
     ZeroEngine(model, cfg, optimizer=torch.optim.Adam(model.parameters()))
+
+
+@pytest.mark.parametrize("stage", [0, 1, 3])
+def test_untested_client_optimizer_needs_the_config_key(stage: int) -> None:
+    from ds.zero.optim.build import UntestedOptimizerError
+
+    cfg: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 4,
+        "zero_optimization": {"stage": stage},
+    }
+    model = _model()
+    if stage == 0:  # no ZeRO, no check (as in DeepSpeed)
+        ZeroEngine(model, cfg, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+        return
+    with pytest.raises(UntestedOptimizerError, match="zero_allow_untested_optimizer"):
+        ZeroEngine(model, cfg, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(UntestedOptimizerError, match="RMSprop"):
+        ZeroEngine(model, cfg, optimizer=lambda ps: torch.optim.RMSprop(ps))
+    assert issubclass(UntestedOptimizerError, AssertionError)  # DeepSpeed asserts here
+    ZeroEngine(model, cfg, optimizer=torch.optim.AdamW(model.parameters()))
+    cfg["zero_allow_untested_optimizer"] = True
+    ZeroEngine(model, cfg, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))

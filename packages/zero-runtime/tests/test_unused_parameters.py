@@ -26,6 +26,7 @@ def _engine(model: nn.Module, stage: int, ignore: bool) -> ZeroEngine:
     cfg = {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 2,
+        "zero_allow_untested_optimizer": True,  # SGD
         "zero_optimization": {"stage": stage, "ignore_unused_parameters": ignore},
     }
     return ZeroEngine(model, cfg, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))

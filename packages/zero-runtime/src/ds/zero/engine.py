@@ -111,6 +111,7 @@ class ZeroEngine(EngineAccumulation, EngineAccessors, EnginePrecision):
             offload,
             kernels,
             force_host_optimizer=cfg.zero_force_ds_cpu_optimizer is not False,
+            allow_untested=cfg.zero_allow_untested_optimizer or self.config.stage == 0,
         )
         # _group_origin: which of the user's parameter groups each engine group came from.
         split, self._group_origin = engine_param_groups(

@@ -48,6 +48,8 @@ def build_config(
         cfg.setdefault("zero_force_ds_cpu_optimizer", False)
     if offload_parameters:
         zero.setdefault("offload_param", {"device": "cpu"})
+    # Lightning's DeepSpeed strategy allows any optimizer configure_optimizers returns.
+    cfg.setdefault("zero_allow_untested_optimizer", True)
     cfg.setdefault("train_micro_batch_size_per_gpu", micro_batch_size)
     gas = cfg.setdefault("gradient_accumulation_steps", accumulate_grad_batches)
     if gas != accumulate_grad_batches:

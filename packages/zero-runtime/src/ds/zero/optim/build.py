@@ -46,6 +46,24 @@ def refuse_non_host_optimizer(client: torch.optim.Optimizer) -> None:
     )
 
 
+class UntestedOptimizerError(ConfigError, AssertionError):
+    """A client optimizer ZeRO is not tested with, without ``zero_allow_untested_optimizer`` (an
+    AssertionError in DeepSpeed, so it is one here too)."""
+
+
+def refuse_untested_optimizer(client: torch.optim.Optimizer) -> None:
+    """Raise unless ``client`` is torch's Adam, AdamW or Adagrad (or a subclass) or one of ds's
+    own optimizers: the ones ZeRO's sharded steps are tested with."""
+    tested = (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad)
+    if isinstance(client, tested) or type(client).__module__.split(".")[0] == "ds":
+        return
+    raise UntestedOptimizerError(
+        f"ZeRO is not tested with the client optimizer {type(client).__name__}; set "
+        '"zero_allow_untested_optimizer": true in the config to use it anyway, or use Adam, '
+        "AdamW, Adagrad or one of ds's optimizers"
+    )
+
+
 class OptimizerFactory:
     """Given the stage's parameter groups (its flat fp32 tensors), returns the optimizer."""
 
@@ -57,6 +75,7 @@ class OptimizerFactory:
         kernels: KernelProvider | None,
         *,
         force_host_optimizer: bool = False,
+        allow_untested: bool = True,
     ) -> None:
         if config is not None and client is not None:
             # DeepSpeed steps the client's optimizer and ignores the section; say so.
@@ -80,6 +99,11 @@ class OptimizerFactory:
         # Python optimizer on the host by accident.
         if force_host_optimizer and offload and isinstance(client, torch.optim.Optimizer):
             refuse_non_host_optimizer(client)
+        # DeepSpeed's zero_allow_untested_optimizer (off by default): at ZeRO stages 1-3 a client
+        # optimizer outside the tested set is refused; a callable's is checked once built.
+        self.allow_untested = allow_untested
+        if not allow_untested and isinstance(client, torch.optim.Optimizer):
+            refuse_untested_optimizer(client)
         self.config = config
         self.client = client
         self.offload = offload
@@ -118,7 +142,10 @@ class OptimizerFactory:
                 client.add_param_group(g)
             return client
         if client is not None:
-            return client(groups)
+            built = client(groups)
+            if not self.allow_untested:
+                refuse_untested_optimizer(built)
+            return built
         assert self.config is not None
         return self._from_config(self.config, groups)
 
