@@ -53,3 +53,24 @@ def test_tracker_formats_and_milestones() -> None:
     _tracker.track(70 << 30)
     assert _tracker._next_checkpoint == 128 << 30
     _tracker.reset()
+
+
+def test_native_backend_fails_early_when_the_pin_memory_op_does_not_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Selecting native pinning with no pin_memory op is an error, not a silent torch fallback."""
+    from ds.full.compat.deepspeed.ops import op_builder
+    from ds.full.compat.deepspeed.utils import pin_memory
+
+    class _Broken:
+        def load(self) -> None:
+            raise OSError("no locked pages here")
+
+    monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "native")
+    monkeypatch.setattr(pin_memory, "_shared_native_pins", None)
+    monkeypatch.setattr(op_builder, "PinMemoryBuilder", _Broken)
+    with pytest.raises(RuntimeError, match="pin_memory op.*no locked pages here"):
+        pin_memory.get_active_native_pinned_memory()
+    monkeypatch.undo()
+    monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "native")
+    assert pin_memory.get_active_native_pinned_memory() is pin_memory.get_native_pinned_memory()

@@ -38,14 +38,35 @@ def pin_handle() -> _PinHandle:
     return _PinHandle(LockedHostMemory())
 
 
+# What this module has handed out: ds.accel's process-wide manager, once the pin_memory op loaded.
+_shared_native_pins: NativePinnedMemory | None = None
+
+
 def get_native_pinned_memory() -> NativePinnedMemory:
-    """The process-wide native manager (one, so every component agrees on what is pinned)."""
-    return native_pinned_memory()
+    """The process-wide native manager (one, so every component agrees on what is pinned).
+
+    As in DeepSpeed, native pinning is the pin_memory op: when the op cannot be loaded, selecting
+    the backend fails here rather than silently pinning through torch."""
+    global _shared_native_pins
+    if _shared_native_pins is None:
+        from ds.full.compat.deepspeed.ops import op_builder
+
+        try:
+            op_builder.PinMemoryBuilder().load()
+        except Exception as exc:
+            raise RuntimeError(
+                "DS_PIN_MEMORY_BACKEND=native needs the pin_memory op, which could not be "
+                f"loaded ({exc}); unset DS_PIN_MEMORY_BACKEND to pin through the accelerator"
+            ) from exc
+        _shared_native_pins = native_pinned_memory()
+    return _shared_native_pins
 
 
 def get_active_native_pinned_memory() -> NativePinnedMemory | None:
     """The native manager when ``DS_PIN_MEMORY_BACKEND=native``, else None."""
-    return active_native_pins()
+    if active_native_pins() is None:
+        return None
+    return get_native_pinned_memory()
 
 
 __all__ = [
