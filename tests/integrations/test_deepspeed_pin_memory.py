@@ -69,7 +69,7 @@ def test_native_backend_fails_early_when_the_pin_memory_op_does_not_load(
     monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "native")
     monkeypatch.setattr(pin_memory, "_shared_native_pins", None)
     monkeypatch.setattr(op_builder, "PinMemoryBuilder", _Broken)
-    with pytest.raises(RuntimeError, match="pin_memory op.*no locked pages here"):
+    with pytest.raises(RuntimeError, match=r"pin_memory op.*no locked pages here"):
         pin_memory.get_active_native_pinned_memory()
     monkeypatch.undo()
     monkeypatch.setenv("DS_PIN_MEMORY_BACKEND", "native")
