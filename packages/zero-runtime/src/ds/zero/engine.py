@@ -117,8 +117,8 @@ class ZeroEngine(EngineAccumulation, EngineAccessors, EnginePrecision):
         split, self._group_origin = engine_param_groups(
             model, model_parameters, mesh, self.config.stage
         )
-        groups = factory.initial_groups(split)
         names = {id(p): n for n, p in model.named_parameters()}
+        groups = factory.initial_groups(split, names)
         ctx = StrategyContext(
             module=model,
             param_groups=groups,

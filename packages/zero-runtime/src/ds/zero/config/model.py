@@ -177,6 +177,12 @@ class DsConfig(Section):
                     f"ds-ops-kernels CPU kernels, which provide Adam, AdamW, Adagrad and Lion, not "
                     f"{self.optimizer.type!r}"
                 )
+        if self.optimizer is not None and self.optimizer.type == "muon" and zero.stage == 3:
+            problems.append(
+                "optimizer.type 'muon' runs at ZeRO stages 0, 1 and 2 in ds (its Newton-Schulz "
+                "step gathers each whole matrix from the stage's flat partitions); stage 3 is not "
+                "available with it: set zero_optimization.stage to 2 or use Adam/AdamW"
+            )
         if zero.offload_param_device != "none" and zero.stage != 3:
             # DeepSpeed ignores offload_param below stage 3 (only stage 3 partitions parameters);
             # ds does too, and says so.

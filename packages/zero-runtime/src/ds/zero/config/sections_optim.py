@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ds.zero.config.base import Section
 
-OPTIMIZERS_IMPLEMENTED = ("adam", "adamw", "adagrad", "lion", "sgd")
+OPTIMIZERS_IMPLEMENTED = ("adam", "adamw", "adagrad", "lion", "sgd", "muon")
 # Documented by DeepSpeed; not provided by ds (a config naming one is rejected, never substituted).
 OPTIMIZERS_DOCUMENTED = (
     "lamb",
@@ -47,6 +47,22 @@ OPTIMIZER_PARAMS: dict[str, frozenset[str]] = {
     ),
     "lion": frozenset({"lr", "betas", "weight_decay", "set_grad_none", "fp32_optimizer_states"}),
     "sgd": frozenset({"lr", "momentum", "dampening", "weight_decay", "nesterov"}),
+    # Muon for matrices, AdamW for the rest: each half takes its keys, muon_lr / adam_lr one lr.
+    "muon": frozenset(
+        {
+            "lr",
+            "momentum",
+            "weight_decay",
+            "ns_method",
+            "muon_lr",
+            "adam_lr",
+            "betas",
+            "eps",
+            "adam_w_mode",
+            "set_grad_none",
+            "fp32_optimizer_states",
+        }
+    ),
 }
 OPTIMIZER_PARAMS["adamw"] = OPTIMIZER_PARAMS["adam"]
 
@@ -66,10 +82,10 @@ class OptimizerConfig(Section):
         if key in OPTIMIZERS_DOCUMENTED:
             raise ValueError(
                 f"optimizer {value!r} is a DeepSpeed optimizer ds does not provide; use one of "
-                f"Adam, AdamW, Adagrad, Lion, SGD or pass your own torch optimizer to initialize()"
+                f"Adam, AdamW, Adagrad, Lion, SGD, Muon or pass your own torch optimizer to initialize()"
             )
         raise ValueError(
-            f"unknown optimizer type {value!r}; use one of Adam, AdamW, Adagrad, Lion, SGD"
+            f"unknown optimizer type {value!r}; use one of Adam, AdamW, Adagrad, Lion, SGD, Muon"
         )
 
     @model_validator(mode="after")

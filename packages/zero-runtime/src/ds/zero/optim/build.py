@@ -13,6 +13,7 @@ from ds.interfaces.kernels import KernelProvider
 from ds.zero.config.sections import OptimizerConfig
 from ds.zero.optim import flat
 from ds.zero.optim.lion import Lion
+from ds.zero.optim.muon import Muon, muon_param_groups
 from ds.zero.optim.none import NoOptimizer
 from ds.zero.optim.options import adam_is_decoupled, config_params, refuse_client_options
 
@@ -115,15 +116,20 @@ class OptimizerFactory:
         engine only runs the model forward, as DeepSpeed's does for evaluation and inference."""
         return self.config is not None or self.client is not None
 
-    def initial_groups(self, module_groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def initial_groups(
+        self, module_groups: list[dict[str, Any]], names: dict[int, str] | None = None
+    ) -> list[dict[str, Any]]:
         """The user's parameter groups with hyper-parameters (what a stage will flatten). None
         without an optimizer: nothing is trained, so no stage holds master weights or gradient
-        buffers for it."""
+        buffers for it. Muon splits each group into its Muon and AdamW halves (``names``, the
+        parameters' module names, pick out embeddings and output heads)."""
         if not self.present:
             return []
         client = self.client
         if isinstance(client, torch.optim.Optimizer):
             return [dict(g) for g in client.param_groups]
+        if client is None and self.config is not None and self.config.type == "muon":
+            return muon_param_groups(module_groups, dict(self.config.params), names or {})
         return module_groups
 
     def __call__(self, groups: list[dict[str, Any]]) -> Any:
@@ -169,6 +175,9 @@ class OptimizerFactory:
         adam_w_mode = bool(params.pop("adam_w_mode", True))
         adamw_mode = kind == "adamw" or adam_w_mode
         bias_correction = bool(params.pop("bias_correction", True))
+        if kind == "muon":
+            # The halves' settings were put in the groups by initial_groups.
+            return Muon(groups, adamw_mode=adam_w_mode)
         if self.offload or (
             kind in ("adam", "adamw", "adagrad", "lion") and self._steps_on_device(groups)
         ):

@@ -35,6 +35,7 @@ from ds.zero.stages.flat import FlatGroup
 from ds.zero.stages.gather import ParamGather
 from ds.zero.stages.groups import Group, build_group
 from ds.zero.stages.host_pins import HostPins
+from ds.zero.stages.matrices import bind_matrix_layouts
 from ds.zero.stages.memory import memory_report
 from ds.zero.stages.pool import BufferPool
 from ds.zero.stages.reduction import GradReducer
@@ -133,6 +134,7 @@ class PartitionedStrategy(ZeroStrategy):
             self._pp_flags.append(meta.pp_replica)
             opt_groups.append({**hyper_params(user_group), "params": [group.master]})
         self._optimizer = ctx.optimizer_factory(opt_groups)
+        bind_matrix_layouts(self._optimizer, self.groups, self.comm, ctx.group)
         self.reducer = GradReducer(
             self.groups,
             stage=self.stage,

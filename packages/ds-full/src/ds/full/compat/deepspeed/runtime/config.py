@@ -22,7 +22,7 @@ from ds.zero.config.sections import OPTIMIZERS_IMPLEMENTED
 
 # The ``optimizer.type`` names of DeepSpeed's config vocabulary. ds builds the ones in
 # ``DEEPSPEED_OPTIMIZERS`` from the section itself; a config naming another of them (lamb, the
-# mu-P and Muon optimizers) is refused by ds's config with a message naming the type.
+# mu-P optimizers) is refused by ds's config with a message naming the type.
 ADAGRAD_OPTIMIZER = "adagrad"
 ADAM_OPTIMIZER = "adam"
 ADAMW_OPTIMIZER = "adamw"
