@@ -166,7 +166,16 @@ class DsConfig(Section):
                 problems.append(
                     "zero_optimization.offload_optimizer.nvme_path is required for nvme"
                 )
-            if self.optimizer is not None and self.optimizer.type not in (
+            if self.optimizer is not None and self.optimizer.type == "muon":
+                # Muon's Newton-Schulz step needs each whole matrix, which the host kernels
+                # (one flat partition per rank) do not hold.
+                problems.append(
+                    "optimizer.type 'muon' with zero_optimization.offload_optimizer: Muon with "
+                    "reduce scatter does not support optimizer offload, and ds does not offload "
+                    "Muon without it either (its step orthogonalizes whole matrices on the "
+                    "accelerator); set offload_optimizer.device to 'none' or use Adam/AdamW"
+                )
+            elif self.optimizer is not None and self.optimizer.type not in (
                 "adam",
                 "adamw",
                 "adagrad",
