@@ -247,6 +247,23 @@ class SchedulerConfig(Section):
 _POSITIVE_INT = frozenset({"warmup_num_steps", "lr_range_test_step_size"})
 _POSITIVE = frozenset({"cycle_first_step_size"})
 _NON_NEGATIVE = frozenset({"cycle_second_step_size"})
+# Bounds a schedule takes per param group: one number for all groups, or a list with one each
+# (its length is checked against the optimizer's groups when the schedule is built).
+_PER_GROUP = frozenset(
+    {
+        "warmup_min_lr",
+        "warmup_max_lr",
+        "cycle_min_lr",
+        "cycle_max_lr",
+        "cycle_min_mom",
+        "cycle_max_mom",
+        "lr_range_test_min_lr",
+    }
+)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _param_problem(key: str, value: Any) -> str | None:
@@ -264,10 +281,11 @@ def _param_problem(key: str, value: Any) -> str | None:
     ):
         return None  # None: the same as the first half; for WarmupLR, the optimizer's LR
     if isinstance(value, list):
-        return (
-            f"{where}={value!r}: per-parameter-group lists are not supported by ds's schedules; "
-            "give one number"
-        )
+        if key not in _PER_GROUP:
+            return f"{where}={value!r}: a list is taken only for per-group LR/momentum bounds"
+        if not value or not all(_is_number(v) for v in value):
+            return f"{where} must be a number or a list of numbers (one per group), got {value!r}"
+        return None
     if isinstance(value, str) or not isinstance(value, int | float):
         return f"{where} must be a number, got {type(value).__name__} {value!r}"
     if key in _POSITIVE and value <= 0:
