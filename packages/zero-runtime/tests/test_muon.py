@@ -65,8 +65,9 @@ def test_matrix_update_matches_float64_reference(shape: tuple[int, ...], ns_meth
     w0 = torch.randn(shape, generator=gen)
     grads = [torch.randn(shape, generator=gen) for _ in range(3)]
     p = torch.nn.Parameter(w0.clone())
-    opt = Muon([{"params": [p], "use_muon": True, "lr": 0.05, "weight_decay": 0.1,
-                 "ns_method": ns_method}])
+    opt = Muon(
+        [{"params": [p], "use_muon": True, "lr": 0.05, "weight_decay": 0.1, "ns_method": ns_method}]
+    )
     for g in grads:
         p.grad = g.clone()
         opt.step()
@@ -97,8 +98,11 @@ def test_orthogonalized_singular_values_near_one() -> None:
 
 def test_groups_split_by_attribute_shape_and_name() -> None:
     model = torch.nn.ModuleDict(
-        {"embed": torch.nn.Embedding(10, 4), "hidden": torch.nn.Linear(4, 4),
-         "gate": torch.nn.Linear(4, 4)}
+        {
+            "embed": torch.nn.Embedding(10, 4),
+            "hidden": torch.nn.Linear(4, 4),
+            "gate": torch.nn.Linear(4, 4),
+        }
     )
     model["gate"].weight.use_muon = False  # an explicit choice wins over the shape
     names = {id(p): n for n, p in model.named_parameters()}
@@ -137,9 +141,8 @@ def test_engine_steps_matrices_with_muon_and_biases_with_adamw(stage: int) -> No
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     x = torch.randn(4, 6, generator=torch.Generator().manual_seed(3))
     grads = {}
-    for n, p in model.named_parameters():
-        q = start[n].clone().requires_grad_(True)
-        grads[n] = q
+    for n in start:
+        grads[n] = start[n].clone().requires_grad_(True)
     out = torch.func.functional_call(model, grads, (x,)).square().mean()
     out.backward()
     engine.backward(model(x).square().mean())
@@ -151,11 +154,13 @@ def test_engine_steps_matrices_with_muon_and_biases_with_adamw(stage: int) -> No
         else:
             # The config's lr is shared by both halves (muon_lr / adam_lr set one alone).
             want = ref_adamw(start[n], [g], lr=0.02, betas=(0.9, 0.95), eps=1e-10, wd=0.0)
-        torch.testing.assert_close(p.detach().double(), want, rtol=0, atol=2e-5, msg=lambda m: f"{n}: {m}")
+        torch.testing.assert_close(
+            p.detach().double(), want, rtol=0, atol=2e-5, msg=lambda m, n=n: f"{n}: {m}"
+        )
 
 
 def test_stage3_is_refused() -> None:
-    with pytest.raises(Exception, match="muon.*stage 3|stage 3.*muon"):
+    with pytest.raises(Exception, match=r"muon.*stage 3|stage 3.*muon"):
         _engine(3)
 
 
