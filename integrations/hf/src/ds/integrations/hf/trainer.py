@@ -96,6 +96,11 @@ class DsTrainer(Trainer):
             client = (
                 self.optimizer if self.optimizer is not None else super().create_optimizer(model)
             )
+            # As transformers does under DeepSpeed: the Trainer's optimizer is whatever the user
+            # chose, and under optimizer offload it runs on ds's host kernels (Adam, AdamW,
+            # Adagrad); a bare config refuses both, as DeepSpeed's engine does.
+            self.ds_config.setdefault("zero_allow_untested_optimizer", True)
+            self.ds_config.setdefault("zero_force_ds_cpu_optimizer", False)
         elif self.optimizer is not None:
             raise ConfigError(
                 "both ds_config['optimizer'] and a Trainer optimizer (optimizers=...) are set; "
