@@ -4,10 +4,12 @@ The engine starts the timer at each forward and stops it at each ``step()``, tel
 the step ended an accumulation window (a global step). Global steps before ``start_step`` are
 counted but not timed (warm-up); after them each forward-to-step interval adds to
 ``total_elapsed_time`` and ``avg_samples_per_sec()`` divides the samples of the timed global
-steps by it. ``timers.throughput.enabled: false`` turns it off; ``synchronized`` waits for the
-accelerator, but once per optimizer step (when a window ends) rather than at every micro-step,
-so the timer adds no host sync to the micro-steps: the window's last interval then also holds
-the device work its earlier micro-steps queued.
+steps by it. ``timers.throughput.enabled: false`` turns it off. ``synchronized: true``, when the
+config sets it, waits for the accelerator once per optimizer step (when a window ends) rather than
+at every micro-step: the window's last interval then also holds the device work its earlier
+micro-steps queued. Left unset, the timer waits for nothing (DeepSpeed's default is to wait): a
+host sync at every step would cost every run on an asynchronous device for a number most runs
+never read, and the host-side intervals still give samples per second once the queue is full.
 """
 
 from __future__ import annotations
@@ -108,7 +110,11 @@ def for_engine(engine: Any) -> ThroughputTimer:
     """The timer of ``engine``, from its ``timers.throughput`` section."""
     section = engine.ds_config.timers
     enabled = section.throughput.enabled if section is not None else True
-    synchronized = section.throughput.synchronized if section is not None else True
+    # Only an explicit "synchronized": true buys the per-step host sync (see the module doc).
+    tput = section.throughput if section is not None else None
+    synchronized = (
+        tput is not None and "synchronized" in tput.model_fields_set and tput.synchronized
+    )
     acc = engine.accelerator
     waits = acc is not None and not acc.capabilities().is_synchronized_device
     return ThroughputTimer(
