@@ -34,6 +34,13 @@ EXPORT_ATTR = "ds_export_state_dict"
 #: ``{"ds_autoep_layers": [...]}``, the entries universal-checkpoint conversion reads).
 CHECKPOINT_OBJECTS_ATTR = "ds_checkpoint_objects"
 
+#: Attribute set on an expert parameter that is this rank's slice of a tensor stacked over the
+#: expert-parallel ranks: DeepSpeed's ``AutoEPMoELayer`` keeps its ``E / ep`` local experts as
+#: one ``[E / ep, ...]`` tensor under the same name on every rank. An :class:`ExpertSlice`.
+#: Checkpoints store the logical ``[E, ...]`` tensor, each rank writing and reading its own rows,
+#: so they are whole and load at any expert-parallel size.
+EXPERT_SLICE_ATTR = "ds_expert_slice"
+
 
 @dataclass(frozen=True, eq=False)
 class ReplicaGroup:
@@ -48,6 +55,32 @@ class ReplicaGroup:
         return len(self.ranks)
 
 
+@dataclass(frozen=True)
+class ExpertSlice:
+    """Rows ``[first, first + rows)`` of a logical tensor of ``full_shape`` (dim 0: experts)."""
+
+    full_shape: tuple[int, ...]
+    first: int
+
+    @property
+    def row_numel(self) -> int:
+        n = 1
+        for d in self.full_shape[1:]:
+            n *= int(d)
+        return n
+
+    @property
+    def element_offset(self) -> int:
+        """Where this rank's slice starts in the flattened logical tensor."""
+        return self.first * self.row_numel
+
+
+def expert_slice(param: Any) -> ExpertSlice | None:
+    """The logical tensor ``param`` is a slice of, or None for a whole tensor."""
+    value = getattr(param, EXPERT_SLICE_ATTR, None)
+    return value if isinstance(value, ExpertSlice) else None
+
+
 def replica_group(param: Any) -> ReplicaGroup | None:
     """The group holding ``param``'s copies when it is not replicated over every data-parallel
     rank, else None."""
@@ -57,8 +90,11 @@ def replica_group(param: Any) -> ReplicaGroup | None:
 
 __all__ = [
     "CHECKPOINT_OBJECTS_ATTR",
+    "EXPERT_SLICE_ATTR",
     "EXPORT_ATTR",
+    "ExpertSlice",
     "REPLICA_ATTR",
     "ReplicaGroup",
+    "expert_slice",
     "replica_group",
 ]
