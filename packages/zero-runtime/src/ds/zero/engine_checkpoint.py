@@ -3,7 +3,9 @@
 ``load_checkpoint`` reads it back, at this tensor-parallel size or another (:mod:`tp_reshard`).
 
 The checkpoint engine (ds-checkpoint-ledger) stores the shards; the layout of the names is the
-strategy's. With tensor parallelism each rank's tensors carry an ``@tp<index>of<size>`` suffix.
+strategy's. With tensor parallelism each rank's tensors carry an ``@tp<index>of<size>`` suffix,
+except those of expert parameters that are rows of a stacked tensor (:class:`ExpertSlice`): their
+names already say which rows they hold, whatever the TP rank, so they are stored unsuffixed.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from ds.interfaces.checkpoint import (
 )
 from ds.interfaces.errors import ProviderNotFoundError
 from ds.interfaces.logging import get_logger
-from ds.interfaces.moe import CHECKPOINT_OBJECTS_ATTR
+from ds.interfaces.moe import CHECKPOINT_OBJECTS_ATTR, expert_slice, replica_group
 from ds.zero import tp_reshard
 from ds.zero.param_groups import regroup
 from ds.zero.rng_state import rng_state, set_rng_state
+from ds.zero.stages.sharded_io import logical_place
 
 log = get_logger(__name__)
 
@@ -61,9 +64,20 @@ def tp_suffix(engine: Any) -> str:
 
 
 def _whole(key: str, t: torch.Tensor, flat: torch.Tensor) -> ShardedTensor:
+    shape, offset = logical_place(t)
     return ShardedTensor(
-        TensorMeta(key, tuple(t.shape), str(t.dtype).removeprefix("torch.")), 0, flat
+        TensorMeta(key, shape, str(t.dtype).removeprefix("torch.")), offset, flat
     )
+
+
+def _writes_frozen(engine: Any, p: torch.Tensor) -> bool:
+    """Whether this rank writes frozen parameter ``p``: data-parallel rank 0, or for an expert
+    parameter (held by some ranks only) the first rank of its replica group."""
+    replicas = replica_group(p)
+    if replicas is None:
+        return bool(engine.rank == 0)
+    rank = engine.comm.get_rank() if engine.comm is not None else 0  # global, as replicas.ranks
+    return bool(rank == replicas.ranks[0])
 
 
 def _renamed(
@@ -93,7 +107,8 @@ def save_checkpoint(
         for name, buf in engine.module.named_buffers():
             key = f"buffer.{name}"
             state.tensors[key] = _whole(key, buf, buf.detach().reshape(-1).clone())
-        for name, p in [] if exclude_frozen_parameters else frozen_params(engine):
+    for name, p in [] if exclude_frozen_parameters else frozen_params(engine):
+        if _writes_frozen(engine, p):
             key = f"frozen.{name}"
             state.tensors[key] = _whole(key, p, p.detach().reshape(-1).to("cpu", copy=True))
     state.objects.update({name: getattr(engine, name) for name in COUNTERS})
@@ -117,7 +132,10 @@ def save_checkpoint(
     if suffix:
         # Each tensor-parallel rank holds other slices under the same names: its tensors
         # are stored under its own keys (the layout's TP size is part of the key).
-        state.tensors = _renamed(state.tensors, lambda k: k + suffix)
+        stacked = expert_slice_names(engine)
+        state.tensors = _renamed(
+            state.tensors, lambda k: k if tp_reshard.param_of(k) in stacked else k + suffix
+        )
         state.objects["tensor_parallel_size"] = engine.mesh.shape.tp
         # What a load at another TP size needs to join the slices.
         state.objects["tensor_parallel_layout"] = {
@@ -132,6 +150,11 @@ def save_checkpoint(
         handle.wait()
     if engine.config.stage == 3 and gather16:
         engine.save_16bit_model(os.path.join(save_dir, tag))
+
+
+def expert_slice_names(engine: Any) -> set[str]:
+    """Parameters that are this rank's rows of a stacked expert tensor (ds.interfaces.moe)."""
+    return {n for n, p in engine.module.named_parameters() if expert_slice(p) is not None}
 
 
 def leave_recovery_script(engine: Any, save_dir: str) -> None:
@@ -204,7 +227,7 @@ def _read(
                 requests.append(LoadRequest(f"buffer.{name}", 0, buf.numel()))
         for name, p in frozen_params(engine):
             if f"frozen.{name}" in logical:
-                requests.append(LoadRequest(f"frozen.{name}", 0, p.numel()))
+                requests.append(LoadRequest(f"frozen.{name}", logical_place(p)[1], p.numel()))
             else:  # saved without them (exclude_frozen_parameters): they keep their values
                 log.warning("checkpoint holds no frozen parameter; it keeps its values",
                             parameter=name)  # fmt: skip
@@ -222,7 +245,7 @@ def _read(
             tag,
             meta,
             layout=layout or tp_reshard.layout_of(engine.module),
-            shapes={n: tuple(p.shape) for n, p in engine.module.named_parameters()},
+            shapes={n: logical_place(p)[0] for n, p in engine.module.named_parameters()},
             tp_size=tp_size,
             tp_index=mesh.index("tp") if mesh is not None else 0,
             make_requests=make_requests,
@@ -232,8 +255,15 @@ def _read(
     suffix = tp_suffix(engine)
     if not suffix:
         return ckpt.load(load_dir, tag, make_requests(meta), rank_objects=True)
-    meta = {k[: -len(suffix)]: v for k, v in meta.items() if k.endswith(suffix)}
-    requests = [LoadRequest(r.name + suffix, r.offset, r.numel) for r in make_requests(meta)]
+    # This rank's keys, and the unsuffixed ones every TP rank shares (stacked expert rows).
+    shared = tp_reshard.unsuffixed(meta)
+    meta = {
+        k.removesuffix(suffix): v for k, v in meta.items() if k.endswith(suffix) or k in shared
+    }
+    requests = [
+        LoadRequest(r.name if r.name in shared else r.name + suffix, r.offset, r.numel)
+        for r in make_requests(meta)
+    ]
     state = ckpt.load(load_dir, tag, requests, rank_objects=True)
-    state.tensors = _renamed(state.tensors, lambda k: k[: -len(suffix)])
+    state.tensors = _renamed(state.tensors, lambda k: k.removesuffix(suffix))
     return state

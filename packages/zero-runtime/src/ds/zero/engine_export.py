@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from ds.interfaces.errors import ConfigError, ProviderNotFoundError
+from ds.interfaces.errors import CheckpointError, ConfigError, ProviderNotFoundError
 from ds.interfaces.logging import get_logger
-from ds.interfaces.moe import EXPORT_ATTR, replica_group
+from ds.interfaces.moe import EXPORT_ATTR, expert_slice, replica_group
 
 log = get_logger(__name__)
 
@@ -53,17 +53,43 @@ def save_16bit_model(engine: Any, save_dir: str, save_filename: str = "pytorch_m
 
 def with_every_replica(engine: Any, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Parameters only some ranks hold (experts, :mod:`ds.interfaces.moe`) collected from
-    every rank, so one file holds the whole model; then the module's export mapping
+    every rank, so one file holds the whole model: rows of a stacked expert tensor
+    (``ExpertSlice``) joined into it, in row order; then the module's export mapping
     (``EXPORT_ATTR``: AutoEP restacks transformers' fused expert tensors), if it has one."""
     named = [(n, p) for n, p in engine.module.named_parameters() if replica_group(p) is not None]
     if named and engine.comm is not None and engine.world_size > 1:
-        mine = {n: p.detach().to("cpu", copy=True) for n, p in named}
+        mine = {n: (p.detach().to("cpu", copy=True), expert_slice(p)) for n, p in named}
         every: list[Any] = [None] * engine.world_size
         engine.comm.all_gather_object(every, mine, group=engine.group)
+        rows: dict[str, dict[int, torch.Tensor]] = {}
+        total: dict[str, int] = {}  # rows of each logical tensor
         for part in every:
-            weights.update(part)
+            for name, (t, sl) in part.items():
+                if sl is None:
+                    weights[name] = t
+                else:  # replicas of the same rows land on the same entry
+                    rows.setdefault(name, {})[sl.first] = t
+                    total[name] = sl.full_shape[0]
+        for name, parts in rows.items():
+            weights[name] = _stacked(name, parts, total[name])
     mapping = getattr(engine.module, EXPORT_ATTR, None)
     return mapping(weights) if callable(mapping) else weights
+
+
+def _stacked(name: str, parts: dict[int, torch.Tensor], total: int) -> torch.Tensor:
+    """The logical tensor from its slices (first row -> rows), each row exactly once."""
+    covered = 0
+    for first in sorted(parts):
+        if first != covered:
+            break
+        covered += int(parts[first].shape[0])
+    if covered != total:
+        raise CheckpointError(
+            f"{name}: the ranks' expert slices start at rows {sorted(parts)} and do not tile "
+            f"its {total} rows; each expert-parallel rank marks its rows with "
+            "ds.interfaces.moe.ExpertSlice(full_shape, first)"
+        )
+    return torch.cat([parts[first] for first in sorted(parts)], dim=0)
 
 
 def save_safetensors(weights: dict[str, torch.Tensor], path: str) -> None:

@@ -4,8 +4,9 @@ A rank of a TP=S layout saves its tensors under ``<key>@tp<i>of<S>`` (module wei
 masters, optimizer moments: each the rank's slice, flattened) and the layout
 ``tensor_parallel_layout`` (parameter name -> split dim and fused segments) in the objects.
 Loading at TP=T reads every saved slice of each sliced tensor whole, joins them along the split
-dim and cuts this rank's T-slice; replicated tensors are read from TP rank 0's copy. The
-checkpoint engine then serves only the elements of this rank's data-parallel partition.
+dim and cuts this rank's T-slice; replicated tensors are read from TP rank 0's copy. Keys saved
+without a suffix (rows of stacked expert tensors, named alike on every TP rank) are read as they
+are. The checkpoint engine then serves only the elements of this rank's data-parallel partition.
 
 The join reads whole tensors on each rank: memory for the largest tensor, not for the model.
 """
@@ -27,6 +28,12 @@ _SUFFIX = re.compile(r"^(.*)@tp(\d+)of(\d+)$")
 def saved_tp_size(meta: dict[str, TensorMeta]) -> int:
     sizes = {int(m.group(3)) for k in meta if (m := _SUFFIX.match(k))}
     return max(sizes) if sizes else 1
+
+
+def unsuffixed(meta: dict[str, TensorMeta]) -> set[str]:
+    """Keys of a checkpoint saved with tensor parallelism that carry no TP suffix: one tensor
+    for every TP rank (the rows of stacked expert tensors, :mod:`ds.interfaces.moe`)."""
+    return {k for k in meta if not _SUFFIX.match(k)}
 
 
 def param_of(key: str) -> str:
@@ -66,11 +73,15 @@ def read_resharded(
         shape = shapes.get(param_of(name), m.shape)
         logical[name] = TensorMeta(name, shape, m.dtype)
     requests = make_requests(logical)
+
+    def source(name: str) -> str:  # the saved key of a tensor not split by TP
+        return name if name in meta else _saved_key(name, 0, saved)
+
     reads: list[LoadRequest] = []
     for r in requests:
         split = layout.get(param_of(r.name))
         if split is None:
-            reads.append(LoadRequest(_saved_key(r.name, 0, saved), r.offset, r.numel))
+            reads.append(LoadRequest(source(r.name), r.offset, r.numel))
         else:
             for i in range(saved):
                 key = _saved_key(r.name, i, saved)
@@ -80,7 +91,7 @@ def read_resharded(
     for r in requests:
         split = layout.get(param_of(r.name))
         if split is None:
-            got = state.tensors[_saved_key(r.name, 0, saved)]
+            got = state.tensors[source(r.name)]
             local = got.local
         else:
             dim, fused = split
@@ -106,4 +117,4 @@ def layout_of(module: torch.nn.Module) -> dict[str, tuple[int, int]]:
     }
 
 
-__all__ = ["layout_of", "param_of", "read_resharded", "saved_tp_size"]
+__all__ = ["layout_of", "param_of", "read_resharded", "saved_tp_size", "unsuffixed"]

@@ -5,6 +5,11 @@ Names follow :mod:`ds.zero.stages.base`: ``module.<param>`` (model-dtype weights
 ``optim.<state>.<param>`` (optimizer moments), each the element range this rank owns; scalars
 (step counts) travel as objects (:mod:`ds.zero.state_codec`). Tensors handed to the checkpoint
 engine are host copies; loaded values are copied explicitly onto the state's device.
+
+An expert parameter that is this rank's rows of a stacked tensor (:class:`ExpertSlice`) is saved
+as those rows of the logical tensor: its keys carry the whole shape and its ranges start at the
+slice's element offset, so every expert-parallel rank's rows land in one tensor and a load at
+another expert-parallel size reads its own rows.
 """
 
 from __future__ import annotations
@@ -16,12 +21,21 @@ import torch
 
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, ShardedTensor, TensorMeta
 from ds.interfaces.errors import CheckpointError
+from ds.interfaces.moe import expert_slice
 from ds.zero.stages.groups import Group
 from ds.zero.state_codec import decode, dtype_name, encode
 
 
 def _host(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to("cpu", copy=True)
+
+
+def logical_place(param: torch.Tensor) -> tuple[tuple[int, ...], int]:
+    """The shape of the logical tensor ``param`` is saved in and where its elements start."""
+    sl = expert_slice(param)
+    if sl is None:
+        return tuple(param.shape), 0
+    return tuple(sl.full_shape), sl.element_offset
 
 
 def sharded_moments(optimizer: torch.optim.Optimizer, group: Group) -> dict[str, torch.Tensor]:
@@ -41,26 +55,18 @@ def state_dict(groups: list[Group], optimizer: torch.optim.Optimizer) -> Sharded
         start, stop = fg.partition_range()
         sharded = sharded_moments(optimizer, group)
         for seg in fg.segments(start, stop):
-            p, name = fg.params[seg.index], fg.names[seg.index]
-            shape = tuple(p.shape)
+            name = fg.names[seg.index]
+            shape, base = logical_place(fg.params[seg.index])
+            offset = base + seg.param_offset
             sl = slice(seg.flat_offset, seg.flat_offset + seg.numel)
             ml = slice(seg.flat_offset - group.lo, seg.flat_offset - group.lo + seg.numel)
-            out.tensors[f"module.{name}"] = ShardedTensor(
-                TensorMeta(f"module.{name}", shape, dtype_name(fg.dtype)),
-                seg.param_offset,
-                _host(fg.flat[sl]),
-            )
+            pieces = [(f"module.{name}", fg.flat[sl])]
             if not (group.master_is_view or fg.dtype == torch.float32):
-                out.tensors[f"master.{name}"] = ShardedTensor(
-                    TensorMeta(f"master.{name}", shape, "float32"),
-                    seg.param_offset,
-                    _host(group.master[ml]),
-                )
-            for key, value in sharded.items():
-                out.tensors[f"optim.{key}.{name}"] = ShardedTensor(
-                    TensorMeta(f"optim.{key}.{name}", shape, dtype_name(value.dtype)),
-                    seg.param_offset,
-                    _host(value[ml]),
+                pieces.append((f"master.{name}", group.master[ml]))
+            pieces += [(f"optim.{key}.{name}", value[ml]) for key, value in sharded.items()]
+            for key, t in pieces:
+                out.tensors[key] = ShardedTensor(
+                    TensorMeta(key, shape, dtype_name(t.dtype)), offset, _host(t)
                 )
         state = optimizer.state.get(group.master, {})
         scalar_state.append({k: encode(v) for k, v in state.items() if k not in sharded})
@@ -77,16 +83,17 @@ def load_requests(groups: list[Group], metadata: dict[str, TensorMeta]) -> list[
         fg = group.flat
         for seg in fg.segments(group.lo, group.hi):
             name = fg.names[seg.index]
+            offset = logical_place(fg.params[seg.index])[1] + seg.param_offset
             src = f"master.{name}" if f"master.{name}" in metadata else f"module.{name}"
             if src not in metadata:
                 raise _missing(name)
-            reqs.append(LoadRequest(src, seg.param_offset, seg.numel))
+            reqs.append(LoadRequest(src, offset, seg.numel))
             prefix, suffix = "optim.", f".{name}"
             for key in metadata:
                 if key.startswith(prefix) and key.endswith(suffix):
                     state_key = key[len(prefix) : -len(suffix)]
                     if "." not in state_key:
-                        reqs.append(LoadRequest(key, seg.param_offset, seg.numel))
+                        reqs.append(LoadRequest(key, offset, seg.numel))
     return reqs
 
 
@@ -104,12 +111,13 @@ def load_state_dict(
         moments: dict[str, torch.Tensor] = {}
         for seg in fg.segments(group.lo, group.hi):
             name = fg.names[seg.index]
+            offset = logical_place(fg.params[seg.index])[1] + seg.param_offset
             ml = slice(seg.flat_offset - group.lo, seg.flat_offset - group.lo + seg.numel)
             src = state.tensors.get(f"master.{name}") or state.tensors.get(f"module.{name}")
             if src is None:
                 raise _missing(name)
             with torch.no_grad():
-                group.master[ml].copy_(_range(src, seg.param_offset, seg.numel))
+                group.master[ml].copy_(_range(src, offset, seg.numel))
             prefix, suffix = "optim.", f".{name}"
             for key, shard in state.tensors.items():
                 if key.startswith(prefix) and key.endswith(suffix):
@@ -124,7 +132,7 @@ def load_state_dict(
                             device=group.master.device,
                         )
                         moments[state_key] = buf
-                    buf[ml].copy_(_range(shard, seg.param_offset, seg.numel))
+                    buf[ml].copy_(_range(shard, offset, seg.numel))
         restored: dict[str, Any] = dict(moments)
         if gi < len(scalar_state):
             restored.update({k: decode(v) for k, v in scalar_state[gi].items()})
