@@ -82,6 +82,7 @@ class ExternalAccess:
     module: torch.nn.Module
     _direct: dict[int, list[torch.nn.Parameter]]
     _in_use: dict[int, int]
+    _live: dict[int, torch.nn.Parameter]
     _hooks: list[Any]
     _held: int
     coll: Any
@@ -104,11 +105,30 @@ class ExternalAccess:
     def _enter(self, m: torch.nn.Module) -> None:
         if m is self.module:
             install(m, self)  # submodules attached after the engine was built
+            if not in_backward() and m not in self._running:
+                self._drain()
         self._running.append(m)
 
     def _leave(self, m: torch.nn.Module) -> None:
-        if self._running and self._running[-1] is m:
-            self._running.pop()
+        # Modules above ``m`` on the stack never saw their post-hook: their forward was cut
+        # short (an early-stopped checkpoint recompute stops inside a module's forward).
+        for i in range(len(self._running) - 1, -1, -1):
+            if self._running[i] is m:
+                del self._running[i:]
+                return
+
+    def _drain(self) -> None:
+        """At the start of a root forward nothing runs and nothing needs to be whole: forget the
+        modules and uses that an exception (in forward, in a checkpoint recompute, in backward)
+        left behind and release what stayed gathered (after such an exception, or a backward
+        called on the loss directly), so the step starts from partitioned parameters."""
+        from ds.zero.stage3.shard import ParamStatus
+
+        self._running.clear()
+        self._in_use.clear()
+        whole = [p for p in self._live.values() if p.ds_shard.status is ParamStatus.AVAILABLE]
+        if whole:
+            self.release(whole)  # type: ignore[attr-defined]
 
     def on_param_access(self, param: torch.nn.Parameter) -> None:
         from ds.zero.stage3.shard import ParamStatus
@@ -146,6 +166,12 @@ class ExternalAccess:
         self._in_use[id(param)] = self._in_use.get(id(param), 0) + 1
 
 
+def in_backward() -> bool:
+    """Whether autograd is running a backward on this thread: a module forward then is an
+    activation-checkpoint recompute."""
+    return bool(torch._C._current_graph_task_id() != -1)
+
+
 def tensors_in(value: Any) -> list[torch.Tensor]:
     """The tensors in a module's output (nested tuples, lists and dicts)."""
     if isinstance(value, torch.Tensor):
@@ -161,6 +187,7 @@ __all__ = [
     "ExternalAccess",
     "ZeroParamDict",
     "ensure_param_dict",
+    "in_backward",
     "install",
     "tensors_in",
     "uninstall",

@@ -293,7 +293,17 @@ class GradReducer:
         self.finish()
 
     def drop_held(self) -> None:
+        """Forget the gradients not yet in a partition (``zero_grad``): the held sums and the
+        group a backward cut short by an exception left unlaunched. Reductions already started
+        land first (every rank waits on them); the caller then clears the partitions."""
         self._held.clear()
+        group, self._group, self._group_numel = self._group, [], 0
+        for _, grad in group:
+            if self.pool.owns(grad):
+                self.pool.give(address(grad))  # shelved once ``group`` lets go of it
+        del group
+        while self._flights:
+            self._land(self._flights.popleft())
 
     # -- accumulating --------------------------------------------------------------------------
     def _land(self, f: _Flight | _Bucket) -> None:

@@ -22,7 +22,7 @@ from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.external import external_parameters, register_external_parameter
-from ds.zero.stage3.external_access import ExternalAccess, tensors_in, uninstall
+from ds.zero.stage3.external_access import ExternalAccess, in_backward, tensors_in, uninstall
 from ds.zero.stage3.grads import GradReducer
 from ds.zero.stage3.heap import release_free_heap
 from ds.zero.stage3.leaf import z3_leaf_module
@@ -213,7 +213,11 @@ class Stage3Partitioner(ExternalAccess):
         self.adopt_returned(module, output)
         for p in self._direct[id(module)]:
             self._in_use[id(p)] -= 1
-        if not self._reused_soon(module):
+        # A forward run inside backward is an activation-checkpoint recompute: the tensors it
+        # saved (the parameters themselves, see linear.py) are compared with the original
+        # forward's and read by the module's backward after it, so they stay whole until their
+        # gradient is reduced (_on_grad) or the backward ends (after_backward).
+        if not in_backward() and not self._reused_soon(module):
             self.release(self._direct[id(module)])
         if torch.is_grad_enabled():
             outs = [t for t in tensors_in(output) if t.requires_grad]
@@ -456,6 +460,7 @@ class Stage3Partitioner(ExternalAccess):
             if shard_of(p).pending is not None:
                 shard_of(p).pending.wait()
         self._in_use.clear()
+        self._running.clear()  # modules an early-stopped checkpoint recompute left entered
         self.release_all()
         self.pool.collect()
         if self.swapper is not None:
