@@ -16,9 +16,13 @@ Which AutoEP a model gets (one rule, by what its MoE blocks are made of):
 * otherwise the model's family (``expert_parallel.preset_model``, else its
   ``config.model_type``) describes its blocks, and each is replaced by DeepSpeed's
   ``AutoEPMoELayer`` (:mod:`ds.parallel.moe.autoep_blocks`, the layout of
-  ``deepspeed.module_inject.auto_ep``). Those layers' experts share one name on every rank, so
-  this route takes ``autoep_size`` 1 only, and says so otherwise;
+  ``deepspeed.module_inject.auto_ep``). Each rank's experts are stacked under one name, marked
+  as its rows of the ``[E, ...]`` tensor (``ds.interfaces.moe.ExpertSlice``) so that
+  checkpoints hold every expert;
 * a model with neither is an error, as is one whose family names no blocks.
+
+With ``tensor_parallel.autotp_size`` > 1 as well, expert parallelism folds onto tensor
+parallelism (:mod:`ds.full.moe_folding`): the TP ranks of a group share their tokens' routes.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ds.full import moe_folding
 from ds.interfaces.errors import ConfigError
 
 
@@ -52,16 +57,9 @@ def _replace_blocks(section: dict[str, Any], comm: Any, model: torch.nn.Module, 
         return GatheredParameters(params, modifier_rank=None)
 
     try:
-        layers = replace_autoep_blocks(model, section, comm, gather)
+        replace_autoep_blocks(model, section, comm, gather)
     except ValueError as err:
         raise ConfigError(f"expert_parallel: {err}") from err
-    if layers and auto > 1:
-        raise ConfigError(
-            f"expert_parallel.autoep_size={auto} on MoE blocks that are not transformers' fused "
-            "experts modules: DeepSpeed's AutoEPMoELayer keeps each rank's experts under one "
-            "name, which ds's checkpoints cannot save whole; use autoep_size 1 here, or a "
-            "transformers model (fused gate_up_proj/down_proj experts) for autoep_size > 1"
-        )
 
 
 def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> list[Any]:
@@ -73,6 +71,7 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
     comm = communicator if communicator.is_initialized() else None
     auto = int(section.get("autoep_size", 0) or 0) if section else 0
     blocks: list[Any] = []
+    folding = moe_folding.handles(cfg, comm, mesh, auto) if (auto or section) else None
     if auto:
         from ds.parallel.moe import expert_layout
         from ds.parallel.moe.autoep import autoep
@@ -80,6 +79,8 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
         expert_layout(int(comm.get_world_size()) if comm is not None else 1, auto)  # divides?
 
         blocks = autoep(model, comm, auto)
+        if folding is not None:
+            moe_folding.fold_experts(blocks, comm, folding)
         if blocks:
             from ds.interfaces.moe import EXPORT_ATTR
             from ds.parallel.moe.autoep import fused_state_dict
@@ -92,16 +93,10 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
 
     # Layers made with DeepSpeed's AutoEP API (deepspeed.module_inject.auto_ep) before initialize.
     for layer in iter_autoep_layers(model):
-        if layer.ep_size > 1:
-            # Every rank's stacked experts carry the same names (experts.w1, ...): checkpoints
-            # and the 16-bit export, which key parameters by name, would keep one rank's.
-            raise ConfigError(
-                f"an AutoEPMoELayer with ep_size={layer.ep_size} (DeepSpeed's AutoEP API) under "
-                "ds.initialize: its experts cannot be saved whole; leave the model's MoE blocks "
-                "as they are and set expert_parallel.autoep_size (ds's AutoEP names experts by "
-                "global index), or build the layers with ep_size=1"
-            )
-        layer.bind(comm)
+        if folding is not None:
+            layer.bind_folded(comm, folding)
+        else:
+            layer.bind(comm)
         blocks.append(layer)
     if any(True for _ in iter_autoep_layers(model)):
         from ds.interfaces.moe import CHECKPOINT_OBJECTS_ATTR
@@ -116,12 +111,13 @@ def prepare(cfg: Any, communicator: Any, model: torch.nn.Module, mesh: Any) -> l
             "deepspeed.moe.layer.MoE, or a Mixtral / Qwen2-MoE / Qwen3-MoE sparse block for "
             "autoep_size); remove the expert_parallel section or add MoE layers"
         )
-    if (layers or blocks) and mesh is not None:
+    if (layers or (blocks and folding is None)) and mesh is not None:
         s = mesh.shape
+        what = "MoE layers (ds.parallel.moe.MoE / deepspeed.moe.layer.MoE)" if layers else "AutoEP"
         raise ConfigError(
-            f"mixture-of-experts on a mesh of tp={s.tp}, sp={s.sp}, pp={getattr(s, 'pp', 1)}: "
-            "expert parallelism composes only with data parallelism in ds yet; set "
-            "tensor_parallel.autotp_size, sequence_parallel_size and pipeline stages to 1"
+            f"{what} on a mesh of tp={s.tp}, sp={s.sp}, pp={getattr(s, 'pp', 1)}: these "
+            "compose only with data parallelism in ds; AutoEP (expert_parallel.autoep_size > 1) "
+            "folds onto tensor parallelism; set sequence_parallel_size and pipeline stages to 1"
         )
     for layer in layers:
         if auto and layer.ep_size != auto:

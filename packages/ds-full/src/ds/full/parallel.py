@@ -50,10 +50,13 @@ def _refuse_unsupported(cfg: Any, found: ParallelSizes) -> None:
         # need the stage boundaries to carry sequence-sharded activations, which they do not.
         refuse_pipeline_sp(f"pipeline.stages={stages}", found.sp)
     expert = cfg.expert_parallel
-    if isinstance(expert, dict) and expert and expert.get("enabled", True):
+    if isinstance(expert, dict) and expert and expert.get("enabled", True) and found.sp > 1:
+        # Expert parallelism folds onto tensor parallelism (ds.full.moe_folding), not onto
+        # Ulysses: its all-to-alls would need the sequence shards' routes exchanged too.
         raise ConfigError(
-            f"expert_parallel with {what}: expert parallelism does not compose with "
-            "tensor/sequence parallelism in ds yet; remove one of them"
+            f"expert_parallel with {what}: expert parallelism does not compose with sequence "
+            "parallelism in ds; set sequence_parallel_size to 1 (it folds onto "
+            "tensor_parallel.autotp_size)"
         )
 
 
@@ -105,12 +108,28 @@ def build(cfg: Any, communicator: Any, model: torch.nn.Module) -> Any:
         from ds.parallel.tp import autotp
 
         partition = cfg.tensor_parallel.partition_config if cfg.tensor_parallel else None
-        autotp(model, mesh, communicator, partition_config=partition)
+        autotp(model, mesh, communicator, partition_config=partition, whole=_moe_blocks(cfg, model))
     if want.sp > 1:
         from ds.parallel.sequence import use_ulysses_attention
 
         use_ulysses_attention(model, communicator, mesh.group("sp"))
     return mesh
+
+
+def _moe_blocks(cfg: Any, model: torch.nn.Module) -> list[str]:
+    """With expert parallelism on, the router and experts of each MoE block (a module with
+    ``experts`` and a ``gate`` or ``router``): expert parallelism distributes them, so tensor
+    parallelism leaves them whole (their TP ranks share the routes, ds.parallel.moe.folded)."""
+    expert = cfg.expert_parallel
+    if not (isinstance(expert, dict) and expert and expert.get("enabled", True)):
+        return []
+    found = []
+    for name, module in model.named_modules():
+        if hasattr(module, "experts"):
+            for child in ("experts", "gate", "router"):
+                if isinstance(getattr(module, child, None), torch.nn.Module):
+                    found.append(f"{name}.{child}" if name else child)
+    return found
 
 
 def tp_model_init(model: torch.nn.Module, tp_size: int, communicator: Any) -> torch.nn.Module:

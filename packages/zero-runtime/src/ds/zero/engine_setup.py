@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ds.interfaces.errors import ConfigError
-from ds.interfaces.moe import expert_slice, replica_group
+from ds.interfaces.moe import replica_group
 from ds.interfaces.parallel import ParallelMesh, tp_dim
 from ds.zero.config import DsConfig
 from ds.zero.loss_scaler import DynamicLossScaler, LossScaler, StageZeroLossScaler
@@ -46,11 +46,12 @@ def broadcast_module(engine: Any) -> None:
             elif replicas.size > 1:  # an expert: only its replica group holds it
                 comm.broadcast(t.data, src=replicas.ranks[0], group=replicas.group)
         if mesh is not None and mesh.shape.tp > 1:
-            # Replicated parameters must also agree across the tensor-parallel ranks; rows of a
-            # stacked expert tensor differ between TP ranks (their replica group holds copies).
+            # Replicated parameters must also agree across the tensor-parallel ranks; experts
+            # differ between TP ranks (expert parallelism folded onto TP spreads them over the
+            # TP ranks too; their replica group holds the copies).
             tp_src = mesh.ranks("tp")[0]
             for t in list(module.parameters()) + list(module.buffers()):
-                if tp_dim(t) is None and expert_slice(t) is None:
+                if tp_dim(t) is None and replica_group(t) is None:
                     comm.broadcast(t.data, src=tp_src, group=mesh.group("tp"))
 
 

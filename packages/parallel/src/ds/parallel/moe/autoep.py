@@ -73,6 +73,7 @@ class ExpertParallelExperts(torch.nn.Module):
         self.first = groups.ep_rank * self.num_local
         self.act_fn: Any = original.act_fn
         self.comm, self.groups = comm, groups
+        self.fold: Any = None  # a TPFold (ds.parallel.moe.folded) when folded onto TP
         local = range(self.first, self.first + self.num_local)
         with torch.no_grad():
             self.gate_up_proj = torch.nn.ParameterDict(
@@ -104,10 +105,16 @@ class ExpertParallelExperts(torch.nn.Module):
         weights = top_k_weights.reshape(-1)
         order = torch.argsort(experts, stable=True)  # grouped by expert, hence by owning rank
         experts, tokens, weights = experts[order], tokens[order], weights[order]
+        every_token, source = tokens, hidden_states
+        fold = self.fold
+        if fold is not None:  # folded onto TP: this rank sends its share of the routes
+            shares = fold.shares(experts)
+            experts, tokens = experts[shares[fold.rank]], tokens[shares[fold.rank]]
+            source = fold.share_input(hidden_states)
         ep = self.groups.ep_size
         owner = torch.div(experts, self.num_local, rounding_mode="floor")
         send = torch.bincount(owner, minlength=ep)
-        rows = hidden_states[tokens]
+        rows = source[tokens]
         if ep > 1:
             group = self.groups.ep_group
             recv = torch.empty_like(send)
@@ -127,8 +134,10 @@ class ExpertParallelExperts(torch.nn.Module):
                 out = out.index_put((where,), self._expert(e, rows[where]))
         if ep > 1:
             out = _VarAllToAll.apply(self.comm, self.groups.ep_group, out, recv_l, send_l)  # type: ignore[no-untyped-call]
+        if fold is not None:
+            out = fold.gather(out, shares)
         result = torch.zeros_like(hidden_states)
-        return result.index_add(0, tokens, (out * weights.unsqueeze(1)).to(result.dtype))
+        return result.index_add(0, every_token, (out * weights.unsqueeze(1)).to(result.dtype))
 
 
 def autoep(model: torch.nn.Module, comm: Any, ep_size: int) -> list[ExpertParallelExperts]:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ds.interfaces.errors import ConfigError
-from ds.interfaces.moe import REPLICA_ATTR
+from ds.interfaces.moe import EXPERT_SLICE_ATTR, REPLICA_ATTR, ExpertSlice, ReplicaGroup
 
 from .autoep import _exchange, _VarAllToAll
 from .autoep_config import (
@@ -322,6 +322,9 @@ class AutoEPMoELayer(nn.Module):
         for p in self.experts.parameters():
             p.allreduce = False  # type: ignore[attr-defined]  # expert parameters: own groups
             p.group_name = self.ep_group_name  # type: ignore[attr-defined]
+            if ep_size > 1:  # each rank's rows of the [E, ...] stack, under one name everywhere
+                full = (spec.num_experts, *p.shape[1:])
+                setattr(p, EXPERT_SLICE_ATTR, ExpertSlice(full, ep_rank * self.num_local_experts))
         self.shared_experts = (
             getattr(source_module, spec.shared_experts_name, None)
             if spec.has_shared_experts
@@ -331,6 +334,8 @@ class AutoEPMoELayer(nn.Module):
         self.shared_experts_gate = getattr(source_module, gate_name, None) if gate_name else None
         self._comm: Any = None
         self._group: Any = None
+        self._fold: Any = None  # a TPFold when expert parallelism is folded onto TP
+        self.folding_group_handles: Any = None
 
     def bind(self, comm: Any, ep_group: Any = None) -> None:
         """The communicator and expert-parallel group the forward exchanges routes over. Without
@@ -351,22 +356,45 @@ class AutoEPMoELayer(nn.Module):
                 setattr(p, REPLICA_ATTR, groups.replicas)
         self._comm, self._group = comm, ep_group
 
+    def bind_folded(self, comm: Any, handles: Any) -> None:
+        """Fold expert parallelism onto tensor parallelism (:mod:`ds.parallel.moe.folded`):
+        ``handles`` is a :class:`~ds.parallel.moe.folding.FoldingGroupHandles` whose expert
+        group puts this rank at ``ep_rank``; its TP ranks then share the routes."""
+        from .folded import TPFold
+
+        rank = int(comm.get_rank())
+        if handles.ep_ranks.index(rank) != self.ep_rank:
+            raise ConfigError(
+                f"AutoEPMoELayer holds the experts of expert-parallel rank {self.ep_rank} but "
+                f"this rank is rank {handles.ep_ranks.index(rank)} of {handles.ep_ranks}"
+            )
+        self._comm, self._group = comm, handles.ep_group
+        replicas = ReplicaGroup(self.ep_group_name, handles.edp_group, handles.edp_ranks)
+        for p in self.experts.parameters():
+            setattr(p, REPLICA_ATTR, replicas)
+        tp = handles.spec.tp_size
+        tp_rank = handles.tp_ranks.index(rank)
+        self._fold = TPFold(comm, handles.tp_group, tp_rank, tp) if tp > 1 else None
+        self.folding_group_handles = handles
+
+    @property
+    def ep_group(self) -> Any:
+        """The expert-parallel group the routes are exchanged over (None before binding)."""
+        return self._group
+
     def set_deepspeed_parallelism(
         self, comm: Any = None, folding_group_handles: Any = None, **_: Any
     ) -> None:
-        """DeepSpeed's name of :meth:`bind`. Expert parallelism folded onto tensor parallelism
-        (``folding_group_handles``) is refused: ds's engine does not run it."""
-        if folding_group_handles is not None:
-            raise ConfigError(
-                "AutoEP folded onto AutoTP is not supported by ds's engine; use "
-                "tensor_parallel.autotp_size=1 with expert_parallel"
-            )
+        """DeepSpeed's name of :meth:`bind` (:meth:`bind_folded` with ``folding_group_handles``)."""
         if comm is None:
             raise ConfigError(
                 "set_deepspeed_parallelism needs the communicator in ds: ds.initialize binds "
                 "AutoEP layers itself; or pass ds.comm.get_communicator()"
             )
-        self.bind(comm)
+        if folding_group_handles is not None:
+            self.bind_folded(comm, folding_group_handles)
+        else:
+            self.bind(comm)
 
     def _run(self, rows: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         """Rows sorted by (global) expert -> their expert outputs, same order."""
@@ -397,10 +425,22 @@ class AutoEPMoELayer(nn.Module):
         scores, selected, _ = self.router(x)
         flat = selected.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        rows = apply_scores_before_experts(
-            x[order // self.top_k], scores.reshape(-1)[order], self.score_apply
-        )
-        out = self._run(rows, flat[order])
+        fold = self._fold
+        if fold is None:
+            rows = apply_scores_before_experts(
+                x[order // self.top_k], scores.reshape(-1)[order], self.score_apply
+            )
+            out = self._run(rows, flat[order])
+        else:  # this TP rank sends its share of the routes; the outputs come back whole
+            shares = fold.shares(flat[order])
+            pick = order[shares[fold.rank]]
+            weights = scores.reshape(-1)
+            if self.score_apply == "pre":
+                weights = fold.share_input(weights)
+            rows = apply_scores_before_experts(
+                fold.share_input(x)[pick // self.top_k], weights[pick], self.score_apply
+            )
+            out = fold.gather(self._run(rows, flat[pick]), shares)
         tokens = x.shape[0]
         y = combine_from_routed(
             out,

@@ -6,6 +6,7 @@ dimension, modules no rule places), so a refused model is left as it was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,12 +207,14 @@ def autotp(
     mesh_or_tp_group: Any,
     comm: Any,
     partition_config: Any = None,
+    whole: Sequence[str] = (),
 ) -> AutoTPResult:
     """Replace the model's linear and embedding modules by tensor-parallel ones holding this
     rank's slice (in place). Call on every rank of the TP group, before creating the optimizer;
-    all ranks must start from the same weights (same seed or same checkpoint)."""
+    all ranks must start from the same weights (same seed or same checkpoint). ``whole``:
+    modules (with their children) left unsplit, e.g. the MoE blocks expert parallelism holds."""
     tp = tp_group_of(mesh_or_tp_group, comm)
-    plan = plan_for(model, partition_config)
+    plan = plan_for(model, partition_config, whole)
     result = AutoTPResult(tp.size, tp.rank, plan)
     if tp.size == 1:
         return result

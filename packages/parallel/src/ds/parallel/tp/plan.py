@@ -10,7 +10,7 @@ embedding). A linear layer none of them places is an error naming it and the fix
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,17 +183,22 @@ def _rule(name: str, module: nn.Module, vocab: int | None) -> tuple[str, int] | 
     return None
 
 
-def plan_for(model: nn.Module, partition_config: Any = None) -> dict[str, Placement]:
+def plan_for(
+    model: nn.Module, partition_config: Any = None, whole: Sequence[str] = ()
+) -> dict[str, Placement]:
     """The placement of every linear and embedding module (and of modules the model's plan marks
-    replicated-with-gradient-all-reduce), keyed by module name. Pure: changes nothing."""
+    replicated-with-gradient-all-reduce), keyed by module name. ``whole``: module names (and
+    their children) left unsplit whatever the plans say (the MoE blocks expert parallelism
+    distributes). Pure: changes nothing."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     user = normalize_partition_config(partition_config, model_type)
     hf = [(k, _hf_pattern(k), v) for k, v in _model_tp_plan(model).items()]
     vocab = _vocab_size(model)
     plan: dict[str, Placement] = {}
     unplaced: list[str] = []
+    kept = tuple(whole)
     for name, module in model.named_modules():
-        if not name:
+        if not name or any(name == k or name.startswith(k + ".") for k in kept):
             continue
         candidate = is_linear(module) or isinstance(module, nn.Embedding)
         choice: tuple[str, int] | None = None

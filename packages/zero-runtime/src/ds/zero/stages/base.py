@@ -191,7 +191,16 @@ class ZeroStrategy(abc.ABC):
         pp = self.ctx.pp_group is not None and self.ctx.comm is not None
         counted = [not r for r in self.pp_replicas()] if pp else [True] * len(every)
         tp = self.ctx.tp_group is not None and self.ctx.tp_size > 1 and self.ctx.comm is not None
-        if tp:
+        weights = self.replica_weights()
+        if tp and weights is not None:
+            # Experts folded onto TP (marked sliced: they differ across TP ranks) and dense
+            # parameters, each with its data-parallel share (see the branch below).
+            flags = list(self.tp_sliced())
+            sq = torch_zero(device)
+            for g, f, c, w in zip(every, flags, counted, weights, strict=True):
+                if c and g.numel():
+                    sq = sq + _squared_norm([g], device) * (w if f else w / self.ctx.tp_size)
+        elif tp:
             # Replicated parameters are identical on every tensor-parallel rank: each adds
             # 1/tp of their square so that the sum over the group counts them once, and every
             # slice once.
@@ -202,7 +211,6 @@ class ZeroStrategy(abc.ABC):
             sq = _squared_norm(rep, device) / self.ctx.tp_size + _squared_norm(sliced, device)
         else:
             sq = _squared_norm([g for g, c in zip(every, counted, strict=True) if c and g.numel()], device)
-        weights = self.replica_weights()
         if weights is not None and not tp:
             # Expert shards differ across ranks: every rank adds its share and the sum over
             # the world counts each parameter once, whatever the stage.

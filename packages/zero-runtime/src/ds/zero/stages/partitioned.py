@@ -130,7 +130,8 @@ class PartitionedStrategy(ZeroStrategy):
             if replica is not None:
                 group.replica_pg, group.replica_ranks = replica.group, replica.ranks
             self.groups.append(group)
-            self._tp_flags.append(meta.tp_sliced)
+            # Experts folded onto tensor parallelism differ across the TP ranks, as slices do.
+            self._tp_flags.append(meta.tp_sliced or replica is not None)
             self._pp_flags.append(meta.pp_replica)
             opt_groups.append({**hyper_params(user_group), "params": [group.master]})
         self._optimizer = ctx.optimizer_factory(opt_groups)

@@ -1,0 +1,150 @@
+"""One rank of expert parallelism folded onto tensor parallelism (tp=2, autoep_size=2, world 2).
+
+Scenarios ``<route>:<stage>``: ``blocks`` is a model whose MoE blocks become DeepSpeed-layout
+``AutoEPMoELayer``s (stacked experts), ``mixtral`` a tiny transformers Mixtral whose fused
+experts become ds's per-expert modules and whose attention AutoTP splits. Both TP ranks read the
+same batches (one data-parallel rank). Rank 0 saves each step's loss, the first step's gradients
+and the final weights, every expert gathered from its rank, by parameter name of the plain model.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from _parity import run_scenarios_as_rank
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from tiny_models import llama_shape
+
+H, F, E, STEPS = 8, 6, 4, 3
+
+
+class Block(nn.Module):
+    """Mixtral's routing (softmax, top-2, renormalised) over fused expert tensors, no act_fn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = nn.Linear(H, E, bias=False)
+        self.experts = nn.Module()
+        self.experts.gate_up_proj = nn.Parameter(torch.randn(E, 2 * F, H) / 3)
+        self.experts.down_proj = nn.Parameter(torch.randn(E, H, F) / 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        probs = self.gate(x).softmax(-1)
+        top, idx = probs.topk(2, dim=-1)
+        weights = torch.zeros_like(probs).scatter(-1, idx, top / top.sum(-1, keepdim=True))
+        g, u = torch.einsum("efh,bth->btef", self.experts.gate_up_proj, x).chunk(2, dim=-1)
+        out = torch.einsum("ehf,btef->bteh", self.experts.down_proj, nn.functional.silu(g) * u)
+        return (weights.unsqueeze(-1) * out).sum(-2)
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.config = SimpleNamespace(model_type="mixtral", num_local_experts=E)
+        self.model = nn.Module()
+        self.model.layers = nn.ModuleList(nn.Module() for _ in range(2))
+        for layer in self.model.layers:
+            layer.norm = nn.LayerNorm(H)
+            layer.mlp = Block()
+        self.head = nn.Linear(H, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.model.layers:
+            x = x + layer.mlp(layer.norm(x))
+        return self.head(x).square().mean()
+
+
+def tiny_mixtral() -> nn.Module:
+    import transformers
+
+    shape = llama_shape(16, 24, heads=2, kv_heads=2, vocab=64, positions=64)
+    cfg = transformers.MixtralConfig(
+        **shape, num_local_experts=4, num_experts_per_tok=2, attn_implementation="eager"
+    )
+    torch.manual_seed(0)
+    return transformers.MixtralForCausalLM(cfg).float()
+
+
+def inputs(route: str, step: int) -> dict:
+    g = torch.Generator().manual_seed(100 + step)
+    if route == "blocks":
+        return {"x": torch.randn(2, 5, H, generator=g)}
+    ids = torch.randint(0, 64, (2, 8), generator=g)
+    return {"input_ids": ids, "labels": ids}
+
+
+def build(route: str) -> nn.Module:
+    return Net() if route == "blocks" else tiny_mixtral()
+
+
+def loss_of(route: str, out: object) -> torch.Tensor:
+    return out if route == "blocks" else out.loss  # type: ignore[attr-defined,return-value]
+
+
+def config(route: str, stage: int) -> dict:
+    cfg: dict = {
+        "train_micro_batch_size_per_gpu": 2,
+        "gradient_clipping": 1.0,  # the norm counts replicated weights once, experts once
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+        "zero_allow_untested_optimizer": True,
+        "zero_optimization": {"stage": stage},
+        "expert_parallel": {"enabled": True, "autoep_size": 2},
+        "tensor_parallel": {"autotp_size": 2},
+    }
+    if route == "blocks":  # no linear of this model is split: TP only replicates it
+        cfg["expert_parallel"]["preset_model"] = "mixtral"
+        skip = {"patterns": [".*\\.weight$"], "partition_type": "skip"}
+        cfg["tensor_parallel"]["partition_config"] = {
+            "use_default_specs": False,
+            "layer_specs": [skip],
+        }
+    return cfg
+
+
+def whole(engine: object, comm: object) -> dict[str, torch.Tensor]:
+    """Every parameter's full value (TP slices joined, experts gathered) by plain-model name."""
+    from ds.parallel.moe.autoep import fused_state_dict
+
+    state = engine.mesh.full_state_dict(engine.module)  # type: ignore[attr-defined]
+    mine = {n: v for n, v in state.items() if ".experts." in n}
+    every: list = [None] * int(comm.get_world_size())  # type: ignore[attr-defined]
+    comm.all_gather_object(every, mine)  # type: ignore[attr-defined]
+    out = {n: v for n, v in state.items() if ".experts." not in n}
+    stacks: dict[str, list] = {}
+    for part in every:
+        for n, v in part.items():
+            if n.endswith(("experts.w1", "experts.w2", "experts.w3")):
+                stacks.setdefault(n, []).append(v)
+            else:
+                out[n] = v
+    for n, parts in stacks.items():
+        out[n] = torch.cat(parts)  # ranks in expert-parallel order: rows 0..E
+    for n in [n for n in out if n.endswith("experts.w1")]:  # DeepSpeed's layout: plain names
+        base = n[: -len("w1")]
+        w1, w2, w3 = (out.pop(base + w) for w in ("w1", "w2", "w3"))
+        out[base + "gate_up_proj"], out[base + "down_proj"] = torch.cat([w1, w3], 1), w2
+    out = {n.replace(".router.gate.", ".gate."): v for n, v in out.items()}
+    return fused_state_dict(out)
+
+
+def run(ds: object, dist: object, scenario: str, where: Path) -> dict:
+    route, stage = scenario.split(":")
+    engine, *_ = ds.initialize(model=build(route), config=config(route, int(stage)))  # type: ignore[attr-defined]
+    comm = dist.get_communicator()  # type: ignore[attr-defined]
+    losses = []
+    for step in range(STEPS):
+        loss = loss_of(route, engine(**inputs(route, step)))
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss.detach()))
+    return {"losses": losses, "weights": whole(engine, comm)}
+
+
+if __name__ == "__main__":
+    run_scenarios_as_rank(run, TRANSFORMERS_VERBOSITY="error")
