@@ -143,7 +143,11 @@ def run(ds: object, dist: object, scenario: str, where: Path) -> dict:
         engine.backward(loss)
         engine.step()
         losses.append(float(loss.detach()))
-    return {"losses": losses, "weights": whole(engine, comm)}
+    engine.save_16bit_model(str(where), "model.pt")  # one file: every rank's experts in it
+    from ds.full.compat.deepspeed.utils import groups
+
+    layout = {"tp": engine.autotp_size(), "tp_src": groups.get_tensor_model_parallel_src_rank()}
+    return {"losses": losses, "weights": whole(engine, comm), "layout": layout}
 
 
 if __name__ == "__main__":

@@ -54,3 +54,10 @@ def test_folded_expert_parallel_matches_one_process(folded: dict, scenario: str)
     for name, w in want["weights"].items():
         if name in got["weights"]:
             torch.testing.assert_close(got["weights"][name], w, rtol=1e-5, atol=1e-6, msg=name)
+    assert got["layout"] == {"tp": 2, "tp_src": 0}  # DeepSpeed's engine.autotp_size(), groups
+    exported = torch.load(got["dir"] / "model.pt", weights_only=True)
+    experts = [n for n in exported if ".experts." in n]
+    assert experts and all(exported[n].shape[0] == 4 for n in experts)  # E rows, not E / ep
+    if scenario.startswith("mixtral"):  # transformers' fused tensors, every expert
+        for name in experts:
+            torch.testing.assert_close(exported[name], want["weights"][name], rtol=1e-5, atol=1e-6)

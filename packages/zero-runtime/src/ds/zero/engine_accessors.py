@@ -113,6 +113,10 @@ class EngineAccessors:
             weights = {k: v for k, v in weights.items() if k not in frozen}
         return weights
 
+    def autotp_size(self) -> int:
+        """The tensor-parallel size the engine runs (1 without a mesh)."""
+        return self.mesh.shape.tp if self.mesh is not None else 1
+
     def fp16_enabled(self) -> bool:
         return self.config.precision == "fp16"
 

@@ -36,7 +36,7 @@ def save_16bit_model(engine: Any, save_dir: str, save_filename: str = "pytorch_m
     elif engine.mesh is not None and engine.mesh.shape.tp > 1:
         # The slices reassembled: one file of the whole model, as without TP.
         engine.strategy.synchronize_parameters()
-        weights = engine.mesh.full_state_dict(engine.module)
+        weights = with_every_replica(engine, engine.mesh.full_state_dict(engine.module))
     else:
         engine.strategy.synchronize_parameters()
         weights = {k: v.detach().clone() for k, v in engine.module.state_dict().items()}
@@ -57,10 +57,14 @@ def with_every_replica(engine: Any, weights: dict[str, torch.Tensor]) -> dict[st
     (``ExpertSlice``) joined into it, in row order; then the module's export mapping
     (``EXPORT_ATTR``: AutoEP restacks transformers' fused expert tensors), if it has one."""
     named = [(n, p) for n, p in engine.module.named_parameters() if replica_group(p) is not None]
-    if named and engine.comm is not None and engine.world_size > 1:
+    # Folded onto tensor parallelism, experts are spread over the TP ranks too: ask everyone.
+    folded = engine.mesh is not None and engine.mesh.shape.tp > 1
+    group = None if folded else engine.group
+    size = int(engine.comm.get_world_size()) if folded else engine.world_size
+    if named and engine.comm is not None and size > 1:
         mine = {n: (p.detach().to("cpu", copy=True), expert_slice(p)) for n, p in named}
-        every: list[Any] = [None] * engine.world_size
-        engine.comm.all_gather_object(every, mine, group=engine.group)
+        every: list[Any] = [None] * size
+        engine.comm.all_gather_object(every, mine, group=group)
         rows: dict[str, dict[int, torch.Tensor]] = {}
         total: dict[str, int] = {}  # rows of each logical tensor
         for part in every:

@@ -68,6 +68,15 @@ def _get_sequence_data_parallel_group() -> Any:
 _get_tensor_model_parallel_world_size = _get_model_parallel_world_size
 _get_tensor_model_parallel_rank = _get_model_parallel_rank
 _get_tensor_model_parallel_group = _get_model_parallel_group
+get_tensor_model_parallel_world_size = _get_model_parallel_world_size
+get_tensor_model_parallel_rank = _get_model_parallel_rank
+
+
+def get_tensor_model_parallel_src_rank() -> int:
+    """The global rank of the first rank of this rank's tensor-parallel group (the source of
+    broadcasts that make the group's inputs agree)."""
+    mesh = current_mesh()
+    return mesh.ranks("tp")[0] if mesh is not None else _rank()
 
 
 def _expert(group_name: str) -> Any:
