@@ -144,10 +144,23 @@ def run(ds: object, dist: object, scenario: str, where: Path) -> dict:
         engine.step()
         losses.append(float(loss.detach()))
     engine.save_16bit_model(str(where), "model.pt")  # one file: every rank's experts in it
+    engine.save_checkpoint(str(where / "ckpt"), tag="t")
+    torch.manual_seed(1)  # a differently initialised model takes every weight from the tag
+    other = Net() if route == "blocks" else tiny_mixtral()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p))
+    resumed, *_ = ds.initialize(model=other, config=config(route, int(stage)))  # type: ignore[attr-defined]
+    resumed.load_checkpoint(str(where / "ckpt"), tag="t")
     from ds.full.compat.deepspeed.utils import groups
 
     layout = {"tp": engine.autotp_size(), "tp_src": groups.get_tensor_model_parallel_src_rank()}
-    return {"losses": losses, "weights": whole(engine, comm), "layout": layout}
+    return {
+        "losses": losses,
+        "weights": whole(engine, comm),
+        "resumed": whole(resumed, comm),
+        "layout": layout,
+    }
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ def test_folded_expert_parallel_matches_one_process(folded: dict, scenario: str)
     for name, w in want["weights"].items():
         if name in got["weights"]:
             torch.testing.assert_close(got["weights"][name], w, rtol=1e-5, atol=1e-6, msg=name)
+    for name, w in got["weights"].items():  # a checkpoint of the folded layout loads back
+        torch.testing.assert_close(got["resumed"][name], w, rtol=0, atol=0, msg=name)
     assert got["layout"] == {"tp": 2, "tp_src": 0}  # DeepSpeed's engine.autotp_size(), groups
     exported = torch.load(got["dir"] / "model.pt", weights_only=True)
     experts = [n for n in exported if ".experts." in n]
