@@ -181,6 +181,40 @@ def first_error(log: Path) -> str:
     return "-"
 
 
+def outcomes(xml: Path) -> dict[tuple[str, str], list[tuple[str, bool]]]:
+    """Per (class, function): its cases in run order, as (test id, passed)."""
+    out: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+    if not xml.exists():
+        return out
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = case.get("name", "")
+        key = (case.get("classname", ""), name.split("[")[0])
+        ok = not {child.tag for child in case} & {"failure", "error", "skipped"}
+        out.setdefault(key, []).append((name, ok))
+    return out
+
+
+def shared_passes(deepspeed_xml: Path, ds_xml: Path) -> tuple[int, int]:
+    """(tests DeepSpeed passes, how many of them ds passes too). A case is matched by its test
+    id when ds ran a case of that id (parametrizations listed from the shim's own modules come in
+    another order), else by its position among the function's cases (ids that print objects
+    differ between the two runs)."""
+    ref, mine = outcomes(deepspeed_xml), outcomes(ds_xml)
+    total = both = 0
+    for key, cases in ref.items():
+        theirs = mine.get(key, [])
+        by_id = dict(theirs)
+        for i, (name, ok) in enumerate(cases):
+            if not ok:
+                continue
+            total += 1
+            if name in by_id:
+                both += by_id[name]
+            elif i < len(theirs) and theirs[i][0] not in {n for n, _ in cases}:
+                both += theirs[i][1]
+    return total, both
+
+
 def table(rows: dict[str, dict[str, dict]], logs: Path | None = None) -> str:
     """Per file: both sides' counts and the ratio; with ``logs``, for each file where ds passes
     less than 80% of what DeepSpeed passes, the first error of ds's run."""
@@ -262,6 +296,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(json.dumps({**done, **rows}, indent=1))
     print(table(rows, logs))
+    if len(sides) == 2:
+        pairs = [
+            shared_passes(logs / f"deepspeed-{k}.xml", logs / f"ds-{k}.xml")
+            for k in (rel.replace("/", "__") for rel in files)
+        ]
+        total, both = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+        share = f" ({both / total:.1%})" if total else ""
+        print(f"DeepSpeed's passing tests that ds also passes: {both} of {total}{share}")
     return 0
 
 
