@@ -70,7 +70,7 @@ def test_initialize_binds_and_trains_layers_made_with_deepspeeds_autoep() -> Non
     }
     source = model.layers[0].mlp
     auto.replace_moe_layer(spec, ep_size=2, ep_rank=0)
-    with pytest.raises(ConfigError, match="autoep_size"):  # its experts could not be saved whole
+    with pytest.raises(ConfigError, match="autoep_size"):  # 2 expert ranks in a world of 1
         ds.initialize(model=model, config=config)
     model.layers[0].mlp = source
     auto.replace_moe_layer(spec, ep_size=1, ep_rank=0)
