@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from collections.abc import Iterator, Set
 from typing import Any, Protocol
 
 import torch
@@ -81,10 +82,13 @@ class ExternalAccess:
 
     module: torch.nn.Module
     _direct: dict[int, list[torch.nn.Parameter]]
-    _in_use: dict[int, int]
+    _in_use: dict[int, list[int]]
     _live: dict[int, torch.nn.Parameter]
+    _external: dict[int, list[torch.nn.Parameter]]
+    params: list[torch.nn.Parameter]
     _hooks: list[Any]
     _held: int
+    _backward_end_queued: bool
     coll: Any
 
     def _hook(self, m: torch.nn.Module) -> None:
@@ -101,6 +105,19 @@ class ExternalAccess:
             root = self.module
             self._hooks.append(root.register_forward_pre_hook(lambda m, a: self._enter(m)))
             self._hooks.append(root.register_forward_hook(lambda m, a, o: self._leave(m)))
+
+    def _mirror_use(self) -> None:
+        """Give every parameter DeepSpeed's names for what this records about it, which
+        libraries read: ``ds_active_sub_modules`` and ``is_external_param``."""
+        external = {id(p) for ps in self._external.values() for p in ps}
+        for p in self.params:
+            p.ds_active_sub_modules = ActiveModules(self, p)  # type: ignore[attr-defined]
+            p.is_external_param = id(p) in external  # type: ignore[attr-defined]
+
+    def _stop_using(self, p: torch.nn.Parameter, m: torch.nn.Module) -> None:
+        users = self._in_use.get(id(p))
+        if users and id(m) in users:  # absent once cleared (see _drain, ActiveModules.clear)
+            users.remove(id(m))
 
     def _enter(self, m: torch.nn.Module) -> None:
         if m is self.module:
@@ -126,6 +143,7 @@ class ExternalAccess:
 
         self._running.clear()
         self._in_use.clear()
+        self._backward_end_queued = False  # a backward that raised never reached its end
         whole = [p for p in self._live.values() if p.ds_shard.status is ParamStatus.AVAILABLE]
         if whole:
             self.release(whole)  # type: ignore[attr-defined]
@@ -161,9 +179,44 @@ class ExternalAccess:
         own = self._direct.setdefault(id(m), [])
         if id(m) not in self._hooked:
             self._hook(m)
+        param.is_external_param = True  # type: ignore[attr-defined]
         if all(q is not param for q in own):
+            # Once it is one of ``m``'s parameters, ``m``'s forward pre-hook claims it.
             own.append(param)
-        self._in_use[id(param)] = self._in_use.get(id(param), 0) + 1
+            self._in_use.setdefault(id(param), []).append(id(m))
+
+
+class ActiveModules(Set[int]):
+    """``param.ds_active_sub_modules``: the ids of the running modules that use the parameter,
+    a live view of the stage-3 engine's record (a parameter in use is not released).
+    ``clear()`` drops its claims, as libraries do after cutting a pass short."""
+
+    __slots__ = ("_key", "_owner")
+
+    def __init__(self, owner: ExternalAccess, param: torch.nn.Parameter) -> None:
+        self._owner = weakref.ref(owner)
+        self._key = id(param)
+
+    def _ids(self) -> list[int]:
+        owner = self._owner()
+        return [] if owner is None else owner._in_use.get(self._key, [])
+
+    def __contains__(self, module_id: object) -> bool:
+        return module_id in self._ids()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(dict.fromkeys(self._ids()))
+
+    def __len__(self) -> int:
+        return len(set(self._ids()))
+
+    def __repr__(self) -> str:
+        return repr(set(self))
+
+    def clear(self) -> None:
+        owner = self._owner()
+        if owner is not None:
+            owner._in_use.pop(self._key, None)
 
 
 def in_backward() -> bool:
@@ -184,6 +237,7 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
 
 
 __all__ = [
+    "ActiveModules",
     "ExternalAccess",
     "ZeroParamDict",
     "ensure_param_dict",

@@ -97,7 +97,10 @@ class Stage3Partitioner(ExternalAccess):
             self.params.append(p)
         self.by_name = {shard_of(p).name: p for p in self.params}
         self._live: dict[int, torch.nn.Parameter] = {}  # id(param) -> param, gathered
-        self._in_use: dict[int, int] = {}  # id(param) -> how many running modules use it
+        # id(param) -> ids of the running modules that use it (a module running inside itself
+        # is there once per invocation); read as ``param.ds_active_sub_modules``.
+        self._in_use: dict[int, list[int]] = {}
+        self._mirror_use()
         self._trace: list[torch.nn.Module] | None = None
         self._recording: list[torch.nn.Module] = []
         # Where backward starts in the trace / in the recording (prefetch stops there in forward).
@@ -126,6 +129,7 @@ class Stage3Partitioner(ExternalAccess):
             self.limits.reduce_bucket_size,
         )
         self._held = 0
+        self._backward_end_queued = False  # reset by after_backward, or by _drain after an error
         self._patched = patch_linears(module, self.pool.take)
         self._register_hooks()
         module.__dict__["_ds_stage3"] = self  # found by ds.zero.generation
@@ -206,13 +210,13 @@ class Stage3Partitioner(ExternalAccess):
         self._enter(module)
         self.fetch(module, "forward")
         for p in self._direct[id(module)]:
-            self._in_use[id(p)] = self._in_use.get(id(p), 0) + 1
+            self._in_use.setdefault(id(p), []).append(id(module))
 
     def _post_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         self._leave(module)
         self.adopt_returned(module, output)
         for p in self._direct[id(module)]:
-            self._in_use[id(p)] -= 1
+            self._stop_using(p, module)
         # A forward run inside backward is an activation-checkpoint recompute: the tensors it
         # saved (the parameters themselves, see linear.py) are compared with the original
         # forward's and read by the module's backward after it, so they stay whole until their
@@ -223,10 +227,26 @@ class Stage3Partitioner(ExternalAccess):
             outs = [t for t in tensors_in(output) if t.requires_grad]
             if outs:
                 torch.autograd.graph.register_multi_grad_hook(
-                    outs, lambda _grads: self.fetch(module, "backward"), mode="any"
+                    outs, lambda _grads: self._backward_fetch(module), mode="any"
                 )
 
+    def _backward_fetch(self, module: torch.nn.Module) -> None:
+        self._end_with_backward()
+        self.fetch(module, "backward")
+
+    def _end_with_backward(self) -> None:
+        """Have the running backward run ``after_backward`` when it ends, so that one the
+        engine did not start (``loss.backward()``, ``engine.scale(loss).backward()``) does not
+        leave what it (or a checkpoint recompute in it) gathered whole until the next forward.
+        Not for a backward run inside a forward (``autograd.grad`` in a module): that forward's
+        modules still hold their parameters."""
+        if self._backward_end_queued or self._running or not in_backward():
+            return
+        self._backward_end_queued = True
+        torch.autograd.Variable._execution_engine.queue_callback(self.after_backward)
+
     def _on_grad(self, p: torch.Tensor) -> None:
+        self._end_with_backward()
         if not getattr(p, "ds_grad_is_ready", True):
             return  # more contributions follow in this backward (tiled compute): keep summing
         s = shard_of(p)
@@ -459,6 +479,7 @@ class Stage3Partitioner(ExternalAccess):
         for p in list(self._live.values()):
             if shard_of(p).pending is not None:
                 shard_of(p).pending.wait()
+        self._backward_end_queued = False
         self._in_use.clear()
         self._running.clear()  # modules an early-stopped checkpoint recompute left entered
         self.release_all()
