@@ -1,4 +1,5 @@
-"""One rank of expert parallelism folded onto tensor parallelism (tp=2, autoep_size=2, world 2).
+"""One rank of expert parallelism folded onto tensor parallelism (tp=2, autoep_size=2, world 2),
+or alone (``:ep``: autoep_size=2, two data-parallel ranks reading the same batches).
 
 Scenarios ``<route>:<stage>``: ``blocks`` is a model whose MoE blocks become DeepSpeed-layout
 ``AutoEPMoELayer``s (stacked experts), ``mixtral`` a tiny transformers Mixtral whose fused
@@ -87,7 +88,7 @@ def loss_of(route: str, out: object) -> torch.Tensor:
     return out if route == "blocks" else out.loss  # type: ignore[attr-defined,return-value]
 
 
-def config(route: str, stage: int) -> dict:
+def config(route: str, stage: int, tp: bool = True) -> dict:
     cfg: dict = {
         "train_micro_batch_size_per_gpu": 2,
         "gradient_clipping": 1.0,  # the norm counts replicated weights once, experts once
@@ -97,13 +98,16 @@ def config(route: str, stage: int) -> dict:
         "expert_parallel": {"enabled": True, "autoep_size": 2},
         "tensor_parallel": {"autotp_size": 2},
     }
-    if route == "blocks":  # no linear of this model is split: TP only replicates it
-        cfg["expert_parallel"]["preset_model"] = "mixtral"
+    if not tp:  # expert parallelism alone: both ranks data parallel (same batches)
+        del cfg["tensor_parallel"]
+    elif route == "blocks":  # no linear of this model is split: TP only replicates it
         skip = {"patterns": [".*\\.weight$"], "partition_type": "skip"}
         cfg["tensor_parallel"]["partition_config"] = {
             "use_default_specs": False,
             "layer_specs": [skip],
         }
+    if route == "blocks":
+        cfg["expert_parallel"]["preset_model"] = "mixtral"
     return cfg
 
 
@@ -111,7 +115,8 @@ def whole(engine: object, comm: object) -> dict[str, torch.Tensor]:
     """Every parameter's full value (TP slices joined, experts gathered) by plain-model name."""
     from ds.parallel.moe.autoep import fused_state_dict
 
-    state = engine.mesh.full_state_dict(engine.module)  # type: ignore[attr-defined]
+    mesh = engine.mesh  # type: ignore[attr-defined]
+    state = mesh.full_state_dict(engine.module) if mesh is not None else engine.module.state_dict()  # type: ignore[attr-defined]
     mine = {n: v for n, v in state.items() if ".experts." in n}
     every: list = [None] * int(comm.get_world_size())  # type: ignore[attr-defined]
     comm.all_gather_object(every, mine)  # type: ignore[attr-defined]
@@ -134,8 +139,9 @@ def whole(engine: object, comm: object) -> dict[str, torch.Tensor]:
 
 
 def run(ds: object, dist: object, scenario: str, where: Path) -> dict:
-    route, stage = scenario.split(":")
-    engine, *_ = ds.initialize(model=build(route), config=config(route, int(stage)))  # type: ignore[attr-defined]
+    route, stage, *mode = scenario.split(":")
+    cfg = config(route, int(stage), tp=mode != ["ep"])
+    engine, *_ = ds.initialize(model=build(route), config=cfg)  # type: ignore[attr-defined]
     comm = dist.get_communicator()  # type: ignore[attr-defined]
     losses = []
     for step in range(STEPS):
@@ -150,7 +156,7 @@ def run(ds: object, dist: object, scenario: str, where: Path) -> dict:
     with torch.no_grad():
         for p in other.parameters():
             p.add_(torch.randn_like(p))
-    resumed, *_ = ds.initialize(model=other, config=config(route, int(stage)))  # type: ignore[attr-defined]
+    resumed, *_ = ds.initialize(model=other, config=cfg)  # type: ignore[attr-defined]
     resumed.load_checkpoint(str(where / "ckpt"), tag="t")
     from ds.full.compat.deepspeed.utils import groups
 

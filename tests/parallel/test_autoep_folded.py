@@ -21,7 +21,8 @@ from _ranks_launch import run_scenarios  # noqa: E402
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(240)]
 
-SCENARIOS = ["blocks:0", "blocks:2", "mixtral:1"]
+# route:stage, and ":ep" for expert parallelism alone (DeepSpeed-layout layers at autoep_size 2).
+SCENARIOS = ["blocks:0", "blocks:2", "mixtral:1", "blocks:1:ep"]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,10 @@ def test_folded_expert_parallel_matches_one_process(folded: dict, scenario: str)
             torch.testing.assert_close(got["weights"][name], w, rtol=1e-5, atol=1e-6, msg=name)
     for name, w in got["weights"].items():  # a checkpoint of the folded layout loads back
         torch.testing.assert_close(got["resumed"][name], w, rtol=0, atol=0, msg=name)
-    assert got["layout"] == {"tp": 2, "tp_src": 0}  # DeepSpeed's engine.autotp_size(), groups
+    assert got["layout"] == {
+        "tp": 1 if scenario.endswith(":ep") else 2,
+        "tp_src": 0,
+    }  # DeepSpeed's engine.autotp_size(), groups
     exported = torch.load(got["dir"] / "model.pt", weights_only=True)
     experts = [n for n in exported if ".experts." in n]
     assert experts and all(exported[n].shape[0] == 4 for n in experts)  # E rows, not E / ep
