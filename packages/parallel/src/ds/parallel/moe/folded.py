@@ -80,6 +80,7 @@ class TPFold:
     def gather(self, mine: torch.Tensor, shares: list[torch.Tensor]) -> torch.Tensor:
         """The outputs of every route, in expert-sorted order, from each rank's ``mine`` (the
         outputs of its share, in share order)."""
+        self.tp._last_copy = None  # the layer is done with its inputs: hold no graph past it
         counts = [int(s.numel()) for s in shares]
         every = _GatherShares.apply(mine, self.tp, counts)
         where = torch.cat(shares)
