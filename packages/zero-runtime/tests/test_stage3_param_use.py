@@ -1,6 +1,7 @@
 """Stage 3's record of who uses a parameter, under DeepSpeed's names (``ds_active_sub_modules``,
-``is_external_param``), and the end of a backward the engine did not start (``loss.backward()``):
-it releases what backward gathered and trains as plain PyTorch does."""
+``is_external_param``), and a backward the engine did not start (``loss.backward()``,
+``engine.scale(loss).backward()``): its end releases what backward gathered, and it trains as
+plain PyTorch does."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from _stage3 import stage3
 from test_stage3_external_access import AddsReturnedBias
 from test_stage3_torch_checkpoint import Frozen
 
+from ds.zero.engine import ZeroEngine
 from ds.zero.stage3.shard import ParamStatus
+from ds.zero.stages.reduction import DirectBackwardError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,3 +81,45 @@ def test_clearing_active_sub_modules_lets_a_parameter_go() -> None:
     assert not w.ds_active_sub_modules
     part.release([w])
     assert w.ds_status is ParamStatus.NOT_AVAILABLE
+
+
+def test_scaled_direct_backward_accumulates_as_engine_backward() -> None:
+    """Two micro-steps of ``engine.scale(loss).backward()`` (the loss scale and the division by
+    the accumulation steps in the scaled loss) against plain PyTorch on the mean loss."""
+    torch.manual_seed(0)
+    ref = Frozen()
+    model = copy.deepcopy(ref)
+    ref_opt = torch.optim.SGD([p for p in ref.parameters() if p.requires_grad], lr=0.1)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    eng = stage3(
+        model, opt, config={"gradient_accumulation_steps": 2, "train_batch_size": 2}, **_ZERO
+    )
+    for step in range(2):
+        xs = [
+            torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + i))
+            for i in (0, 1)
+        ]
+        ref_opt.zero_grad()
+        (sum(ref(x) for x in xs) / 2).backward()
+        ref_opt.step()
+        for x in xs:
+            eng.scale(eng(x)).backward()
+            assert not eng.strategy.partitioner._live
+            eng.step()
+    with eng.strategy.partitioner.hold():
+        for a, b in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(b.data, a.data, rtol=1e-6, atol=1e-6)
+
+
+def test_scale_is_refused_where_direct_backward_is() -> None:
+    model = torch.nn.Linear(4, 1)
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_allow_untested_optimizer": True}
+    eng = ZeroEngine(
+        model,
+        {**cfg, "zero_optimization": {"stage": 2}},
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+    )
+    with pytest.raises(DirectBackwardError, match=r"engine\.backward\(loss\)"):
+        eng.scale(eng(torch.randn(2, 4)).sum())
+    with pytest.raises(ValueError, match="scalar"):
+        eng.scale(eng(torch.randn(2, 4)))

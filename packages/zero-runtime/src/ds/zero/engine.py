@@ -38,6 +38,7 @@ from ds.zero.optim.build import ClientOptimizer, OptimizerFactory
 from ds.zero.optim.none import has_optimizer, missing
 from ds.zero.param_groups import engine_param_groups
 from ds.zero.stages.base import StrategyContext, ZeroStrategy
+from ds.zero.stages.reduction import DirectBackwardError
 from ds.zero.stages.select import strategy_class
 from ds.zero.timers import StepTimers
 
@@ -208,6 +209,29 @@ class ZeroEngine(EngineAccumulation, EngineAccessors, EnginePrecision):
         self.telemetry.add_loss(loss)
         self.timers.stop("backward")
         return loss / gas if gas != 1 else loss
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """``engine.scale(loss).backward()``: the loss to call ``backward()`` on by hand,
+        multiplied by the loss scale and divided by the accumulation steps as ``backward()``
+        does, so the gradients ``step()`` sees are the same. Stage 3 only: its gradients are
+        reduced as each arrives and the end of the backward releases the parameters, whoever
+        started it; at stages 0-2 the engine reduces around its own ``backward()`` and refuses
+        one it does not run."""
+        if not has_optimizer(self.optimizer):
+            raise missing("scale()")
+        if loss.numel() != 1 or loss.grad_fn is None:
+            raise ValueError(
+                "engine.scale(loss): loss must be a scalar tensor with a grad_fn (computed "
+                "from the engine's forward)"
+            )
+        if self.config.stage != 3:
+            raise DirectBackwardError(
+                f"engine.scale(loss).backward() is supported at ZeRO stage 3; at stage "
+                f"{self.config.stage} the engine reduces gradients around its own backward: "
+                "call engine.backward(loss)"
+            )
+        factor = self.loss_scaler.loss_scale / self.config.gradient_accumulation_steps
+        return loss.float() * factor if factor != 1.0 else loss
 
     def step(self, lr_kwargs: dict[str, Any] | None = None) -> None:
         if not has_optimizer(self.optimizer):
