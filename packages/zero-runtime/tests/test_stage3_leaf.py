@@ -13,6 +13,7 @@ from ds.zero.stage3 import ParamStatus, shard_of
 from ds.zero.stage3.leaf import (
     get_z3_leaf_modules,
     mark_by_class,
+    mark_by_granularity,
     mark_by_name,
     mark_by_suffix,
     z3_leaf_module,
@@ -70,3 +71,54 @@ def test_leaf_from_config_gathers_whole_subtree() -> None:
         assert torch.allclose(model.inner(x), ref(x))
     assert all(shard_of(p).status is ParamStatus.NOT_AVAILABLE for p in model.parameters())
     del eng
+
+
+class Blocks(nn.Module):
+    """Two small blocks (granularity 2 * 72 // 3 = 48) under a list, and a larger head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Alternating() for _ in range(2))
+        self.head = nn.Linear(8, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = torch.tanh(b(x))
+        return self.head(x).sum()
+
+
+def test_granularity_threshold_marks_outermost_small_subtrees() -> None:
+    m = Blocks()
+    assert mark_by_granularity(m, 0) == [] and mark_by_granularity(m, 47) == []
+    # The root (granularity (2 * 144 + 576) // 8 = 108) stays; the list is never a leaf.
+    assert mark_by_granularity(m, 100) == list(m.blocks)
+    assert not z3_leaf_module(m) and not z3_leaf_module(m.blocks) and not z3_leaf_module(m.head)
+    whole = Blocks()
+    assert mark_by_granularity(whole, 108) == [whole]  # the outermost one only
+
+
+def test_granularity_threshold_from_config_trains_as_torch() -> None:
+    """The leaves the threshold makes read their children's weights directly (Alternating):
+    only their whole-subtree gather serves that, and training matches plain PyTorch."""
+    torch.manual_seed(0)
+    model = Blocks()
+    ref = Blocks()
+    ref.load_state_dict(model.state_dict())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    eng = stage3(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        stage3_param_persistence_threshold=0,
+        stage3_module_granularity_threshold=100,
+    )
+    assert get_z3_leaf_modules(model) == list(model.blocks)
+    for step in range(3):
+        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(step))
+        ref_opt.zero_grad()
+        ref(x).backward()
+        ref_opt.step()
+        eng.backward(eng(x))
+        eng.step()
+    with eng.strategy.partitioner.hold():
+        for a, b in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(b.data, a.data, rtol=1e-6, atol=1e-6)

@@ -18,7 +18,10 @@ from typing import Any
 
 import torch
 
+from ds.interfaces.logging import get_logger
 from ds.zero.config.sections_aux import DEFAULT_LEAF_MODULE_CLASSES
+
+log = get_logger(__name__)
 
 
 def z3_leaf_module(module: torch.nn.Module) -> bool:
@@ -111,6 +114,66 @@ def mark_by_suffix(
     return list(matched.values()), missing
 
 
+# Containers never become leaves by size: a ModuleList or ModuleDict runs no forward, so its
+# children, left without hooks of their own, would never be gathered.
+_CONTAINERS = (
+    torch.nn.Sequential,
+    torch.nn.ModuleList,
+    torch.nn.ModuleDict,
+    torch.nn.ParameterList,
+    torch.nn.ParameterDict,
+)
+# Nor does a subtree this large (elements): gathered at once it would hold too much memory.
+_MAX_LEAF_NUMEL = 1_000_000_000
+
+
+def mark_by_granularity(model: torch.nn.Module, threshold: int) -> list[torch.nn.Module]:
+    """``zero_optimization.module_granularity_threshold``: a module's granularity is the number
+    of parameter elements in its subtree divided by the number of modules there (itself and its
+    descendants, not counting containers and modules without parameters); the outermost modules
+    whose granularity is at most ``threshold`` become leaves, so that a subtree of many small
+    modules costs one gather instead of one per module. A module without children keeps its own
+    hooks either way. Returns the marked modules."""
+    if threshold <= 0:
+        return []
+    granularity: dict[int, float] = {}
+
+    def walk(m: torch.nn.Module) -> tuple[int, int]:  # (modules, elements) in the subtree
+        own = sum(int(getattr(p, "ds_numel", p.numel())) for p in m.parameters(recurse=False))
+        children = list(m.children())
+        if not children:
+            return (1, own) if own else (0, 0)
+        layers, numel = 0, own
+        for c in children:
+            n_layers, n_numel = walk(c)
+            layers, numel = layers + n_layers, numel + n_numel
+        if not numel or isinstance(m, _CONTAINERS):
+            return layers, numel
+        layers += 1
+        if numel <= _MAX_LEAF_NUMEL:
+            granularity[id(m)] = numel // layers
+        return layers, numel
+
+    walk(model)
+    marked: list[torch.nn.Module] = []
+    stack = [model]
+    while stack:
+        m = stack.pop()
+        if granularity.get(id(m), float("inf")) <= threshold:
+            m._z3_leaf = True  # type: ignore[assignment]
+            marked.append(m)
+        else:
+            stack.extend(reversed(list(m.children())))
+    if not marked:
+        log.warning(
+            "module_granularity_threshold marks no module: raise it to at least the smallest "
+            "granularity to take effect",
+            threshold=threshold,
+            smallest=min(granularity.values(), default=None),
+        )
+    return marked
+
+
 def apply_leaf_config(model: torch.nn.Module, cfg: Any) -> list[torch.nn.Module]:
     """Mark the leaves a ``zero_optimization.leaf_module`` section names; entries that match
     nothing are skipped (the defaults name transformers classes a model may not use)."""
@@ -129,6 +192,7 @@ __all__ = [
     "apply_leaf_config",
     "get_z3_leaf_modules",
     "mark_by_class",
+    "mark_by_granularity",
     "mark_by_name",
     "mark_by_suffix",
     "z3_leaf_module",

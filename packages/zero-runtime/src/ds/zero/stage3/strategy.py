@@ -10,7 +10,7 @@ import torch
 from ds.interfaces.checkpoint import LoadRequest, ShardedStateDict, TensorMeta
 from ds.interfaces.parallel import tp_dim
 from ds.zero.stage3.collectives import Collectives
-from ds.zero.stage3.leaf import apply_leaf_config
+from ds.zero.stage3.leaf import apply_leaf_config, mark_by_granularity
 from ds.zero.stage3.nvme_room import check_room, ranks_per_node, stage3_needs
 from ds.zero.stage3.optimizer import Stage3Optimizer
 from ds.zero.stage3.partitioner import Stage3Limits, Stage3Partitioner
@@ -159,6 +159,7 @@ class Stage3Strategy(ZeroStrategy):
                 pin_memory=bool(op.pin_memory),
             )
         apply_leaf_config(module, zero.leaf_module)
+        mark_by_granularity(module, _int(zero.module_granularity_threshold, 0))
         self.partitioner = Stage3Partitioner(module, self.coll, self.limits, swapper)
         # offload_optimizer=cpu: masters on the host, stepped by the optimizer the engine's
         # factory builds from the kernel provider (CPU kernels), gradients copied to the host.
