@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import torch
 from _stage3 import stage3
-from test_stage3_external_access import ReturnsBias
+from test_stage3_external_access import AddsReturnedBias
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
@@ -59,24 +59,19 @@ class _RaiseInBackward(torch.autograd.Function):
         raise RuntimeError("injected")
 
 
-class External(nn.Module):
+class External(AddsReturnedBias):
     """The caller adds a bias its child hands back, inside the checkpointed region."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.producer = ReturnsBias(8, 8)
-        self.head = nn.Linear(8, 1)
-
     def _block(self, x: torch.Tensor) -> torch.Tensor:
-        y, bias = self.producer(x)
+        y, bias = self.inner(x)
         return torch.tanh(y + bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(checkpoint(self._block, x, use_reentrant=False)).sum()
 
 
-def _train(make: Callable[[], nn.Module], fail_at: dict[int, str], steps: int = 3) -> None:
-    """``steps`` steps of ds stage 3 and of plain PyTorch; at step ``i`` in ``fail_at`` both
+def _train(make: Callable[[], nn.Module], fail_at: dict[int, str], dim: int = 8) -> None:
+    """Three steps of ds stage 3 and of plain PyTorch; at step ``i`` in ``fail_at`` both
     first run a backward that raises where the key says, then the retry."""
     torch.manual_seed(0)
     ref = make()
@@ -89,8 +84,8 @@ def _train(make: Callable[[], nn.Module], fail_at: dict[int, str], steps: int = 
         stage3_prefetch_bucket_size=0,
         stage3_max_reuse_distance=0,
     )
-    for step in range(steps):
-        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(step), requires_grad=True)
+    for step in range(3):
+        x = torch.randn(4, dim, generator=torch.Generator().manual_seed(step), requires_grad=True)
         x_ref = x.detach().clone().requires_grad_(True)
         if step in fail_at:
             ref.fail = model.fail = fail_at[step]  # type: ignore[assignment]
@@ -130,4 +125,4 @@ def test_exception_then_clean_retry(where: str) -> None:
 
 
 def test_returned_parameter_is_whole_at_recompute() -> None:
-    _train(External, {})
+    _train(External, {}, dim=4)
