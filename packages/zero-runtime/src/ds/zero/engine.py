@@ -119,6 +119,9 @@ class ZeroEngine(EngineAccumulation, EngineAccessors, EnginePrecision):
             model, model_parameters, mesh, self.config.stage
         )
         names = {id(p): n for n, p in model.named_parameters()}
+        # Each group's parameter names in order: a checkpoint records them so that a converter
+        # can lay the tensors out as another framework's flat groups (ds.checkpoint.deepspeed_writer).
+        self._group_param_names = [[names[id(p)] for p in g["params"]] for g in split]
         groups = factory.initial_groups(split, names)
         ctx = StrategyContext(
             module=model,

@@ -128,6 +128,7 @@ def save_checkpoint(
         state.objects.update(describe(engine.module))
     state.rank_objects.update(rng_state(engine.accelerator))
     state.objects["optimizer.group_origin"] = list(engine._group_origin)
+    state.objects["optimizer.group_params"] = [list(g) for g in engine._group_param_names]
     suffix = tp_suffix(engine)
     if suffix:
         # Each tensor-parallel rank holds other slices under the same names: its tensors
