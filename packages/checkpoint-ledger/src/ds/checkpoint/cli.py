@@ -59,6 +59,26 @@ def _parser() -> argparse.ArgumentParser:
         help="zero_to_fp32.py form: fp32 weights into this folder, Hugging Face file names",
     )
     e.add_argument("-t", "--tag", default=None)
+    e.add_argument(
+        "--format",
+        choices=["weights", "deepspeed"],
+        default="weights",
+        help="weights: consolidated weights (default); deepspeed: the whole training state in "
+        "DeepSpeed 0.19.8's checkpoint layout, into OUTPUT_DIR, for deepspeed's load_checkpoint",
+    )
+    e.add_argument("--zero-stage", type=int, default=None, help="--format deepspeed: 1 or 2")
+    e.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="--format deepspeed: data-parallel size to load at",
+    )
+    e.add_argument(
+        "--param-order",
+        default=None,
+        help="--format deepspeed: JSON file, the parameter names of each optimizer group in order "
+        "(for tags that record none)",
+    )
     e.add_argument("--to", choices=["safetensors", "torch"], default="safetensors")
     e.add_argument(
         "--out",
@@ -258,6 +278,8 @@ def _export(args: argparse.Namespace) -> int:
     from ds.checkpoint.deepspeed_format import is_deepspeed_checkpoint
     from ds.checkpoint.pipeline_format import pipeline_root
 
+    if args.format == "deepspeed":
+        return _export_deepspeed(args)
     if (
         args.output_dir is not None
         or is_deepspeed_checkpoint(args.directory, args.tag)
@@ -297,6 +319,32 @@ def _export(args: argparse.Namespace) -> int:
             args.hf_config, os.path.join(os.path.dirname(os.path.abspath(out)), "config.json")
         )
     print(f"exported {len(plans)} tensors ({n / 2**20:.2f} MiB) to {out}")
+    return 0
+
+
+def _export_deepspeed(args: argparse.Namespace) -> int:
+    from ds.checkpoint.deepspeed_writer import write_deepspeed
+
+    if args.output_dir is None:
+        print("error: --format deepspeed needs an OUTPUT_DIR", file=sys.stderr)
+        return 2
+    order = None
+    if args.param_order:
+        with open(args.param_order, encoding="utf-8") as f:
+            order = json.load(f)
+        order = [order] if order and isinstance(order[0], str) else order
+    path = write_deepspeed(
+        args.directory,
+        args.output_dir,
+        tag=args.tag,
+        zero_stage=args.zero_stage,
+        world_size=args.world_size,
+        dtype=args.dtype,
+        param_groups=order,
+    )
+    print(
+        f"DeepSpeed checkpoint written to {path} (load it at data-parallel size {args.world_size})"
+    )
     return 0
 
 
