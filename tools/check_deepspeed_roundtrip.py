@@ -9,7 +9,8 @@ the tag in DeepSpeed's layout for data-parallel sizes 1 and 2 (``ds checkpoint e
 deepspeed``). Then the real DeepSpeed (CPU accelerator, torch Adam; run through
 ``torch.distributed.run`` at each size) builds the same model and config with other initial
 weights, ``load_checkpoint``s the converted tag, trains the same 5 global batches and compares its
-losses with ds's; its ``zero_to_fp32`` must return ds's fp32 master weights exactly. Prints the
+losses with ds's; its ``zero_to_fp32`` must return ds's fp32 master weights exactly, and its
+``ds_to_universal`` the ds tag's weights and Adam moments (stage 2, fp32, size 2). Prints the
 largest differences; exits non-zero past 1e-6 (fp32) or 1e-2 (bf16 losses). Not part of the test
 suite: DeepSpeed is not installed in ds's environment.
 """
@@ -125,6 +126,36 @@ def _save_masters(work: Path) -> None:
         torch.save(masters, str(work / name / "masters.pt"))
 
 
+def _check_universal(work: Path, python: str, env: dict[str, str]) -> bool:
+    """DeepSpeed's ds_to_universal on a converted tag: every parameter's fp32 weights and Adam
+    moments must equal the ds tag's."""
+    import torch
+
+    from ds.checkpoint.engine import ShardedCheckpointEngine
+    from ds.checkpoint.sharding import full_requests
+
+    name = _name(2, "fp32")
+    src, out = work / name / "deepspeed_w2" / f"global_step{SAVE}", work / name / "universal"
+    cmd = [python, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(src),
+           "--output_folder", str(out), "--inject_missing_state"]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-3000:])
+        return False
+    eng = ShardedCheckpointEngine()
+    metas = eng.metadata(str(work / name / "ds"))
+    ref = eng.load(str(work / name / "ds"), None, full_requests(metas.values())).tensors
+    same = True
+    for key, prefix in (("fp32", "module"), ("exp_avg", "optim.exp_avg"),
+                        ("exp_avg_sq", "optim.exp_avg_sq")):  # fmt: skip
+        for n in (k[len(prefix) + 1 :] for k in ref if k.startswith(f"{prefix}.")):
+            t = torch.load(str(out / "zero" / n / f"{key}.pt"), weights_only=False)
+            t = t["param"] if isinstance(t, dict) else t
+            same &= torch.equal(t.reshape(-1), ref[f"{prefix}.{n}"].local.reshape(-1))
+    print(f"{name} world 2 -> DeepSpeed ds_to_universal: fp32 and Adam moments == ds tag: {same}")
+    return same
+
+
 def main() -> int:
     work = Path(sys.argv[1]).resolve()
     if "--role" in sys.argv:
@@ -150,6 +181,7 @@ def main() -> int:
             print(f"{name} world {world}: max |loss - ds loss| = {r['loss_diff']:.3e}, "
                   f"zero_to_fp32 == ds masters: {r['zero_to_fp32_equal']} "
                   f"{'OK' if ok else 'FAIL'}")  # fmt: skip
+    failed |= not _check_universal(work, python, env)
     return 1 if failed else 0
 
 

@@ -203,9 +203,15 @@ def _optim_states(
     return out
 
 
+def _unset(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` without its unset (None) keys: ds records every field, a DeepSpeed config only
+    those the user set, and DeepSpeed's tools read a key that is present as set."""
+    return {k: _unset(v) if isinstance(v, Mapping) else v for k, v in cfg.items() if v is not None}
+
+
 def _config(src: _Source, stage: int, dtype: torch.dtype) -> dict[str, Any]:
     """The tag's ds config with the stage and precision written."""
-    cfg = dict(src.objects.get("ds_config") or {})
+    cfg = _unset(src.objects.get("ds_config") or {})
     cfg["zero_optimization"] = dict(cfg.get("zero_optimization") or {}, stage=stage)
     cfg["bf16"] = dict(cfg.get("bf16") or {}, enabled=dtype == torch.bfloat16)
     cfg["fp16"] = dict(cfg.get("fp16") or {}, enabled=False)
