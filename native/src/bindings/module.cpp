@@ -15,6 +15,7 @@ void register_optim(nb::module_& m);
 void register_quant(nb::module_& m);
 void register_aio(nb::module_& m);
 void register_attention(nb::module_& m);
+void register_hlinear(nb::module_& m);
 
 NB_MODULE(_C, m) {
   m.def("build_info", &ds::build_info, "Compiler that built the kernels.");
@@ -50,4 +51,5 @@ NB_MODULE(_C, m) {
   register_quant(m);
   register_aio(m);
   register_attention(m);
+  register_hlinear(m);
 }

@@ -20,19 +20,20 @@
 
 #include "ds/quant.h"
 
-#if defined(DS_QLIN_AVX2) || defined(DS_QLIN_AVX512)
-#include <immintrin.h>
+#if defined(DS_QLIN_AVX512)
+#define DS_VEC_AVX512 1
+#elif defined(DS_QLIN_AVX2)
+#define DS_VEC_AVX2 1
 #endif
+#include "../common/vec_f32.h"
 
 namespace ds::quant {
 namespace DS_QLIN_NS {
 namespace {
 
+using namespace ds::vec;  // W, V and the fp32 operations of this variant
+
 #if defined(DS_QLIN_AVX512)
-constexpr int W = 16;
-using V = __m512;
-inline V zero() { return _mm512_setzero_ps(); }
-inline V loadx(const float* p) { return _mm512_loadu_ps(p); }
 inline V codes_i8(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
@@ -42,9 +43,6 @@ inline __m512i bytes_u8(const uint8_t* p) {
 inline V to_f(__m512i v) { return _mm512_cvtepi32_ps(v); }
 inline __m512i lo4(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi32(0xF)); }
 inline __m512i hi4(__m512i v) { return _mm512_srli_epi32(v, 4); }
-inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-inline V bcast(float s) { return _mm512_set1_ps(s); }
-inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
 // 4-bit codes to floats by a 16-entry table lookup (vpermps reads the low 4 bits of each index):
 // it runs on the shuffle port, where a conversion would compete with the FMAs for theirs, and
 // the table can hold the code minus int4_sym's zero point 8, so that scheme needs no correction.
@@ -56,10 +54,6 @@ inline V table4(float off) {
 inline V nib_lo(__m512i b, V table) { return _mm512_permutexvar_ps(b, table); }
 inline V nib_hi(__m512i b, V table) { return _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), table); }
 #elif defined(DS_QLIN_AVX2)
-constexpr int W = 8;
-using V = __m256;
-inline V zero() { return _mm256_setzero_ps(); }
-inline V loadx(const float* p) { return _mm256_loadu_ps(p); }
 inline V codes_i8(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
@@ -69,27 +63,12 @@ inline __m256i bytes_u8(const uint8_t* p) {
 inline V to_f(__m256i v) { return _mm256_cvtepi32_ps(v); }
 inline __m256i lo4(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi32(0xF)); }
 inline __m256i hi4(__m256i v) { return _mm256_srli_epi32(v, 4); }
-inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-inline V bcast(float s) { return _mm256_set1_ps(s); }
-inline float hsum(V v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 #else
-constexpr int W = 1;
-using V = float;
-inline V zero() { return 0.0f; }
-inline V loadx(const float* p) { return *p; }
 inline V codes_i8(const uint8_t* p) { return static_cast<float>(static_cast<int8_t>(*p)); }
 inline int32_t bytes_u8(const uint8_t* p) { return *p; }
 inline V to_f(int32_t v) { return static_cast<float>(v); }
 inline int32_t lo4(int32_t v) { return v & 0xF; }
 inline int32_t hi4(int32_t v) { return v >> 4; }
-inline V fma(V a, V b, V c) { return a * b + c; }
-inline V bcast(float s) { return s; }
-inline float hsum(V v) { return v; }
 #endif
 
 #if !defined(DS_QLIN_AVX512)

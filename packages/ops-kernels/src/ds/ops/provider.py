@@ -1,5 +1,6 @@
 """The ``cpu`` kernel provider (entry point ``ds.kernels: cpu``): native fused optimizer steps on
-flat CPU buffers, group-wise quantizers and the async file I/O handle of ds-ops-kernels."""
+flat CPU buffers, group-wise quantizers, the async file I/O handle of ds-ops-kernels, and the
+optional paged decode attention and fp16-weight linear kernels."""
 
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ class CpuKernelProvider(KernelProviderBase):
         from ds.ops.attention import paged_decode
 
         return paged_decode(*args, **kwargs)
+
+    # ds.interfaces.kernels.HalfLinearKernels (ds.ops.half_linear).
+    def half_linear_applies(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
+        from ds.ops.half_linear import applies
+
+        return applies(x, weight)
+
+    def half_linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        from ds.ops.half_linear import linear
+
+        return linear(x, weight, bias)
 
     def new_state(self, like: torch.Tensor, avoid: Sequence[torch.Tensor] = ()) -> torch.Tensor:
         """Zeroed state like ``like``, placed apart from ``avoid`` (:mod:`ds.ops.placement`)."""
