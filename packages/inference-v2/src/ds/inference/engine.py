@@ -283,6 +283,11 @@ def build_engine(
         from ds.inference.quantize import quantized_linear_factory
 
         linear_factory = quantized_linear_factory(cfg.quantization, cfg.device)
+    else:
+        from ds.inference.half_linear import half_linear_factory
+
+        # fp16 on a CPU: decode-sized inputs through the cpu provider's fp16-weight kernel.
+        linear_factory = half_linear_factory(_DTYPES[cfg.dtype], cfg.device)
     model = family(model_config, weights, _DTYPES[cfg.dtype], cfg.device, linear_factory)
     # EOS of config.json and generation_config.json together: transformers' generate() stops on
     # the generation config's, which usually repeats (or extends) the model's.

@@ -110,7 +110,8 @@ class RaggedDecoder:
         weight = self.embed_w if head is None else head
         if getattr(w.make, "quantizes_head", False):
             return w.make(weight, bias)
-        return DenseHead(weight, bias)
+        make_head = getattr(w.make, "make_head", None)  # a factory's own dense head (fp16 CPU)
+        return make_head(weight, bias) if make_head is not None else DenseHead(weight, bias)
 
     @property
     def sliding_window(self) -> int | None:

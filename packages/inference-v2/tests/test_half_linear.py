@@ -1,0 +1,71 @@
+"""fp16 models on the CPU: decode-sized inputs through the cpu provider's fp16-weight kernel
+(ds.inference.half_linear) give the greedy outputs of the torch path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from inference_models import prompts
+
+from ds.inference import SamplingParams, build_engine, generate
+from ds.inference.half_linear import HalfLinear, half_linear_factory
+from ds.interfaces import registry
+
+pytestmark = pytest.mark.skipif(
+    not registry.has_provider(registry.KERNELS, "cpu"),
+    reason="needs ds-ops-kernels (ds.kernels cpu)",
+)
+
+CONFIG = {"dtype": "float16", "kv_cache": {"num_blocks": 128}}
+
+
+def _torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ds.inference.half_linear as hl
+
+    monkeypatch.setattr(hl, "half_linear_factory", lambda dtype, device: None)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2's q/k/v have biases
+def test_fp16_greedy_equals_torch_path(
+    family: str, tiny_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ds.ops.half_linear as kernel
+
+    rows: list[int] = []
+    real = kernel.linear
+
+    def counted(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        rows.append(x.shape[0])
+        return real(x, w, b)
+
+    monkeypatch.setattr(kernel, "linear", counted)
+    ps = prompts()[:5]
+    params = SamplingParams(max_new_tokens=8)
+    fast = build_engine(tiny_dirs[family], CONFIG)
+    layer = fast.model.layers[0]
+    assert all(isinstance(f, HalfLinear) for f in (layer.q, layer.k, layer.v, layer.o))
+    assert isinstance(fast.model.lm_head, HalfLinear)
+    # All prompts together (decode steps of 5 rows) and one alone (1 row); prefill takes the
+    # dense path (more rows than the kernel's bound).
+    got = [r.tokens for r in generate(fast, ps, params)]
+    got_one = generate(fast, ps[:1], params)[0].tokens
+    assert {1, 5} <= set(rows)  # the kernel ran the decode steps
+    _torch_path(monkeypatch)
+    slow = build_engine(tiny_dirs[family], CONFIG)
+    assert not isinstance(slow.model.lm_head, HalfLinear)
+    want = [r.tokens for r in generate(slow, ps, params)]
+    assert got == want
+    assert got_one == want[0]
+
+
+def test_factory_only_for_fp16_on_cpu() -> None:
+    assert half_linear_factory(torch.float32, "cpu") is None
+    assert half_linear_factory(torch.bfloat16, "cpu") is None
+    assert half_linear_factory(torch.float16, "meta") is None
+    make = half_linear_factory(torch.float16, "cpu")
+    w = torch.randn(7, 5).half()
+    lin = make(w, None)
+    x = torch.randn(3, 5).half()
+    torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w), atol=2e-3, rtol=2e-3)
