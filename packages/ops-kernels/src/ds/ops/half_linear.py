@@ -21,8 +21,8 @@ from ds.interfaces.errors import KernelError
 # Rows of x up to which the kernel beats F.linear on the fp16 weight. Each block of 4 rows
 # converts the weight's vectors again (from L1: a tile of 4 rows of W is read from memory once
 # for all blocks). SmolLM2-135M's 30 layers, one thread, AVX-512 (tools/bench/half_linear.py,
-# CPU time): 20.9 / 24.3 / 53.3 / 78.9 ms at 1 / 4 / 16 / 32 rows against torch fp16's 33.0 /
-# 52.1 / 67.5 / 74.7; its 49152 x 576 head 3.8 / 11.9 ms at 1 / 16 rows against 8.0 / 13.8.
+# CPU time): 23.7 / 26.2 / 51.8 / 87.1 ms at 1 / 4 / 16 / 32 rows against torch fp16's 34.1 /
+# 53.5 / 67.8 / 81.0; its 49152 x 576 head 4.5 / 12.4 ms at 1 / 16 rows against 9.7 / 14.7.
 MAX_NATIVE_ROWS = 16
 
 _X_DTYPES = (torch.float16, torch.float32)
