@@ -69,3 +69,16 @@ def test_factory_only_for_fp16_on_cpu() -> None:
     lin = make(w, None)
     x = torch.randn(3, 5).half()
     torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, w), atol=2e-3, rtol=2e-3)
+
+
+def test_torch_path_without_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ds.inference.half_linear as hl
+    from ds.interfaces.errors import ProviderNotFoundError
+
+    def missing(group: str, name: str) -> None:
+        raise ProviderNotFoundError(f"no {name} in {group}")
+
+    monkeypatch.setattr(hl.registry, "get", missing)  # ds-ops-kernels not installed
+    assert half_linear_factory(torch.float16, "cpu") is None
+    monkeypatch.setattr(hl.registry, "get", lambda group, name: object)  # a provider without it
+    assert half_linear_factory(torch.float16, "cpu") is None
