@@ -1,7 +1,7 @@
 """ds tags written in DeepSpeed's layout (``ds checkpoint export --format deepspeed``) hold the same
 training state, and an engine resumes from them as from the ds tag.
 
-A tiny model trains 3 steps under ds (ZeRO 1 and 2, fp32 and bf16, Adam) and is saved; the tag is
+A tiny model trains 3 steps under ds (ZeRO 0, 1 and 2, fp32 and bf16, Adam) and is saved; the tag is
 converted for data-parallel sizes 1 and 2. ds's DeepSpeed reader must find every logical tensor
 (weights, fp32 masters, Adam moments) equal bit for bit and the same step, counters, LR scheduler
 and client state; a ds engine loading the converted tag (ds's DeepSpeed-load route) continues with
@@ -26,7 +26,7 @@ from ds.checkpoint.deepspeed_format import DeepSpeedCheckpoint
 from ds.checkpoint.engine import ShardedCheckpointEngine
 from ds.checkpoint.sharding import full_requests
 
-CASES = [(1, "fp32"), (2, "fp32"), (1, "bf16"), (2, "bf16")]
+CASES = [(0, "fp32"), (1, "fp32"), (2, "fp32"), (0, "bf16"), (1, "bf16"), (2, "bf16")]
 SAVE, CONTINUE = 3, 3
 
 
@@ -74,9 +74,10 @@ def test_converted_tag_holds_the_ds_tag_state_bit_for_bit(
         argv = ["export", "--format", "deepspeed", str(src), str(dst), "--world-size", str(world)]
         assert checkpoint_cli(argv) == 0
         prefix = "bf16_" if case[1] == "bf16" else ""
+        ranks = range(world) if case[0] else []  # stage 0: all in the model states
         assert sorted(p.name for p in (dst / f"global_step{SAVE}").iterdir()) == sorted(
             ["mp_rank_00_model_states.pt"]
-            + [f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)]
+            + [f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in ranks]
         )
         ck = DeepSpeedCheckpoint(str(dst))
         assert (ck.stage, ck.world_size) == (case[0], world)

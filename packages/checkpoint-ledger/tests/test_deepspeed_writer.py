@@ -20,7 +20,9 @@ SHAPES = {"a": (5, 3), "b": (4,), "c": (7,)}  # 26 elements: padded to 30 at wor
 ORDER = ["a", "b", "c"]
 
 
-def _tag(root: Path, dtype: torch.dtype = torch.bfloat16, **objects: object) -> Path:
+def _tag(
+    root: Path, dtype: torch.dtype = torch.bfloat16, frozen: bool = False, **objects: object
+) -> Path:
     g = torch.Generator().manual_seed(0)
     tensors = {}
     for n, shape in SHAPES.items():
@@ -30,6 +32,8 @@ def _tag(root: Path, dtype: torch.dtype = torch.bfloat16, **objects: object) -> 
             tensors[f"master.{n}"] = master
         tensors[f"optim.exp_avg.{n}"] = torch.randn(shape, generator=g)
         tensors[f"optim.exp_avg_sq.{n}"] = torch.rand(shape, generator=g)
+    if frozen:
+        tensors["frozen.f"] = torch.ones(3, dtype=dtype)
     state = shard_state(tensors, 0, 1)
     state.objects = {
         "zero_stage": 2,
@@ -122,7 +126,7 @@ def test_order_comes_from_the_caller_when_the_tag_has_none(tmp_path: Path) -> No
     ("objects", "kwargs", "message"),
     [
         ({}, {"zero_stage": 3}, "ZeRO stage 3 is not written"),
-        ({}, {"zero_stage": 0}, "ZeRO stage 0 is not written"),
+        ({}, {"zero_stage": 4}, "ZeRO stage 4 is not written"),
         ({}, {"dtype": "fp16"}, "dtype 'fp16' is not written"),
         ({"tensor_parallel_size": 2}, {}, "tensor parallelism"),
         ({"optimizer.group_origin": [0, 0]}, {}, "split the optimizer groups"),
@@ -137,10 +141,26 @@ def test_refusals_name_what_is_not_written(
         write_deepspeed(str(src), str(tmp_path / "out"), **kwargs)
 
 
+def test_stage0_keeps_the_optimizer_whole_in_the_model_states(tmp_path: Path) -> None:
+    src = _tag(tmp_path / "ds")
+    path = Path(write_deepspeed(str(src), str(tmp_path / "out"), zero_stage=0, world_size=2))
+    assert [p.name for p in path.iterdir()] == ["mp_rank_00_model_states.pt"]
+    opt = load_file(str(path / "mp_rank_00_model_states.pt"))["optimizer"]
+    torch_sd = opt["optimizer_state_dict"]  # bf16: DeepSpeed's wrapper with the fp32 masters
+    assert torch_sd["param_groups"][0]["params"] == [0, 1, 2]
+    masters = _flat(src, "master")
+    assert torch.equal(torch.cat([t.reshape(-1) for t in opt["fp32_groups"][0]]), masters[:26])
+    ck = DeepSpeedCheckpoint(str(tmp_path / "out"))
+    assert ck.stage == 0
+    assert torch.equal(ck.tensors["optim.exp_avg.b"].read(0, 4), _flat(src, "optim.exp_avg")[15:19])
+    with pytest.raises(CheckpointError, match="stage 0 with frozen parameters"):
+        write_deepspeed(str(_tag(tmp_path / "f", frozen=True)), str(tmp_path / "o"), zero_stage=0)
+
+
 def test_fp16_tags_and_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     src = _tag(tmp_path / "ds", dtype=torch.float16)
     argv = ["export", "--format", "deepspeed", str(src), str(tmp_path / "out")]
     assert checkpoint_cli(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "float16" in err and "ZeRO stage 1 and 2" in err
+    assert "\n" not in err and "float16" in err and "ZeRO stage 0-2" in err
     assert checkpoint_cli(["export", "--format", "deepspeed", str(src)]) == 2

@@ -6,7 +6,7 @@ its objects) and writes what DeepSpeed's engine saves for the same model at that
 data-parallel size: ``mp_rank_00_model_states.pt`` (whole weights, parameter shapes, counters, LR
 scheduler, client state) and one ``[bf16_]zero_pp_rank_<r>_mp_rank_00_optim_states.pt`` per rank
 (that rank's slice of each group's flat fp32 master vector and of the Adam moments), then
-``latest``. DeepSpeed's ``engine.load_checkpoint`` resumes from it at that world size, and its
+``latest``; at stage 0 the whole optimizer state goes into the model states instead. DeepSpeed's ``engine.load_checkpoint`` resumes from it at that world size, and its
 ``zero_to_fp32.py`` and universal-checkpoint converter read it.
 
 DeepSpeed's flat layout depends on parameter order: each optimizer group's trainable parameters,
@@ -33,7 +33,7 @@ DEEPSPEED_VERSION = "0.19.8"
 _ALIGN = 2  # DeepSpeed's nccl_start_alignment_factor: flat groups pad to 2 * world elements
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
            "bfloat16": torch.bfloat16}  # fmt: skip
-SUPPORTED = "ds writes DeepSpeed ZeRO stage 1 and 2 checkpoints in fp32 or bf16 with Adam/AdamW"
+SUPPORTED = "ds writes DeepSpeed ZeRO stage 0-2 checkpoints in fp32 or bf16 with Adam/AdamW"
 # What torch's Adam/AdamW groups hold besides ds's recorded hyperparameters (DeepSpeed saves the
 # torch optimizer's groups; torch fills missing keys with Adam's defaults, not AdamW's).
 _TORCH_ADAM_GROUP = {"amsgrad": False, "maximize": False, "foreach": None, "capturable": False,
@@ -135,13 +135,40 @@ def _flat(tensors: list[torch.Tensor], world: int) -> torch.Tensor:
     return torch.cat([flat, flat.new_zeros(padded - flat.numel())])
 
 
-def _torch_group(saved: Mapping[str, Any], index: int) -> dict[str, Any]:
+def _torch_group(saved: Mapping[str, Any], indices: list[int]) -> dict[str, Any]:
     group = dict(_TORCH_ADAM_GROUP)
     group.update({k: v for k, v in saved.items() if k != "params"})
     group["betas"] = tuple(group.get("betas", (0.9, 0.999)))
     group["decoupled_weight_decay"] = bool(saved.get("adamw_mode", True))
-    group["params"] = [index]
+    group["params"] = indices
     return group
+
+
+def _stage0_optimizer(src: _Source, groups: list[list[str]], dtype: torch.dtype) -> dict[str, Any]:
+    """Stage 0 keeps the optimizer whole in the model states: the torch optimizer's state dict
+    (parameters numbered across groups) or, in bf16, DeepSpeed's wrapper holding it beside the
+    fp32 masters of every parameter."""
+    saved_groups = src.objects.get("optimizer.param_groups") or [{}]
+    scalar = src.objects.get("optimizer.scalar_state") or [{}]
+    state: dict[int, Any] = {}
+    torch_groups = []
+    for gi, names in enumerate(groups):
+        first = len(state)
+        step = (scalar[gi] if gi < len(scalar) else scalar[0]).get("step", 0)
+        for i, n in enumerate(names, start=first):
+            state[i] = {"step": torch.tensor(float(step))}
+            for key in ("exp_avg", "exp_avg_sq"):
+                if f"optim.{key}.{n}" in src.tensors:
+                    state[i][key] = src.tensors[f"optim.{key}.{n}"].float().clone()
+        saved = saved_groups[gi] if gi < len(saved_groups) else saved_groups[0]
+        torch_groups.append(_torch_group(saved, list(range(first, len(state)))))
+    torch_sd = {"state": state, "param_groups": torch_groups}
+    if dtype == torch.float32:
+        return torch_sd
+    steps = int(src.objects.get("global_steps") or 0)
+    return {"dynamic_loss_scale": False, "cur_scale": 1.0, "cur_iter": steps,
+            "optimizer_state_dict": torch_sd,
+            "fp32_groups": [[src.master(n) for n in names] for names in groups]}  # fmt: skip
 
 
 def _optim_states(
@@ -175,7 +202,7 @@ def _optim_states(
             st.update({k: v[lo:hi].clone() for k, v in per.items() if k != "fp32"})
             state[gi] = st
             saved = saved_groups[gi] if gi < len(saved_groups) else saved_groups[0]
-            torch_groups.append(_torch_group(saved, gi))
+            torch_groups.append(_torch_group(saved, [gi]))
             paddings.append(pad)
             mapping: OrderedDict[str, Any] = OrderedDict()
             offset = 0
@@ -256,11 +283,12 @@ def _model_states(
     states: dict[str, Any] = {
         "module": module,
         "buffer_names": buffer_names,
-        "optimizer": None,
-        "param_shapes": [OrderedDict((n, weights[n].shape) for n in g) for g in groups],
+        "optimizer": _stage0_optimizer(src, groups, dtype) if stage == 0 else None,
+        "param_shapes": [OrderedDict((n, weights[n].shape) for n in g) for g in groups]
+        if stage else None,
         "frozen_param_shapes": OrderedDict((n, t.shape) for n, t in frozen.items())
         if keep_frozen else None,
-        "shared_params": {},
+        "shared_params": {} if stage else None,
         "frozen_param_fragments": OrderedDict(frozen) if keep_frozen else None,
         "lr_scheduler": objs.get("lr_scheduler"),
         "data_sampler": None,
@@ -302,8 +330,10 @@ def write_deepspeed(
     _check_source(src)
     saved_stage = int(src.objects.get("zero_stage") or 0)
     stage = saved_stage if zero_stage is None else int(zero_stage)
-    if stage not in (1, 2):
-        raise _refuse(f"ZeRO stage {stage} is not written; pass --zero-stage 1 or 2")
+    if stage not in (0, 1, 2):
+        raise _refuse(f"ZeRO stage {stage} is not written; pass --zero-stage 0, 1 or 2")
+    if stage == 0 and any(n.startswith("frozen.") for n in src.tensors):
+        raise _refuse("stage 0 with frozen parameters (DeepSpeed numbers them in its optimizer)")
     if world_size < 1:
         raise CheckpointError(f"world size must be at least 1, not {world_size}")
     if isinstance(dtype, str):
@@ -322,7 +352,7 @@ def write_deepspeed(
             os.remove(os.path.join(path, name))
     prefix = "bf16_" if target == torch.bfloat16 else ""
     cfg = _config(src, stage, target)
-    for r, sd in enumerate(_optim_states(src, groups, world_size, stage)):
+    for r, sd in enumerate(_optim_states(src, groups, world_size, stage) if stage else []):
         zero = {"optimizer_state_dict": sd, "ds_config": cfg, "ds_version": DEEPSPEED_VERSION}
         save(zero, os.path.join(path, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
     states = _model_states(src, groups, model, stage, world_size, target)
