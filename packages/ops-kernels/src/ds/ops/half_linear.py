@@ -34,7 +34,8 @@ def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     ``in_features``, and no gradient wanted (the kernel has no backward)."""
     if weight.dtype != torch.float16 or x.dtype not in _X_DTYPES:
         return False
-    if x.device.type != "cpu" or weight.device.type != "cpu" or weight.dim() != 2:
+    # is_cpu: 0.05 against 0.26 us for device.type, and a decode step asks this 200 times.
+    if not (x.is_cpu and weight.is_cpu) or weight.dim() != 2:
         return False
     if not weight.is_contiguous():  # linear() would copy it every call
         return False
@@ -53,22 +54,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     fp32, ``bias`` [out] fp16 / fp32 or None; the result has ``x``'s dtype. Any number of rows
     (the kernel is the fast path only up to :data:`MAX_NATIVE_ROWS`); raises KernelError for
     inputs it does not take (other dtypes or devices, mismatched shapes, gradients)."""
-    if weight.dtype != torch.float16 or weight.device.type != "cpu" or weight.dim() != 2:
+    if weight.dtype != torch.float16 or not weight.is_cpu or weight.dim() != 2:
         raise _refuse(
             f"the weight must be a 2-D fp16 CPU tensor; got {tuple(weight.shape)} "
             f"{weight.dtype} on {weight.device}"
         )
     n, k = weight.shape
-    if x.dtype not in _X_DTYPES or x.device.type != "cpu" or x.dim() < 1 or x.shape[-1] != k:
+    if x.dtype not in _X_DTYPES or not x.is_cpu or x.dim() < 1 or x.shape[-1] != k:
         raise _refuse(
             f"x must be fp16 or fp32 on the CPU with {k} features last; got "
             f"{tuple(x.shape)} {x.dtype} on {x.device}"
         )
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         raise _refuse("the kernel has no backward; call it under torch.no_grad()")
-    if bias is not None and (
-        bias.dtype not in _X_DTYPES or bias.device.type != "cpu" or bias.shape != (n,)
-    ):
+    if bias is not None and (bias.dtype not in _X_DTYPES or not bias.is_cpu or bias.shape != (n,)):
         raise _refuse(
             f"bias must be fp16 or fp32 of shape ({n},) on the CPU; got {tuple(bias.shape)} "
             f"{bias.dtype} on {bias.device}"
