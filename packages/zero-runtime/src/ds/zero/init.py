@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ds.interfaces.comm import Communicator
 from ds.interfaces.errors import ConfigError
 from ds.zero.stage3.collectives import Collectives
+from ds.zero.stage3.linear import zero3_linear
 from ds.zero.stage3.shard import ParamStatus, meta_replacement, partition_param, shard_of
 
 
@@ -101,6 +102,9 @@ class Init:
     taken from ``offload_param.device``): then shards live on the host.
     """
 
+    #: The ``torch.nn.functional.linear`` the first :func:`use_memory_efficient_linear` replaced.
+    linear_bk: ClassVar[Any]
+
     def __init__(
         self,
         module: torch.nn.Module | None = None,
@@ -137,12 +141,15 @@ class Init:
             if why is not None:
                 raise ConfigError(why)
         self.dtype = dtype
+        self.memory_efficient_linear = bool(zero.get("memory_efficient_linear", True))
         self.threshold = int(param_persistence_threshold or 0)
         self._patched: list[tuple[type, Any]] = []
         self._replaced: dict[int, torch.nn.Parameter] = {}
         self._keep: list[torch.nn.Parameter] = []
         self._orig_init_subclass: Any = None
         if module is not None and enabled:
+            if self.memory_efficient_linear:
+                use_memory_efficient_linear()
             self.partition_module(module)
 
     def _src(self) -> int:
@@ -214,6 +221,8 @@ class Init:
     def __enter__(self) -> Init:
         if not self.enabled:
             return self
+        if self.memory_efficient_linear:
+            use_memory_efficient_linear()
         for cls in _subclasses(torch.nn.Module):
             self._wrap(cls)
         ctx = self
@@ -239,6 +248,21 @@ class Init:
             del torch.nn.Module.__init_subclass__
         else:
             torch.nn.Module.__init_subclass__ = self._orig_init_subclass  # type: ignore[misc]
+
+
+def use_memory_efficient_linear() -> None:
+    """Route ``torch.nn.functional.linear`` through stage 3's
+    :func:`~ds.zero.stage3.linear.zero3_linear` for the rest of the process, as DeepSpeed's
+    ``zero.Init`` and stage-3 engine do under ``zero_optimization.memory_efficient_linear`` (the
+    default): a module calling ``F.linear`` on a partitioned weight then frees it after forward
+    too; other weights run torch's own linear. Idempotent; the function replaced first is kept as
+    ``Init.linear_bk``; a wrapper around ``zero3_linear`` (its ``__wrapped__``) stays in place."""
+    current = torch.nn.functional.linear
+    if current is zero3_linear or getattr(current, "__wrapped__", None) is zero3_linear:
+        return
+    if "linear_bk" not in Init.__dict__:
+        Init.linear_bk = current
+    torch.nn.functional.linear = zero3_linear
 
 
 def _coll_of(p: torch.Tensor) -> Collectives:

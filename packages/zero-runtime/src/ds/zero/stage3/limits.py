@@ -15,6 +15,8 @@ class Stage3Limits:
     max_reuse_distance: int = 1_000_000_000
     param_persistence_threshold: int = 100_000
     reduce_bucket_size: int = 500_000_000
+    # Linear layers save the parameter, not its gathered data, for backward (stage3/linear.py).
+    memory_efficient_linear: bool = True
 
 
 @dataclass

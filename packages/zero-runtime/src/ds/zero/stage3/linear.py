@@ -20,6 +20,10 @@ import torch
 
 Alloc = Callable[[int, torch.dtype, torch.device], torch.Tensor]
 
+#: torch's own ``F.linear``, taken when ds.zero first loads: what :func:`zero3_linear` falls back
+#: to and what :class:`_Linear` computes with, whatever ``torch.nn.functional.linear`` is later.
+TORCH_LINEAR = torch.nn.functional.linear
+
 
 class _Linear(torch.autograd.Function):
     # forward/setup_context split and a generated vmap rule: torch.func transforms (grad, vmap,
@@ -33,7 +37,7 @@ class _Linear(torch.autograd.Function):
         bias: torch.Tensor | None = None,
         alloc: Alloc | None = None,
     ) -> torch.Tensor:
-        return torch.nn.functional.linear(x, weight, bias)
+        return TORCH_LINEAR(x, weight, bias)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -68,6 +72,17 @@ class _Linear(torch.autograd.Function):
         if bias is not None and ctx.needs_input_grad[2]:
             gb = g2.sum(0)
         return gx, gw, gb, None
+
+
+def zero3_linear(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``F.linear`` for stage 3 (``memory_efficient_linear``): a partitioned weight (one with a
+    ``ds_shard``) goes through :class:`_Linear`, so a module calling ``F.linear`` on it directly
+    does not pin its gathered data until backward either; any other weight through torch's."""
+    if hasattr(weight, "ds_shard") and torch.is_grad_enabled():
+        return _Linear.apply(input, weight, bias)  # type: ignore[no-any-return]
+    return TORCH_LINEAR(input, weight, bias)
 
 
 def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

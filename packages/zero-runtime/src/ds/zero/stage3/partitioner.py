@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from ds.interfaces.errors import ConfigError
 from ds.interfaces.logging import get_logger
 from ds.zero.stage3.collectives import Collectives, PendingGather
 from ds.zero.stage3.external import external_parameters, register_external_parameter
@@ -29,7 +28,7 @@ from ds.zero.stage3.leaf import z3_leaf_module
 from ds.zero.stage3.limits import Accounting, Stage3Limits
 from ds.zero.stage3.linear import patch_linears, unpatch_linears
 from ds.zero.stage3.pool import BufferPool
-from ds.zero.stage3.shard import ParamStatus, ShardState, partition_param, shard_of
+from ds.zero.stage3.shard import ParamStatus, ShardState, partition_params, shard_of
 from ds.zero.stage3.swap import ParamSwapper
 
 log = get_logger(__name__)
@@ -70,31 +69,7 @@ class Stage3Partitioner(ExternalAccess):
         self.limits = limits or Stage3Limits()
         self.swapper = swapper
         self.acct = Accounting()
-        self.params: list[torch.nn.Parameter] = []
-        seen: set[int] = set()
-        for name, p in module.named_parameters():
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            s = partition_param(
-                p, collectives.rank, collectives.world, self.limits.param_persistence_threshold
-            )
-            if s.extra.get("meta") and not hasattr(p, "ds_shard"):
-                raise ConfigError(
-                    f"parameter {name} is on the meta device; build the model under "
-                    "`with torch.device('meta'), ds.zero.Init():` so its shards exist, then load "
-                    "weights with ds.zero.init.load_state_dict_into_shards"
-                )
-            if s.world != collectives.world:
-                raise ConfigError(
-                    f"parameter {name} was partitioned for world size {s.world} but the engine "
-                    f"runs at world size {collectives.world}; build the model under ds.zero.Init "
-                    "with the same data-parallel group as the engine"
-                )
-            s.persistent = s.numel <= self.limits.param_persistence_threshold
-            s.name = name
-            s.extra["coll"] = collectives
-            self.params.append(p)
+        self.params = partition_params(module, collectives, self.limits.param_persistence_threshold)
         self.by_name = {shard_of(p).name: p for p in self.params}
         self._live: dict[int, torch.nn.Parameter] = {}  # id(param) -> param, gathered
         # id(param) -> ids of the running modules that use it (a module running inside itself
@@ -130,7 +105,12 @@ class Stage3Partitioner(ExternalAccess):
         )
         self._held = 0
         self._backward_end_queued = False  # reset by after_backward, or by _drain after an error
-        self._patched = patch_linears(module, self.pool.take)
+        self._patched: list[torch.nn.Linear] = []
+        if self.limits.memory_efficient_linear:  # DeepSpeed's default, as zero.Init's
+            from ds.zero.init import use_memory_efficient_linear
+
+            self._patched = patch_linears(module, self.pool.take)
+            use_memory_efficient_linear()
         self._register_hooks()
         module.__dict__["_ds_stage3"] = self  # found by ds.zero.generation
         # Persistent parameters created on the meta device (or swapped) need one gather now.

@@ -181,3 +181,37 @@ def meta_replacement(param: torch.nn.Parameter, state: ShardState) -> torch.nn.P
     )
     state.bind(new)
     return new
+
+
+def partition_params(
+    module: torch.nn.Module, collectives: Any, persistence_threshold: int
+) -> list[torch.nn.Parameter]:
+    """Partition every parameter of ``module`` (each once) over ``collectives``' ranks, for a
+    stage-3 engine; ConfigError for a meta parameter no ``zero.Init`` sharded, or one sharded for
+    another world size."""
+    from ds.interfaces.errors import ConfigError
+
+    params: list[torch.nn.Parameter] = []
+    seen: set[int] = set()
+    for name, p in module.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        s = partition_param(p, collectives.rank, collectives.world, persistence_threshold)
+        if s.extra.get("meta") and not hasattr(p, "ds_shard"):
+            raise ConfigError(
+                f"parameter {name} is on the meta device; build the model under "
+                "`with torch.device('meta'), ds.zero.Init():` so its shards exist, then load "
+                "weights with ds.zero.init.load_state_dict_into_shards"
+            )
+        if s.world != collectives.world:
+            raise ConfigError(
+                f"parameter {name} was partitioned for world size {s.world} but the engine "
+                f"runs at world size {collectives.world}; build the model under ds.zero.Init "
+                "with the same data-parallel group as the engine"
+            )
+        s.persistent = s.numel <= persistence_threshold
+        s.name = name
+        s.extra["coll"] = collectives
+        params.append(p)
+    return params

@@ -35,6 +35,7 @@ def limits_from(zero: Any, reduce_bucket_size: int) -> Stage3Limits:
             zero.param_persistence_threshold, _DEFAULTS.param_persistence_threshold
         ),
         reduce_bucket_size=reduce_bucket_size,
+        memory_efficient_linear=bool(getattr(zero, "memory_efficient_linear", True)),
     )
 
 

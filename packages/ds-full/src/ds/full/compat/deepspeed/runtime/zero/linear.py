@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from ds.full.compat.deepspeed.accelerator import get_accelerator
-from ds.zero.stage3.linear import _Linear
+from ds.zero.stage3.linear import _Linear, zero3_linear
 
 
 class LinearFunctionForZeroStage3(_Linear):
@@ -20,17 +20,16 @@ class LinearFunctionForZeroStage3(_Linear):
     tensors."""
 
 
-def zero3_linear_wrap(
-    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    return LinearFunctionForZeroStage3.apply(input, weight, bias)  # type: ignore[no-any-return]
+# What stage 3 puts in place of torch.nn.functional.linear (memory_efficient_linear):
+# LinearFunctionForZeroStage3 for partitioned weights, torch's own linear for any other.
+zero3_linear_wrap = zero3_linear
 
 
 class LinearModuleForZeroStage3(torch.nn.Linear):
     """``nn.Linear`` whose forward is :class:`LinearFunctionForZeroStage3`."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return zero3_linear_wrap(input, self.weight, self.bias)
+        return LinearFunctionForZeroStage3.apply(input, self.weight, self.bias)  # type: ignore[no-any-return]
 
 
 def noop_decorator(func: Callable[..., Any]) -> Callable[..., Any]:

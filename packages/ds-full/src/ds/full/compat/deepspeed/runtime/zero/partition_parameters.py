@@ -17,8 +17,10 @@ from typing import Any
 import torch
 
 from ds.full.compat.deepspeed.accelerator import get_accelerator
+from ds.full.compat.deepspeed.runtime.zero.linear import zero3_linear_wrap
 from ds.full.compat.deepspeed.runtime.zero.zero_init import Init
 from ds.full.compat.deepspeed.zero import GatheredParameters
+from ds.zero.init import Init as InsertPostInitMethodToModuleSubClasses
 from ds.zero.init import single_rank_group_contradiction
 from ds.zero.stage3.shard import ParamStatus as ZeroParamStatus
 
@@ -69,9 +71,11 @@ class MultipleAllGatherHandles:
 __all__ = [
     "GatheredParameters",
     "Init",
+    "InsertPostInitMethodToModuleSubClasses",
     "MultipleAllGatherHandles",
     "partitioned_param_data_shape",
     "ZeroParamStatus",
     "get_accelerator",
+    "zero3_linear_wrap",
     "zero_wrapper_for_fp_tensor_constructor",
 ]
