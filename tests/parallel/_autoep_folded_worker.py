@@ -18,29 +18,14 @@ import torch
 from _parity import run_scenarios_as_rank
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from tiny_models import llama_shape
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "packages" / "ds-full" / "tests"))
+from test_moe_autoep_blocks import E, H  # noqa: E402
+from test_moe_autoep_blocks import _Block as Block  # noqa: E402  # Mixtral routing, no act_fn
+from tiny_models import llama_shape  # noqa: E402
 
-H, F, E, STEPS = 8, 6, 4, 3
-
-
-class Block(nn.Module):
-    """Mixtral's routing (softmax, top-2, renormalised) over fused expert tensors, no act_fn."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = nn.Linear(H, E, bias=False)
-        self.experts = nn.Module()
-        self.experts.gate_up_proj = nn.Parameter(torch.randn(E, 2 * F, H) / 3)
-        self.experts.down_proj = nn.Parameter(torch.randn(E, H, F) / 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        probs = self.gate(x).softmax(-1)
-        top, idx = probs.topk(2, dim=-1)
-        weights = torch.zeros_like(probs).scatter(-1, idx, top / top.sum(-1, keepdim=True))
-        g, u = torch.einsum("efh,bth->btef", self.experts.gate_up_proj, x).chunk(2, dim=-1)
-        out = torch.einsum("ehf,btef->bteh", self.experts.down_proj, nn.functional.silu(g) * u)
-        return (weights.unsqueeze(-1) * out).sum(-2)
+STEPS = 3
 
 
 class Net(nn.Module):
