@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from _parity import run_scenarios_as_rank
@@ -21,24 +20,20 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 sys.path.insert(0, str(ROOT / "packages" / "ds-full" / "tests"))
-from test_moe_autoep_blocks import E, H  # noqa: E402
-from test_moe_autoep_blocks import _Block as Block  # noqa: E402  # Mixtral routing, no act_fn
+from test_moe_autoep_blocks import H, _Net  # noqa: E402  # Mixtral routing, no act_fn
 from tiny_models import llama_shape  # noqa: E402
 
 STEPS = 3
 
 
-class Net(nn.Module):
+class Net(_Net):
+    """ds-full's AutoEP test model with a LayerNorm before each MoE block: a replicated weight
+    whose gradient comes through the routed inputs."""
+
     def __init__(self) -> None:
         super().__init__()
-        torch.manual_seed(0)
-        self.config = SimpleNamespace(model_type="mixtral", num_local_experts=E)
-        self.model = nn.Module()
-        self.model.layers = nn.ModuleList(nn.Module() for _ in range(2))
         for layer in self.model.layers:
             layer.norm = nn.LayerNorm(H)
-            layer.mlp = Block()
-        self.head = nn.Linear(H, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.model.layers:
