@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ds.zero.stage3.linear import _Linear
+from ds.zero.stage3.linear import LinearFunctionForZeroStage3
 
 
 def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -20,7 +20,7 @@ def _inputs() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def test_gradients_match_functional_linear() -> None:
     x, w, b = (t.requires_grad_() for t in _inputs())
     rx, rw, rb = (t.detach().clone().requires_grad_() for t in (x, w, b))
-    _Linear.apply(x[0], w, b).sum().backward()  # unbatched input
+    LinearFunctionForZeroStage3.apply(x[0], w, b).sum().backward()  # unbatched input
     torch.nn.functional.linear(rx[0], rw, rb).sum().backward()
     for got, want in ((x.grad, rx.grad), (w.grad, rw.grad), (b.grad, rb.grad)):
         torch.testing.assert_close(got, want)
@@ -28,22 +28,24 @@ def test_gradients_match_functional_linear() -> None:
 
 def test_torch_func_grad_and_vmap() -> None:
     x, w, b = _inputs()
-    grads = torch.func.grad(lambda w_, x_: _Linear.apply(x_, w_, b).sum(), argnums=(0, 1))(w, x)
+    grads = torch.func.grad(
+        lambda w_, x_: LinearFunctionForZeroStage3.apply(x_, w_, b).sum(), argnums=(0, 1)
+    )(w, x)
     ref = torch.func.grad(lambda w_, x_: (x_ @ w_.t() + b).sum(), argnums=(0, 1))(w, x)
     torch.testing.assert_close(grads, ref)
-    per_row = torch.func.vmap(lambda xi: _Linear.apply(xi, w, b).sum())(x)
+    per_row = torch.func.vmap(lambda xi: LinearFunctionForZeroStage3.apply(xi, w, b).sum())(x)
     torch.testing.assert_close(per_row, (x @ w.t() + b).sum(-1))
 
 
 def test_backward_follows_forward_autocast() -> None:
     x, w, _ = (t.requires_grad_() for t in _inputs())
     with torch.autocast("cpu", torch.bfloat16):
-        out = _Linear.apply(x, w, None)
+        out = LinearFunctionForZeroStage3.apply(x, w, None)
     assert out.dtype == torch.bfloat16
     out.float().sum().backward()  # a bf16 grad against fp32 saved tensors
     assert w.grad is not None and w.grad.dtype == torch.float32 and x.grad.dtype == torch.float32
     w.grad = x.grad = None
-    plain = _Linear.apply(x, w, None)
+    plain = LinearFunctionForZeroStage3.apply(x, w, None)
     with torch.autocast("cpu", torch.bfloat16):  # an outer autocast does not leak into backward
         plain.sum().backward()
     torch.testing.assert_close(w.grad, torch.ones(4, 3) @ x.detach())

@@ -255,7 +255,7 @@ def use_memory_efficient_linear() -> None:
     :func:`~ds.zero.stage3.linear.zero3_linear` for the rest of the process, as DeepSpeed's
     ``zero.Init`` and stage-3 engine do under ``zero_optimization.memory_efficient_linear`` (the
     default): a module calling ``F.linear`` on a partitioned weight then frees it after forward
-    too; other weights run torch's own linear. Idempotent; the function replaced first is kept as
+    too (calls without autograd run torch's own linear). Idempotent; the function replaced first is kept as
     ``Init.linear_bk``; a wrapper around ``zero3_linear`` (its ``__wrapped__``) stays in place."""
     current = torch.nn.functional.linear
     if current is zero3_linear or getattr(current, "__wrapped__", None) is zero3_linear:

@@ -21,11 +21,13 @@ import torch
 Alloc = Callable[[int, torch.dtype, torch.device], torch.Tensor]
 
 #: torch's own ``F.linear``, taken when ds.zero first loads: what :func:`zero3_linear` falls back
-#: to and what :class:`_Linear` computes with, whatever ``torch.nn.functional.linear`` is later.
+#: to and what :class:`LinearFunctionForZeroStage3` computes with, whatever ``torch.nn.functional.linear`` is later.
 TORCH_LINEAR = torch.nn.functional.linear
 
 
-class _Linear(torch.autograd.Function):
+class LinearFunctionForZeroStage3(torch.autograd.Function):
+    """``F.linear`` that saves its weight parameter for backward (DeepSpeed's name)."""
+
     # forward/setup_context split and a generated vmap rule: torch.func transforms (grad, vmap,
     # jacrev) can run through it.
     generate_vmap_rule = True
@@ -53,7 +55,7 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:  # type: ignore[override]
         with torch.autocast(grad.device.type, ctx._dtype, enabled=ctx._fwd_used_autocast):
-            return _Linear._grads(ctx, grad)
+            return LinearFunctionForZeroStage3._grads(ctx, grad)
 
     @staticmethod
     def _grads(ctx: Any, grad: torch.Tensor) -> Any:
@@ -77,21 +79,24 @@ class _Linear(torch.autograd.Function):
 def zero3_linear(
     input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``F.linear`` for stage 3 (``memory_efficient_linear``): a partitioned weight (one with a
-    ``ds_shard``) goes through :class:`_Linear`, so a module calling ``F.linear`` on it directly
-    does not pin its gathered data until backward either; any other weight through torch's."""
-    if hasattr(weight, "ds_shard") and torch.is_grad_enabled():
-        return _Linear.apply(input, weight, bias)  # type: ignore[no-any-return]
+    """``F.linear`` for stage 3 (``memory_efficient_linear``; DeepSpeed's ``zero3_linear_wrap``):
+    whatever a backward will need goes through :class:`LinearFunctionForZeroStage3`, so a module
+    calling ``F.linear`` on a partitioned weight does not pin its gathered data until backward
+    either; without autograd it is torch's own linear."""
+    needs_grad = input.requires_grad or weight.requires_grad
+    needs_grad = needs_grad or (bias is not None and bias.requires_grad)
+    if needs_grad and torch.is_grad_enabled():
+        return LinearFunctionForZeroStage3.apply(input, weight, bias)  # type: ignore[no-any-return]
     return TORCH_LINEAR(input, weight, bias)
 
 
 def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     alloc = self.__dict__.get("_ds_grad_alloc")
-    return _Linear.apply(x, self.weight, self.bias, alloc)  # type: ignore[no-any-return]
+    return LinearFunctionForZeroStage3.apply(x, self.weight, self.bias, alloc)  # type: ignore[no-any-return]
 
 
 def patch_linears(module: torch.nn.Module, alloc: Alloc | None = None) -> list[torch.nn.Linear]:
-    """Route plain ``nn.Linear`` modules of ``module`` through :class:`_Linear`; weight
+    """Route plain ``nn.Linear`` modules of ``module`` through :class:`LinearFunctionForZeroStage3`; weight
     gradients come from ``alloc`` when given."""
     patched = []
     for m in module.modules():

@@ -12,16 +12,11 @@ from typing import Any
 import torch
 
 from ds.full.compat.deepspeed.accelerator import get_accelerator
-from ds.zero.stage3.linear import _Linear, zero3_linear
+from ds.zero.stage3.linear import LinearFunctionForZeroStage3, zero3_linear
 
-
-class LinearFunctionForZeroStage3(_Linear):
-    """``apply(input, weight, bias=None)``: ``torch.nn.functional.linear`` with ZeRO-3's saved
-    tensors."""
-
-
-# What stage 3 puts in place of torch.nn.functional.linear (memory_efficient_linear):
-# LinearFunctionForZeroStage3 for partitioned weights, torch's own linear for any other.
+# ``apply(input, weight, bias=None)``: torch.nn.functional.linear with ZeRO-3's saved tensors
+# (ds.zero.stage3.linear.LinearFunctionForZeroStage3, the same class). zero3_linear_wrap is what
+# stage 3 puts in place of F.linear under memory_efficient_linear.
 zero3_linear_wrap = zero3_linear
 
 
