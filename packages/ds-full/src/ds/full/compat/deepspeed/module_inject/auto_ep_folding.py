@@ -17,7 +17,9 @@ __all__ = [name for name in _folding.__all__ if name != "divisors"]
 
 # DeepSpeed's per-parameter-family gradient reduction under folding (router gates replicated or
 # partial across tensor-parallel ranks, sequence-sharded LayerNorms): its strategy names, and the
-# marking and reduction calls, which ds does not provide.
+# marking and reduction calls. ds's folded runtime (ds.parallel.moe.folded) needs none of them: its
+# backward leaves replicated weights complete on every TP rank and each route's expert gradient
+# counted once, so the ordinary data-parallel reduction applies.
 AUTOEP_FOLDING_PARAM_FAMILY_ATTR = "ds_autoep_folding_param_family"
 AUTOEP_FOLDING_GRAD_REDUCE_SKIP = "skip"
 AUTOEP_FOLDING_GRAD_REDUCE_SUM = "sum"
@@ -26,7 +28,11 @@ AUTOEP_FOLDING_GRAD_REDUCE_EXPERT_TP_CANCEL = "expert_tp_cancel"
 
 _Q = "deepspeed.module_inject.auto_ep_folding"
 _FEATURE = "per-parameter-family gradient reduction for expert parallelism folded onto TP"
-_HINT = "ds folds expert onto tensor parallelism for layouts only (ds.parallel.moe.folding)"
+_HINT = (
+    "ds folds expert onto tensor parallelism with a backward that needs no per-family "
+    "reduction (ds.parallel.moe.folded): set expert_parallel.autoep_size with "
+    "tensor_parallel.autotp_size and let ds.initialize build it"
+)
 mark_autoep_folding_router_parameter = missing_function(
     f"{_Q}.mark_autoep_folding_router_parameter", _FEATURE, _HINT
 )
