@@ -1,5 +1,5 @@
-// Dispatch of the fp16-weight linear (hlinear_impl.h): output columns split over the kernel pool,
-// each range run by the variant of the SIMD level in use.
+// Dispatch of the fp16 / fp32-weight linear (hlinear_impl.h): output columns split over the
+// kernel pool, each range run by the variant of the SIMD level in use.
 #include "ds/hlinear.h"
 
 #include <algorithm>
@@ -33,8 +33,8 @@ Variant variant() {
 
 }  // namespace
 
-void linear(const void* x, bool x_half, int64_t m, int64_t k, const uint16_t* w, int64_t n,
-            const void* bias, bool bias_half, void* y) {
+void linear(const void* x, bool x_half, int64_t m, int64_t k, const void* w, bool w_half,
+            int64_t n, const void* bias, bool bias_half, void* y) {
   if (m <= 0 || n <= 0) return;
   const Variant v = variant();
   // fp16 x is converted once here (m * k elements, a few microseconds at most), not per tile.
@@ -45,9 +45,11 @@ void linear(const void* x, bool x_half, int64_t m, int64_t k, const uint16_t* w,
     v.to_float(static_cast<const uint16_t*>(x), m * k, xf.data());
     xp = xf.data();
   }
-  const Args a{xp, m, k, w, n, bias, bias_half, y, x_half};
+  const Args a{xp, m, k, w, w_half, n, bias, bias_half, y, x_half};
   // At least 32 KB of weight per slice: a thread's share of a small layer is not worth waking it.
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, k));
+  const int64_t bytes = w_half ? 2 : 4;
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 15) / (bytes * std::max<int64_t>(1, k)));
   ds::parallel_for(n, grain, 1, [&](int64_t j0, int64_t j1) { v.rows(a, j0, j1); });
 }
 

@@ -1,8 +1,10 @@
-// y = x W^T (+ bias) with W fp16, read straight from its stored halves: each vector of W is
-// converted to fp32 in registers (F16C's vcvtph2ps on AVX2 / AVX-512, bit arithmetic in the
-// scalar variant) and multiplied in fp32 against fp32 x. A decode step is bound by the bytes of
-// weight it reads, so reading fp16 (half of fp32's bytes) and converting for free is the point;
-// torch's CPU fp16 matrix-vector product took as long as its fp32 one on the same shapes.
+// y = x W^T (+ bias) with W fp16 or fp32, read straight from its stored elements: each vector of
+// an fp16 W is converted to fp32 in registers (F16C's vcvtph2ps on AVX2 / AVX-512, bit arithmetic
+// in the scalar variant) and multiplied in fp32 against fp32 x; an fp32 W is loaded as it is. A
+// decode step is bound by the bytes of weight it reads, so reading fp16 (half of fp32's bytes) and
+// converting for free is the point; torch's CPU fp16 matrix-vector product took as long as its
+// fp32 one on the same shapes. For fp32 W the kernel reads W once, in place, where torch's GEMM
+// at a few rows packs it first. The tiles are templates over the weight's element type.
 // One ISA variant per file including this header with DS_HLIN_NS set (and DS_VEC_AVX512 or
 // DS_VEC_AVX2 for the vector ones, read by common/vec_f32.h too); hlinear.cpp dispatches.
 #pragma once
@@ -37,6 +39,8 @@ inline float h2f(uint16_t h) { return ds::optim::f16_to_f32(h); }
 inline uint16_t f2h(float f) { return ds::optim::f32_to_f16(f); }
 inline V loadw(const uint16_t* p) { return h2f(*p); }
 #endif
+inline float h2f(float f) { return f; }
+inline V loadw(const float* p) { return loadx(p); }
 
 // Output rows per tile (rj) and rows of x per pass (up to 4): each converted weight vector feeds
 // up to 4 rows of x, and the r * rj accumulator chains are independent. The accumulators, rj
@@ -53,24 +57,25 @@ constexpr int kRows = 4;
 // 64 KB ahead (within the noise of one another).
 constexpr int64_t kPrefetchBytes = 36 << 10;
 
-inline void prefetch(const uint16_t* p) { __builtin_prefetch(p, 0, 2); }
+inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 2); }
 
-template <int r, int rj>
+template <typename T, int r, int rj>
 inline void tile(const Args& a, int64_t i0, int64_t j, bool pf) {
   const int64_t k = a.k;
   const int64_t vec_end = k / W * W;
   // Whole rows ahead, so that the prefetch lands on the same offset of a later row.
-  const int64_t ahead = std::max<int64_t>(1, kPrefetchBytes / (2 * k)) * k;
-  const uint16_t* wr[rj];
-  for (int u = 0; u < rj; ++u) wr[u] = a.w + (j + u) * k;
+  const int64_t ahead = std::max<int64_t>(1, kPrefetchBytes / (int64_t{sizeof(T)} * k)) * k;
+  constexpr int64_t line = 64 / sizeof(T);  // elements per cache line
+  const T* wr[rj];
+  for (int u = 0; u < rj; ++u) wr[u] = static_cast<const T*>(a.w) + (j + u) * k;
   const float* x = a.x + i0 * k;
   float tail[r][rj] = {};  // the products past the last whole vector
   V acc[r][rj];
   for (auto& row : acc)
     for (V& v : row) v = zero();
   for (int64_t t = 0; t < vec_end; t += W) {
-    // One prefetch per cache line (32 halves) of each row.
-    if (pf && (t & 31) == 0)
+    // One prefetch per cache line of each row.
+    if (pf && (t & (line - 1)) == 0)
       for (int u = 0; u < rj; ++u) prefetch(wr[u] + t + ahead);
     for (int u = 0; u < rj; ++u) {
       const V w = loadw(wr[u] + t);
@@ -98,31 +103,41 @@ inline void tile(const Args& a, int64_t i0, int64_t j, bool pf) {
     }
 }
 
-template <int rj>
+template <typename T, int rj>
 inline void tile_rows(const Args& a, int64_t j) {
   // Prefetch only while the rows ahead exist (the next slice's rows, read by another thread or
   // later by this one, are as good a target as this slice's).
-  const bool pf = (j + rj) * a.k * 2 + kPrefetchBytes <= a.n * a.k * 2;
+  constexpr int64_t s = sizeof(T);
+  const bool pf = (j + rj) * a.k * s + kPrefetchBytes <= a.n * a.k * s;
   // Every block of rows of x within one tile, so that the tile's rows of W (rj * 2k bytes) are
   // read from memory once and from L1 for the blocks after the first.
   for (int64_t i0 = 0; i0 < a.m; i0 += kRows) {
     const bool p = pf && i0 == 0;
     switch (std::min<int64_t>(kRows, a.m - i0)) {
-      case 1: tile<1, rj>(a, i0, j, p); break;
-      case 2: tile<2, rj>(a, i0, j, p); break;
-      case 3: tile<3, rj>(a, i0, j, p); break;
-      default: tile<4, rj>(a, i0, j, p); break;
+      case 1: tile<T, 1, rj>(a, i0, j, p); break;
+      case 2: tile<T, 2, rj>(a, i0, j, p); break;
+      case 3: tile<T, 3, rj>(a, i0, j, p); break;
+      default: tile<T, 4, rj>(a, i0, j, p); break;
     }
   }
+}
+
+template <typename T>
+void rows_of(const Args& a, int64_t j0, int64_t j1) {
+  int64_t j = j0;
+  for (; j + kRj <= j1; j += kRj) tile_rows<T, kRj>(a, j);
+  for (; j < j1; ++j) tile_rows<T, 1>(a, j);
 }
 
 }  // namespace
 
 // Output columns [j0, j1) of every row of y.
 void rows(const Args& a, int64_t j0, int64_t j1) {
-  int64_t j = j0;
-  for (; j + kRj <= j1; j += kRj) tile_rows<kRj>(a, j);
-  for (; j < j1; ++j) tile_rows<1>(a, j);
+  if (a.w_half) {
+    rows_of<uint16_t>(a, j0, j1);
+  } else {
+    rows_of<float>(a, j0, j1);
+  }
 }
 
 void to_float(const uint16_t* h, int64_t count, float* out) {

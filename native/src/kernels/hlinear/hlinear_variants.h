@@ -1,5 +1,5 @@
-// What each ISA variant of the fp16-weight linear (hlinear_impl.h) defines, for the dispatch in
-// hlinear.cpp.
+// What each ISA variant of the fp16 / fp32-weight linear (hlinear_impl.h) defines, for the
+// dispatch in hlinear.cpp.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,8 @@ namespace ds::hlinear {
 struct Args {
   const float* x;  // m rows of k, fp32 (fp16 x converted once per call)
   int64_t m, k;
-  const uint16_t* w;  // n rows of k, fp16 bits
+  const void* w;  // n rows of k: fp16 bits (w_half) or fp32
+  bool w_half;
   int64_t n;
   const void* bias;  // n elements or null
   bool bias_half;
