@@ -165,10 +165,10 @@ class PagedAttentionKernels(Protocol):
 @runtime_checkable
 class HalfLinearKernels(Protocol):
     """An optional capability of a kernel provider (the ``cpu`` provider has it): ``x @
-    weight.T + bias`` for an fp16 ``weight`` [out, in] read in its stored form, fp32 sums, the
-    result in ``x``'s dtype (fp16 or fp32). ``half_linear_applies`` says whether the kernel takes
-    ``x`` against ``weight`` and is the faster path there (dtype, device, layout, a few rows:
-    a decode step); elsewhere the caller keeps its own matmul."""
+    weight.T + bias`` for an fp16 or fp32 ``weight`` [out, in] read in its stored form, fp32
+    sums, the result in ``x``'s dtype (fp16 or fp32). ``half_linear_applies`` says whether the
+    kernel takes ``x`` against ``weight`` and is the faster path there (dtype, device, layout, a
+    few rows: a decode step); elsewhere the caller keeps its own matmul."""
 
     def half_linear_applies(self, x: torch.Tensor, weight: torch.Tensor) -> bool: ...
 

@@ -286,7 +286,7 @@ def build_engine(
     else:
         from ds.inference.half_linear import half_linear_factory
 
-        # fp16 on a CPU: decode-sized inputs through the cpu provider's fp16-weight kernel.
+        # fp16 / fp32 on a CPU: decode-sized inputs through the cpu provider's few-rows linear.
         linear_factory = half_linear_factory(_DTYPES[cfg.dtype], cfg.device)
     model = family(model_config, weights, _DTYPES[cfg.dtype], cfg.device, linear_factory)
     # EOS of config.json and generation_config.json together: transformers' generate() stops on
