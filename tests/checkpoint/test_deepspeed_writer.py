@@ -11,6 +11,7 @@ checked by tools/check_deepspeed_roundtrip.py (DeepSpeed is not installed here).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -52,11 +53,20 @@ def _train(engine, steps: range) -> list[float]:  # type: ignore[no-untyped-def]
 def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, str], Path]:
     root = tmp_path_factory.mktemp("ds_tags")
     out = {}
-    for stage, precision in CASES:
-        engine = _engine(stage, precision, seed=1234)
-        _train(engine, range(SAVE))
-        out[(stage, precision)] = root / f"stage{stage}_{precision}"
-        engine.save_checkpoint(str(out[(stage, precision)]), client_state={"epoch": 2})
+    env = dict(os.environ)
+    try:
+        for stage, precision in CASES:
+            engine = _engine(stage, precision, seed=1234)
+            _train(engine, range(SAVE))
+            out[(stage, precision)] = root / f"stage{stage}_{precision}"
+            engine.save_checkpoint(str(out[(stage, precision)]), client_state={"epoch": 2})
+    finally:
+        # The world of one ds.initialize started (and its rendezvous variables) must not outlive
+        # this module's setup: the per-test cleanup does not see a group a module fixture made.
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(env)
     return out
 
 
