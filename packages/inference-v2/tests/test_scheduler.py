@@ -74,10 +74,14 @@ def test_streaming_callbacks_and_stop_tokens(tiny_dirs: dict[str, Path]) -> None
     streamed: dict[int, list[int]] = {}
     done: list[int] = []
 
+    held_at_end: list[int] = []
+
     def on_token(i: int, tok: int, finished: bool) -> None:
         streamed.setdefault(i, []).append(tok)
         if finished:
             done.append(i)
+            # A client told its request ended can count on its KV blocks being free already.
+            held_at_end.append(engine.capacity().total_blocks - engine.capacity().free_blocks)
 
     out = generate(
         engine, ps, SamplingParams(max_new_tokens=12, stop_token_ids=(stop,)), on_token=on_token
@@ -86,6 +90,7 @@ def test_streaming_callbacks_and_stop_tokens(tiny_dirs: dict[str, Path]) -> None
     assert out[1].tokens == free[1].tokens[:cut] and out[1].finish_reason == "stop"
     assert all(streamed[i] == out[i].tokens for i in range(3))
     assert sorted(done) == [0, 1, 2]
+    assert held_at_end[-1] == 0  # the last request's blocks were freed before it was told
 
 
 def test_stop_strings_use_the_decoder(tiny_dirs: dict[str, Path]) -> None:

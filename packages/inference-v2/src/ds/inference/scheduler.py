@@ -223,13 +223,16 @@ class ContinuousBatchScheduler:
             req.generated.append(token)
             out[req.uid] = [token]
             self._check_finished(req)
-            if req.callback is not None:
-                req.callback(req.uid, token, req.finish_reason is not None)
+            if req.callback is not None and req.finish_reason is None:
+                req.callback(req.uid, token, False)
         for req in [r for r in self.running if r.finish_reason is not None]:
             self.running.remove(req)
             self.engine.flush(req.uid)
             self._live.pop(req.uid, None)
             self.finished[req.uid] = req
+            # Told after the flush: when a client hears its request ended, its blocks are free.
+            if req.callback is not None and req.uid in out:
+                req.callback(req.uid, out[req.uid][-1], True)
         return out
 
     # -- internals ----------------------------------------------------------------------------
