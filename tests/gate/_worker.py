@@ -23,6 +23,9 @@ scenario, out = sys.argv[1], Path(sys.argv[2])
 SLEEP_S = 0.25  # per host Adam step
 PEER_SLEEP_S = 0.5  # rank 1, per step
 STEPS = 12
+# Steps long against the scheduler's time slice: on a loaded 2-core machine a rank descheduled
+# for a slice must not look like a slow peer (at 512 rows a step was 8 ms, one slice).
+BATCH = 4096
 rank = int(os.environ.get("RANK", "0"))
 
 if scenario == "slow_host":
@@ -52,7 +55,7 @@ model = torch.nn.Sequential(
     torch.nn.Linear(256, 1),
 )
 config = {
-    "train_micro_batch_size_per_gpu": 512,
+    "train_micro_batch_size_per_gpu": BATCH,
     "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
     "zero_optimization": {"stage": 2},
     "gate": {},  # the defaults: calibrated to pass a healthy run on CPU and GPU alike
@@ -63,7 +66,7 @@ if scenario in ("slow_host", "offload"):
 engine, _, _, _ = ds.initialize(model=model, config=config)
 gen = torch.Generator().manual_seed(rank)
 for _ in range(STEPS):
-    x = torch.randn(512, 128, generator=gen)
+    x = torch.randn(BATCH, 128, generator=gen)
     loss = engine(x).pow(2).mean()
     if scenario == "slow_peer" and rank == 1:
         time.sleep(PEER_SLEEP_S)

@@ -59,8 +59,10 @@ def test_healthy_run_passes_and_slow_runs_fail_on_their_term(runs) -> None:  # t
     clean, host, peer = (runs[s][0] for s in ("clean", "slow_host", "slow_peer"))
     assert clean["passed"], clean
     # Inside the limit with no warning (the gate's own line: warn_fraction of ddi_max). On a
-    # 2-core machine shared with other test workers the ranks are descheduled in turn, so even
-    # a healthy run shows some exposed wait (measured 0.37 of a step at load 3, DDI 10.7).
+    # 2-core machine shared with other test workers the ranks are descheduled in turn, so a
+    # healthy run shows some exposed wait; the worker's steps are long against a time slice so
+    # that wait stays small (4096 rows: DDI 3.7-6.2 beside 4 busy processes; at 512 rows, one
+    # slice per step, DDI reached 11.5 on CI, past the warning line).
     assert clean["metrics"]["ddi"] < GateThresholds().ddi_max, clean
     assert clean["findings"] == [], clean
     assert clean["metrics"]["ddi.offload"] == 0  # no offload configured
