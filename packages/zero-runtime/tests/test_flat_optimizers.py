@@ -1,4 +1,7 @@
-"""ds's flat optimizers reproduce torch.optim bit for bit (chunked or not), and Lion's update."""
+"""ds's flat optimizers reproduce torch.optim bit for bit (chunked or not), and Lion's update.
+
+Adam: the default steps through torch's fused CPU kernel and equals ``torch.optim.AdamW(fused=True)``
+bit for bit; ``fused=False`` (the config's ``torch_adam: true``) equals the single-tensor path."""
 
 from __future__ import annotations
 
@@ -11,13 +14,23 @@ from ds.zero.optim.lion import Lion
 CASES = [
     (
         "adamw",
-        lambda p: Adam([p], lr=1e-3, weight_decay=0.1),
+        lambda p: Adam([p], lr=1e-3, weight_decay=0.1, fused=False),
         lambda p: torch.optim.AdamW([p], lr=1e-3, weight_decay=0.1, foreach=False),
     ),
     (
         "adam-l2",
-        lambda p: Adam([p], lr=1e-3, weight_decay=0.1, adamw_mode=False),
+        lambda p: Adam([p], lr=1e-3, weight_decay=0.1, adamw_mode=False, fused=False),
         lambda p: torch.optim.Adam([p], lr=1e-3, weight_decay=0.1, foreach=False),
+    ),
+    (
+        "adamw-fused",
+        lambda p: Adam([p], lr=1e-3, weight_decay=0.1),
+        lambda p: torch.optim.AdamW([p], lr=1e-3, weight_decay=0.1, fused=True),
+    ),
+    (
+        "adam-l2-fused",
+        lambda p: Adam([p], lr=1e-3, weight_decay=0.1, adamw_mode=False),
+        lambda p: torch.optim.Adam([p], lr=1e-3, weight_decay=0.1, fused=True),
     ),
     (
         "adagrad",
@@ -48,7 +61,25 @@ def test_bitwise_equal_to_torch(name: str, ours, theirs, numel: int) -> None:  #
         a.grad, b.grad = grad.clone(), grad.clone()
         opt_a.step()
         opt_b.step()
+        assert torch.equal(a.grad, grad)  # the step reads the gradient, never scales it
     assert torch.equal(a, b.detach())
+
+
+@pytest.mark.parametrize("adamw", [True, False], ids=["adamw", "adam-l2"])
+def test_fused_adam_is_within_an_ulp_of_the_single_tensor_path(adamw: bool) -> None:
+    g = torch.Generator().manual_seed(1)
+    start = torch.randn(100_003, generator=g)
+    a, b = start.clone(), start.clone()
+    kw = {"lr": 1e-3, "weight_decay": 0.01, "adamw_mode": adamw}
+    opt_a, opt_b = Adam([a], **kw), Adam([b], fused=False, **kw)
+    for _ in range(10):
+        grad = torch.randn(100_003, generator=g)
+        a.grad, b.grad = grad.clone(), grad.clone()
+        opt_a.step()
+        opt_b.step()
+    assert not torch.equal(a, b)  # two kernels, really
+    ulp = torch.finfo(torch.float32).eps * b.abs().clamp_min(1e-3)
+    assert ((a - b).abs() <= 2 * ulp).all()
 
 
 def test_lion_update_is_signed_interpolation() -> None:

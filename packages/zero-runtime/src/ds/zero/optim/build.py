@@ -199,7 +199,11 @@ class OptimizerFactory:
             raise ConfigError(f"offload_optimizer does not support optimizer {kind!r}")
         if kind in ("adam", "adamw"):
             return flat.Adam(
-                groups, adamw_mode=adamw_mode, bias_correction=bias_correction, **params
+                groups,
+                adamw_mode=adamw_mode,
+                bias_correction=bias_correction,
+                fused=not bool(cfg.params.get("torch_adam", False)),
+                **params,
             )
         if kind == "adagrad":
             return flat.Adagrad(groups, **params)

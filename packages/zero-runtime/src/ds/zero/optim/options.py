@@ -3,7 +3,8 @@ refused on every path with one line saying what to do; none is dropped.
 
 Keys that choose an implementation rather than the arithmetic (``torch_adam``, ``fused``,
 ``foreach``, ``set_grad_none``, ``fp32_optimizer_states``: ds keeps fp32 masters and moments and
-clears gradients itself) are accepted and have no effect on the numbers.
+clears gradients itself) are accepted; only ``torch_adam: true`` is acted on, by the host Adam
+(torch's single-tensor arithmetic instead of its fused kernel, an ulp apart at most).
 """
 
 from __future__ import annotations
