@@ -10,7 +10,7 @@ from ds.inference.models.blocks import DenseHead
 from ds.inference.scheduler import _greedy_tokens
 
 
-@pytest.mark.parametrize("rows", [1, 2, 7, 16])
+@pytest.mark.parametrize("rows", [1, 2, 7, 16, 32, 33, 64])  # both sides of the transposed path
 @pytest.mark.parametrize("bias", [False, True])
 def test_dense_head_matches_float64(rows: int, bias: bool) -> None:
     g = torch.Generator().manual_seed(rows)
