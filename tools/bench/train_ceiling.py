@@ -4,7 +4,9 @@ CPU seconds as well as wall seconds, so that a busy shared machine does not hide
     .venv/bin/python tools/bench/train_ceiling.py [--steps 4] [--stage 0]
 
 ds.full.initialize at world 1 (gloo), one thread, micro-batch 4 x seq 128, fp32, AdamW: the
-computation one rank of the world-2 benchmark does, without its communication. ``mfu_cpu`` is the
+computation one rank of the world-2 benchmark does, without its communication, with ds's default
+host Adam (torch's fused CPU kernel; the world-2 benchmark sets ``torch_adam`` to match DDP's
+torch.optim.AdamW). ``mfu_cpu`` is the
 model FLOPs per step (PaLM's count) over the process's CPU seconds per step and the 1-thread fp32
 GEMM ceiling (``ds bench peak``, itself timed in CPU seconds); ``mfu_wall`` uses wall seconds.
 """
@@ -42,9 +44,9 @@ def main() -> None:
 
     ds.init_distributed()
     torch.manual_seed(0)
-    engine, *_ = ds.initialize(
-        model=GPT(VOCAB, D, LAYERS, HEADS, SEQ), config=config(args.stage, False)
-    )
+    cfg = config(args.stage, False)
+    cfg["optimizer"]["params"].pop("torch_adam")
+    engine, *_ = ds.initialize(model=GPT(VOCAB, D, LAYERS, HEADS, SEQ), config=cfg)
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, VOCAB, (MICRO, SEQ), generator=g)
     y = torch.randint(0, VOCAB, (MICRO, SEQ), generator=g)
