@@ -59,7 +59,14 @@ class Adam(FlatOptimizer):
         eps, wd = group["eps"], group["weight_decay"]
         # Without bias correction (DeepSpeed's bias_correction=false): step lr * m / (sqrt(v) + eps).
         corrected = group.get("bias_correction", True)
-        if self.fused and corrected and p.device.type == "cpu" and p.dtype == torch.float32:
+        # The kernel takes same-typed fp32 buffers of one shape; anything else keeps the loop.
+        if (
+            self.fused
+            and corrected
+            and p.device.type == "cpu"
+            and p.dtype == grad.dtype == torch.float32
+            and p.shape == grad.shape
+        ):
             fused_step = torch._fused_adamw_ if group["adamw_mode"] else torch._fused_adam_
             fused_step(
                 [p],
