@@ -75,7 +75,7 @@ class Adam(FlatOptimizer):
                 [state["exp_avg_sq"]],
                 [],
                 [torch.tensor(float(step))],
-                lr=lr,
+                lr=float(lr),  # a scheduler may have left a 0-dim tensor
                 beta1=beta1,
                 beta2=beta2,
                 weight_decay=wd,
