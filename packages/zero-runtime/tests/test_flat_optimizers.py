@@ -89,3 +89,15 @@ def test_lion_update_is_signed_interpolation() -> None:
     opt.step()
     assert torch.allclose(p, torch.tensor([0.9, -0.9, 0.5]))
     assert torch.allclose(opt.state[p]["exp_avg"], 0.01 * torch.tensor([0.2, -0.3, 0.0]))
+
+
+def test_fused_adam_takes_a_tensor_learning_rate() -> None:
+    g = torch.Generator().manual_seed(2)
+    start, grad = torch.randn(1001, generator=g), torch.randn(1001, generator=g)
+    a, b = start.clone(), start.clone()
+    opt_a, opt_b = Adam([a], lr=1e-3), Adam([b], lr=1e-3)
+    opt_a.param_groups[0]["lr"] = torch.tensor(1e-3)  # as a scheduler may leave it
+    a.grad, b.grad = grad.clone(), grad.clone()
+    opt_a.step()
+    opt_b.step()
+    assert torch.equal(a, b)
