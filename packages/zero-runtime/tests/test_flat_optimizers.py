@@ -96,7 +96,7 @@ def test_fused_adam_takes_a_tensor_learning_rate() -> None:
     start, grad = torch.randn(1001, generator=g), torch.randn(1001, generator=g)
     a, b = start.clone(), start.clone()
     opt_a, opt_b = Adam([a], lr=1e-3), Adam([b], lr=1e-3)
-    opt_a.param_groups[0]["lr"] = torch.tensor(1e-3)  # as a scheduler may leave it
+    opt_a.param_groups[0]["lr"] = torch.tensor(1e-3, dtype=torch.float64)  # as a scheduler may
     a.grad, b.grad = grad.clone(), grad.clone()
     opt_a.step()
     opt_b.step()
