@@ -40,7 +40,7 @@ class DenseHead(DenseLinear):
     """The output head: a [vocab, hidden] weight against a few rows. On CPU, up to
     :data:`HEAD_TRANSPOSED_MAX_ROWS` rows, the product is taken as weight @ x^T (MKL streams the
     large weight once in its stored layout: 21 against 26 ms for 16 rows of SmolLM2's 49152 x 576
-    head, one thread, on an AVX2 CPU), then laid out [rows, vocab] again."""
+    head, one thread, when it was measured), then laid out [rows, vocab] again."""
 
     __slots__ = ()
 
